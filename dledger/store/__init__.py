@@ -1,0 +1,1 @@
+"""dledger/store"""
