@@ -1,0 +1,344 @@
+"""Wire framing and connection handshake for DLedger RPC (sans-I/O).
+
+Rules
+-----
+* A frame is ``[length:4, big-endian, unsigned][msgpack payload]``; ``length`` counts the
+  payload only. Payloads are msgpack maps (``use_bin_type=True``: ``bytes`` stay ``bytes``,
+  ``str`` stays ``str``).
+* A frame longer than the receiver's ``max_frame_size`` is a protocol violation:
+  :class:`FrameDecoder` raises :class:`FrameTooLarge` as soon as the 4-byte header is seen
+  (before buffering the body), and the connection must then be dropped. Undecodable msgpack
+  raises :class:`FrameError`. After an error the decoder refuses further input.
+* Encoding is batched: :func:`encode_frames` packs many messages into one ``bytes`` so a
+  driver can hand a whole batch to one ``transport.write``.
+* Every connection starts with a three-frame handshake before any other frame:
+
+  1. acceptor -> connector ``{"t": "challenge", "v": 1, "group", "id", "nonce"}``
+  2. connector -> acceptor ``{"t": "hello", "v": 1, "group", "id", "role", "nonce", "mac"}``
+  3. acceptor -> connector ``{"t": "welcome", "id", "mac"}`` or
+     ``{"t": "reject", "code", "reason"}`` (then the acceptor closes).
+
+  ``role`` is ``"peer"`` (a member of the group replicating/voting; its ``id`` must be in the
+  acceptor's peer set and must not be the acceptor's own id) or ``"client"`` (an application or
+  the CLI: request/response traffic, any id). The group must match. When a shared secret
+  (``dLegerAuthToken``) is configured, ``hello.mac`` is
+  ``HMAC-SHA256(secret, "hello" | group | id | role | acceptor nonce)`` and
+  ``welcome.mac`` is ``HMAC-SHA256(secret, "welcome" | group | acceptor id | connector nonce)``,
+  so both sides prove knowledge of the secret without sending it and neither proof can be
+  replayed on another connection (fresh nonces). Without a secret, macs are empty and ignored;
+  a node with a secret rejects a hello without a valid mac.
+
+Theory of operation
+-------------------
+The classes here never touch sockets. A driver (``transport.py``) feeds received bytes to
+:class:`FrameDecoder`, which returns complete payloads, and passes the first payloads of a
+connection to :class:`AcceptorHandshake` / :class:`ConnectorHandshake`, which return the frame
+to send next or raise :class:`HandshakeRejected` with a DLedger response code. Everything is
+deterministic given the nonces, which callers may inject for tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct(">I")
+DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
+NONCE_SIZE = 16
+
+ROLE_PEER = "peer"
+ROLE_CLIENT = "client"
+
+# DLedger response codes used by the handshake (DLedgerResponseCode).
+UNKNOWN_GROUP = 400
+UNKNOWN_MEMBER = 401
+UNEXPECTED_MEMBER = 402
+UNSUPPORTED = 303
+AUTH_FAILED = 401  # DLedger has no dedicated code; an unauthenticated sender is an unknown member
+
+
+class FrameError(Exception):
+    """The byte stream is not a valid sequence of frames; drop the connection."""
+
+
+class FrameTooLarge(FrameError):
+    """A frame header announced more than the configured maximum."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class HandshakeRejected(Exception):
+    """The handshake failed; ``code`` is a DLedger response code, ``reason`` human text."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"handshake rejected ({code}): {reason}")
+        self.code = code
+        self.reason = reason
+
+    def to_frame(self) -> dict[str, Any]:
+        return {"t": "reject", "code": self.code, "reason": self.reason}
+
+
+# --------------------------------------------------------------------------- frames
+
+_packer_opts = {"use_bin_type": True}
+
+
+def encode_frame(msg: Any) -> bytes:
+    """One frame for ``msg`` (anything msgpack can pack)."""
+    payload = msgpack.packb(msg, **_packer_opts)
+    return HEADER.pack(len(payload)) + payload
+
+
+def encode_frames(msgs: Iterable[Any]) -> bytes:
+    """Many frames concatenated, ready for a single write."""
+    packer = msgpack.Packer(**_packer_opts)
+    parts: list[bytes] = []
+    for msg in msgs:
+        payload = packer.pack(msg)
+        parts.append(HEADER.pack(len(payload)))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+class FrameDecoder:
+    """Incremental decoder: feed arbitrary chunks, get complete payloads back in order."""
+
+    __slots__ = ("max_frame_size", "_buf", "_failed", "frames", "bytes")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._failed = False
+        self.frames = 0  # frames decoded so far
+        self.bytes = 0  # bytes fed so far
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Append ``data`` and return every payload completed by it (possibly none)."""
+        if self._failed:
+            raise FrameError("decoder already failed; the connection must be dropped")
+        self.bytes += len(data)
+        buf = self._buf
+        buf += data
+        pos = 0
+        end = len(buf)
+        out: list[Any] = []
+        limit = self.max_frame_size
+        try:
+            while end - pos >= 4:
+                (size,) = HEADER.unpack_from(buf, pos)
+                if size > limit:
+                    self._failed = True
+                    raise FrameTooLarge(size, limit)
+                start = pos + 4
+                if end - start < size:
+                    break
+                try:
+                    out.append(msgpack.unpackb(buf[start : start + size], raw=False, strict_map_key=False))
+                except Exception as exc:  # msgpack raises several unrelated types
+                    self._failed = True
+                    raise FrameError(f"undecodable frame payload: {exc}") from exc
+                pos = start + size
+        finally:
+            if self._failed:
+                self._buf = bytearray()
+            elif pos:
+                del buf[:pos]  # compact once per feed, not per frame
+        self.frames += len(out)
+        return out
+
+
+# --------------------------------------------------------------------------- handshake
+
+
+def new_nonce() -> bytes:
+    return os.urandom(NONCE_SIZE)
+
+
+def _mac(secret: str | None, *parts: str | bytes) -> bytes:
+    if not secret:
+        return b""
+    h = hmac.new(secret.encode("utf-8"), digestmod=hashlib.sha256)
+    for part in parts:
+        raw = part.encode("utf-8") if isinstance(part, str) else part
+        h.update(HEADER.pack(len(raw)))
+        h.update(raw)
+    return h.digest()
+
+
+def _field(frame: Any, key: str, kind: type) -> Any:
+    if not isinstance(frame, dict):
+        raise HandshakeRejected(UNSUPPORTED, "handshake frame is not a map")
+    value = frame.get(key)
+    if not isinstance(value, kind):
+        raise HandshakeRejected(UNSUPPORTED, f"handshake field {key!r} missing or mistyped")
+    return value
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Outcome of a successful handshake on the accepting side."""
+
+    remote_id: str
+    role: str
+    reply: dict[str, Any]  # the welcome frame to send
+
+
+class AcceptorHandshake:
+    """The accepting side: send :meth:`challenge`, then :meth:`receive_hello`."""
+
+    def __init__(
+        self,
+        group: str,
+        self_id: str,
+        members: Iterable[str],
+        secret: str | None = None,
+        nonce: bytes | None = None,
+    ) -> None:
+        self.group = group
+        self.self_id = self_id
+        self.members = frozenset(members)
+        self.secret = secret or None
+        self.nonce = nonce if nonce is not None else new_nonce()
+
+    def challenge(self) -> dict[str, Any]:
+        return {"t": "challenge", "v": PROTOCOL_VERSION, "group": self.group, "id": self.self_id, "nonce": self.nonce}
+
+    def receive_hello(self, frame: Any) -> Accepted:
+        if _field(frame, "t", str) != "hello":
+            raise HandshakeRejected(UNSUPPORTED, "expected a hello frame")
+        if frame.get("v") != PROTOCOL_VERSION:
+            raise HandshakeRejected(UNSUPPORTED, f"unsupported protocol version {frame.get('v')!r}")
+        group = _field(frame, "group", str)
+        remote = _field(frame, "id", str)
+        role = _field(frame, "role", str)
+        cnonce = _field(frame, "nonce", bytes)
+        mac = frame.get("mac", b"") or b""
+        if group != self.group:
+            raise HandshakeRejected(UNKNOWN_GROUP, f"group {group!r} is not {self.group!r}")
+        if role == ROLE_PEER:
+            if remote == self.self_id:
+                raise HandshakeRejected(UNEXPECTED_MEMBER, f"peer claims this node's own id {remote!r}")
+            if remote not in self.members:
+                raise HandshakeRejected(UNKNOWN_MEMBER, f"{remote!r} is not a member of group {self.group!r}")
+        elif role != ROLE_CLIENT:
+            raise HandshakeRejected(UNSUPPORTED, f"unknown role {role!r}")
+        if self.secret is not None:
+            expected = _mac(self.secret, "hello", group, remote, role, self.nonce)
+            if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
+                raise HandshakeRejected(AUTH_FAILED, "authentication failed (dLegerAuthToken mismatch)")
+        reply = {"t": "welcome", "id": self.self_id, "mac": _mac(self.secret, "welcome", self.group, self.self_id, cnonce)}
+        return Accepted(remote, role, reply)
+
+
+class ConnectorHandshake:
+    """The connecting side: :meth:`receive_challenge` -> hello, then :meth:`receive_welcome`.
+
+    ``expect_id`` (optional) is the id the connector believes it dialled; a mismatch is refused so
+    a misconfigured peer list cannot silently route n1's traffic to n2.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        self_id: str,
+        role: str = ROLE_PEER,
+        secret: str | None = None,
+        expect_id: str | None = None,
+        nonce: bytes | None = None,
+    ) -> None:
+        self.group = group
+        self.self_id = self_id
+        self.role = role
+        self.secret = secret or None
+        self.expect_id = expect_id
+        self.nonce = nonce if nonce is not None else new_nonce()
+        self.remote_id: str | None = None
+
+    def receive_challenge(self, frame: Any) -> dict[str, Any]:
+        if _field(frame, "t", str) != "challenge":
+            raise HandshakeRejected(UNSUPPORTED, "expected a challenge frame")
+        group = _field(frame, "group", str)
+        remote = _field(frame, "id", str)
+        snonce = _field(frame, "nonce", bytes)
+        if group != self.group:
+            raise HandshakeRejected(UNKNOWN_GROUP, f"remote serves group {group!r}, not {self.group!r}")
+        if self.expect_id is not None and remote != self.expect_id:
+            raise HandshakeRejected(UNEXPECTED_MEMBER, f"dialled {self.expect_id!r} but {remote!r} answered")
+        self.remote_id = remote
+        return {
+            "t": "hello",
+            "v": PROTOCOL_VERSION,
+            "group": self.group,
+            "id": self.self_id,
+            "role": self.role,
+            "nonce": self.nonce,
+            "mac": _mac(self.secret, "hello", self.group, self.self_id, self.role, snonce),
+        }
+
+    def receive_welcome(self, frame: Any) -> str:
+        """Returns the remote id; raises :class:`HandshakeRejected` on reject or bad proof."""
+        kind = _field(frame, "t", str)
+        if kind == "reject":
+            code = frame.get("code")
+            raise HandshakeRejected(code if isinstance(code, int) else UNSUPPORTED, str(frame.get("reason", "")))
+        if kind != "welcome":
+            raise HandshakeRejected(UNSUPPORTED, "expected a welcome frame")
+        remote = _field(frame, "id", str)
+        if self.secret is not None:
+            mac = frame.get("mac", b"")
+            expected = _mac(self.secret, "welcome", self.group, remote, self.nonce)
+            if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
+                raise HandshakeRejected(AUTH_FAILED, "remote failed to prove the shared secret")
+        return remote
+
+
+# --------------------------------------------------------------------------- peers string
+
+
+def parse_peers(spec: str) -> dict[str, tuple[str, int]]:
+    """Parse DLedger's ``dLegerPeers`` syntax ``n0-host:port;n1-host:port`` (id = text before
+    the first ``-``). Raises ``ValueError`` with a readable message on bad input."""
+    peers: dict[str, tuple[str, int]] = {}
+    if not spec or not spec.strip():
+        raise ValueError("peer list is empty (expected e.g. 'n0-127.0.0.1:40911;n1-127.0.0.1:40912')")
+    for item in spec.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        ident, sep, addr = item.partition("-")
+        host, colon, port_s = addr.rpartition(":")
+        if not sep or not ident or not colon or not host:
+            raise ValueError(f"bad peer {item!r}: expected ID-HOST:PORT")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ValueError(f"bad port in peer {item!r}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"port out of range in peer {item!r}")
+        if ident in peers:
+            raise ValueError(f"duplicate peer id {ident!r}")
+        peers[ident] = (host, port)
+    if not peers:
+        raise ValueError("peer list is empty")
+    return peers
+
+
+def format_peers(peers: dict[str, tuple[str, int]]) -> str:
+    return ";".join(f"{i}-{h}:{p}" for i, (h, p) in peers.items())

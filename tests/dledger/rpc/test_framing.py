@@ -1,0 +1,209 @@
+"""Frames, the incremental decoder, the handshake and the peers string (sans-I/O)."""
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dledger.rpc import framing as fr
+
+messages = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=20) | st.binary(max_size=300),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    out, prev = [], 0
+    for p in points + [len(data)]:
+        out.append(data[prev:p])
+        prev = p
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=8), st.lists(st.integers(0, 10_000), max_size=30))
+def test_any_byte_split_decodes_the_same_frames(msgs, cuts):
+    wire = fr.encode_frames(msgs)
+    assert wire == b"".join(fr.encode_frame(m) for m in msgs)
+    dec = fr.FrameDecoder()
+    got = []
+    for chunk in _chunks(wire, cuts):
+        got.extend(dec.feed(chunk))
+    assert got == msgs
+    assert dec.buffered == 0
+    assert dec.frames == len(msgs)
+
+
+def test_byte_at_a_time_and_partial_header():
+    wire = fr.encode_frames([{"a": b"x" * 10}, {"b": 2}])
+    dec = fr.FrameDecoder()
+    out = []
+    for i in range(len(wire)):
+        out.extend(dec.feed(wire[i : i + 1]))
+        if i < 3:
+            assert out == [] and dec.buffered == i + 1
+    assert out == [{"a": b"x" * 10}, {"b": 2}]
+
+
+def test_bytes_and_str_keep_their_types():
+    (got,) = fr.FrameDecoder().feed(fr.encode_frame({"body": b"\x00\xff", "s": "é", 7: [1]}))
+    assert got == {"body": b"\x00\xff", "s": "é", 7: [1]}
+    assert isinstance(got["body"], bytes) and isinstance(got["s"], str)
+
+
+def test_frame_too_large_raised_at_header_and_decoder_stays_failed():
+    dec = fr.FrameDecoder(max_frame_size=100)
+    ok = fr.encode_frame(b"y" * 50)
+    assert dec.feed(ok) == [b"y" * 50]
+    with pytest.raises(fr.FrameTooLarge) as err:
+        dec.feed(struct.pack(">I", 101))  # header alone is enough
+    assert err.value.size == 101 and err.value.limit == 100
+    assert "exceeds the limit" in str(err.value)
+    with pytest.raises(fr.FrameError):
+        dec.feed(ok)
+
+
+def test_frames_before_an_oversize_one_are_not_returned_but_detection_is_immediate():
+    dec = fr.FrameDecoder(max_frame_size=10)
+    with pytest.raises(fr.FrameTooLarge):
+        dec.feed(fr.encode_frame(1) + struct.pack(">I", 11) + b"z" * 11)
+
+
+def test_garbage_payload_is_a_frame_error():
+    dec = fr.FrameDecoder()
+    with pytest.raises(fr.FrameError):
+        dec.feed(struct.pack(">I", 1) + b"\xc1")  # 0xc1 is never valid msgpack
+
+
+def test_exact_limit_is_accepted():
+    payload = msgpack.packb(b"q" * 90, use_bin_type=True)
+    dec = fr.FrameDecoder(max_frame_size=len(payload))
+    assert dec.feed(fr.encode_frame(b"q" * 90)) == [b"q" * 90]
+
+
+# ------------------------------------------------------------------ handshake
+
+
+def _run(acceptor: fr.AcceptorHandshake, connector: fr.ConnectorHandshake):
+    hello = connector.receive_challenge(_wire(acceptor.challenge()))
+    accepted = acceptor.receive_hello(_wire(hello))
+    remote = connector.receive_welcome(_wire(accepted.reply))
+    return accepted, remote
+
+
+def _wire(frame):
+    """Round-trip through real frames so the test covers the types that cross the wire."""
+    (out,) = fr.FrameDecoder().feed(fr.encode_frame(frame))
+    return out
+
+
+MEMBERS = ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize("secret", [None, "s3cret"])
+def test_peer_handshake_succeeds(secret):
+    acc, remote = _run(
+        fr.AcceptorHandshake("g", "n0", MEMBERS, secret),
+        fr.ConnectorHandshake("g", "n1", fr.ROLE_PEER, secret, expect_id="n0"),
+    )
+    assert (acc.remote_id, acc.role, remote) == ("n1", "peer", "n0")
+
+
+def test_client_with_any_id_is_accepted():
+    acc, _ = _run(fr.AcceptorHandshake("g", "n0", MEMBERS, "k"), fr.ConnectorHandshake("g", "cli-42", fr.ROLE_CLIENT, "k"))
+    assert acc.role == "client" and acc.remote_id == "cli-42"
+
+
+@pytest.mark.parametrize(
+    "acceptor_kwargs, connector_kwargs, code",
+    [
+        ({}, {"self_id": "n9"}, fr.UNKNOWN_MEMBER),  # not in the peer set
+        ({}, {"self_id": "n0"}, fr.UNEXPECTED_MEMBER),  # claims the acceptor's id
+        ({"secret": "right"}, {"secret": "wrong"}, fr.AUTH_FAILED),
+        ({"secret": "right"}, {"secret": None}, fr.AUTH_FAILED),
+        ({"secret": "right"}, {"secret": "wrong", "role": fr.ROLE_CLIENT, "self_id": "c"}, fr.AUTH_FAILED),
+        ({}, {"role": "admin"}, fr.UNSUPPORTED),
+    ],
+)
+def test_acceptor_refuses(acceptor_kwargs, connector_kwargs, code):
+    a = {"group": "g", "self_id": "n0", "members": MEMBERS, **acceptor_kwargs}
+    c = {"group": "g", "self_id": "n1", "role": fr.ROLE_PEER, **connector_kwargs}
+    acceptor = fr.AcceptorHandshake(**a)
+    connector = fr.ConnectorHandshake(**c)
+    hello = connector.receive_challenge(_wire(acceptor.challenge()))
+    with pytest.raises(fr.HandshakeRejected) as err:
+        acceptor.receive_hello(_wire(hello))
+    assert err.value.code == code
+    # the reject frame tells the connector why
+    with pytest.raises(fr.HandshakeRejected) as err2:
+        connector.receive_welcome(_wire(err.value.to_frame()))
+    assert err2.value.code == code and err2.value.reason == err.value.reason
+
+
+def test_wrong_group_refused_by_both_sides():
+    acceptor = fr.AcceptorHandshake("g1", "n0", MEMBERS)
+    with pytest.raises(fr.HandshakeRejected) as err:
+        fr.ConnectorHandshake("g2", "n1").receive_challenge(_wire(acceptor.challenge()))
+    assert err.value.code == fr.UNKNOWN_GROUP
+    # a connector that lies about its group is refused by the acceptor as well
+    hello = fr.ConnectorHandshake("g1", "n1").receive_challenge(_wire(acceptor.challenge()))
+    hello["group"] = "g2"
+    with pytest.raises(fr.HandshakeRejected) as err:
+        acceptor.receive_hello(hello)
+    assert err.value.code == fr.UNKNOWN_GROUP
+
+
+def test_hello_mac_cannot_be_replayed_on_another_connection():
+    first = fr.AcceptorHandshake("g", "n0", MEMBERS, "k")
+    hello = fr.ConnectorHandshake("g", "n1", secret="k").receive_challenge(_wire(first.challenge()))
+    first.receive_hello(hello)
+    second = fr.AcceptorHandshake("g", "n0", MEMBERS, "k")  # fresh nonce
+    with pytest.raises(fr.HandshakeRejected):
+        second.receive_hello(hello)
+
+
+def test_connector_detects_impostor_acceptor_without_secret():
+    acceptor = fr.AcceptorHandshake("g", "n0", MEMBERS, None)  # does not know the secret
+    connector = fr.ConnectorHandshake("g", "n1", secret="k")
+    acceptor.receive_hello(connector.receive_challenge(_wire(acceptor.challenge())))
+    welcome = {"t": "welcome", "id": "n0", "mac": b""}
+    with pytest.raises(fr.HandshakeRejected) as err:
+        connector.receive_welcome(welcome)
+    assert err.value.code == fr.AUTH_FAILED
+
+
+def test_connector_refuses_unexpected_remote_id():
+    acceptor = fr.AcceptorHandshake("g", "n2", MEMBERS)
+    with pytest.raises(fr.HandshakeRejected) as err:
+        fr.ConnectorHandshake("g", "n1", expect_id="n0").receive_challenge(acceptor.challenge())
+    assert err.value.code == fr.UNEXPECTED_MEMBER
+
+
+@pytest.mark.parametrize("frame", [None, [], {"t": 3}, {"t": "hello"}, {"t": "hello", "v": 1, "group": "g"}])
+def test_malformed_hello_is_rejected_not_crashing(frame):
+    with pytest.raises(fr.HandshakeRejected):
+        fr.AcceptorHandshake("g", "n0", MEMBERS).receive_hello(frame)
+
+
+# ------------------------------------------------------------------ peers string
+
+
+def test_parse_peers_round_trip():
+    spec = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-localhost:40913"
+    peers = fr.parse_peers(spec)
+    assert peers == {"n0": ("127.0.0.1", 40911), "n1": ("127.0.0.1", 40912), "n2": ("localhost", 40913)}
+    assert fr.format_peers(peers) == spec
+    assert fr.parse_peers("a-[::1]:5;") == {"a": ("::1", 5)}
+
+
+@pytest.mark.parametrize("bad", ["", "n0", "n0-host", "n0-host:x", "n0-host:0", "-h:1", "n0-h:1;n0-h:2", "n0-h:70000"])
+def test_parse_peers_errors_are_readable(bad):
+    with pytest.raises(ValueError) as err:
+        fr.parse_peers(bad)
+    assert str(err.value)
