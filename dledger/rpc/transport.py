@@ -1,0 +1,465 @@
+"""asyncio driver for DLedger RPC: one listener per node, one outbound link per peer.
+
+Rules
+-----
+* Peers are addressed by id; addresses come from the ``dLegerPeers`` string
+  (``n0-127.0.0.1:40911;n1-127.0.0.1:40912``). A node listens on its own address and dials
+  every other member. Messages from A to B always travel on A's outbound connection; B's
+  replies travel on B's own outbound connection to A. Inbound peer connections are receive-only.
+* The same port also serves **clients** (applications, the CLI): a connection whose handshake
+  role is ``"client"`` carries request frames ``{"t": "req", "rid", "op", ...}`` answered, in any
+  order, by ``{"t": "resp", "rid", "code", ...}`` frames (see ``client.py``).
+* Every connection starts with the handshake of ``framing.py`` (group check, member check,
+  optional HMAC with ``dLegerAuthToken``); a failed handshake gets a reject frame and is closed.
+  A frame over ``max_frame_size`` or an undecodable frame closes the connection.
+* Raft tolerates message loss, so peer sends never block and never fail loudly: a link keeps a
+  bounded queue (``max_queue_bytes``); when full, the **oldest** queued frames are dropped
+  (counted in ``dropped_full``). Frames queued while a link is down are sent after the
+  reconnect if they still fit. Client responses use the same bounded, drop-oldest queue.
+* Writes are coalesced: ``send`` only appends encoded frames; one flush per event-loop
+  iteration hands them all to ``transport.writelines``. When the kernel buffer is full
+  (``pause_writing``), frames stay queued until ``resume_writing``.
+* Outbound links reconnect with exponential backoff from ``reconnect_min_s`` doubling to
+  ``reconnect_max_s`` (capped, with jitter); a handshake refusal (misconfiguration) backs off at
+  the cap.
+
+Theory of operation
+-------------------
+:class:`_Conn` is an :class:`asyncio.Protocol` shared by both directions: it feeds received bytes
+to a :class:`framing.FrameDecoder`, runs the handshake state machine on the first frames and then
+hands payloads to its owner. :class:`_PeerLink` owns the outbound connection to one peer, its
+queue and its reconnect task. :class:`PeerTransport` ties them together and keeps counters
+(``stats()``). No protocol logic lives here; the consensus core sees ``on_peer_message(from_id,
+payload)`` and calls ``send(to_id, payload)``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from typing import Any, Callable, Optional
+
+from . import framing as fr
+
+log = logging.getLogger("dledger.rpc")
+
+PeerMessageHandler = Callable[[str, Any], None]
+PeerStateHandler = Callable[[str, bool], None]
+ClientRequestHandler = Callable[["ClientSession", dict], None]
+
+
+class Counters:
+    """Plain integer counters; ``as_dict`` for status/metrics."""
+
+    __slots__ = (
+        "frames_sent", "bytes_sent", "writes", "frames_received", "bytes_received", "dropped_full",
+        "connects", "disconnects", "handshake_failures", "frame_errors", "oversize_frames",
+        "client_requests",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _Outbox:
+    """Bounded FIFO of encoded frames with coalesced flushing to one asyncio transport."""
+
+    def __init__(self, counters: Counters, max_bytes: int) -> None:
+        self.counters = counters
+        self.max_bytes = max_bytes
+        self.frames: deque[bytes] = deque()
+        self.nbytes = 0
+        self.transport: Optional[asyncio.Transport] = None
+        self.paused = False
+        self._scheduled = False
+
+    def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.nbytes += len(frame)
+        if self.nbytes > self.max_bytes:
+            frames = self.frames
+            while self.nbytes > self.max_bytes and len(frames) > 1:
+                self.nbytes -= len(frames.popleft())
+                self.counters.dropped_full += 1
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self._scheduled and self.transport is not None and not self.paused:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        t = self.transport
+        if t is None or self.paused or not self.frames or t.is_closing():
+            return
+        frames = self.frames
+        self.counters.frames_sent += len(frames)
+        self.counters.bytes_sent += self.nbytes
+        self.counters.writes += 1
+        t.writelines(frames)
+        self.frames = deque()
+        self.nbytes = 0
+
+
+class _Conn(asyncio.Protocol):
+    """One TCP connection, either side. Subclasses implement the handshake steps."""
+
+    def __init__(self, owner: "PeerTransport", outbox: _Outbox) -> None:
+        self.owner = owner
+        self.outbox = outbox
+        self.decoder = fr.FrameDecoder(owner.max_frame_size)
+        self.transport: Optional[asyncio.Transport] = None
+        self.ready = False
+        self.remote_id: Optional[str] = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hs_timer: Optional[asyncio.TimerHandle] = None
+
+    # -- asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._hs_timer = asyncio.get_running_loop().call_later(self.owner.handshake_timeout_s, self._hs_timeout)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._hs_timer:
+            self._hs_timer.cancel()
+        if self.outbox.transport is self.transport:
+            self.outbox.transport = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.on_closed()
+
+    def pause_writing(self) -> None:
+        self.outbox.paused = True
+
+    def resume_writing(self) -> None:
+        self.outbox.paused = False
+        self.outbox.schedule()
+
+    def data_received(self, data: bytes) -> None:
+        c = self.owner.counters
+        c.bytes_received += len(data)
+        try:
+            frames = self.decoder.feed(data)
+        except fr.FrameTooLarge as exc:
+            c.oversize_frames += 1
+            log.warning("%s: dropping connection from %s: %s", self.owner.self_id, self.remote_id or "?", exc)
+            self.abort()
+            return
+        except fr.FrameError as exc:
+            c.frame_errors += 1
+            log.warning("%s: dropping connection from %s: %s", self.owner.self_id, self.remote_id or "?", exc)
+            self.abort()
+            return
+        c.frames_received += len(frames)
+        for frame in frames:
+            if self.transport is None or self.transport.is_closing():
+                return
+            if self.ready:
+                self.on_frame(frame)
+            else:
+                try:
+                    self.on_handshake_frame(frame)
+                except fr.HandshakeRejected as exc:
+                    c.handshake_failures += 1
+                    self.on_rejected(exc)
+                    return
+
+    # -- helpers
+    def write_now(self, msg: Any) -> None:
+        assert self.transport is not None
+        self.transport.write(fr.encode_frame(msg))
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def mark_ready(self) -> None:
+        self.ready = True
+        if self._hs_timer:
+            self._hs_timer.cancel()
+            self._hs_timer = None
+
+    def _hs_timeout(self) -> None:
+        if not self.ready:
+            self.owner.counters.handshake_failures += 1
+            self.abort()
+
+    # -- subclass hooks
+    def on_handshake_frame(self, frame: Any) -> None:
+        raise NotImplementedError
+
+    def on_frame(self, frame: Any) -> None:
+        raise NotImplementedError
+
+    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+        self.abort()
+
+    def on_closed(self) -> None:
+        pass
+
+
+class ClientSession:
+    """Server side of one client connection; the request handler answers through :meth:`reply`."""
+
+    def __init__(self, conn: "_AcceptedConn") -> None:
+        self._conn = conn
+        self.client_id = conn.remote_id or "?"
+
+    @property
+    def open(self) -> bool:
+        t = self._conn.transport
+        return t is not None and not t.is_closing()
+
+    def reply(self, msg: dict) -> None:
+        if self.open:
+            self._conn.outbox.put(fr.encode_frame(msg))
+
+
+class _AcceptedConn(_Conn):
+    def __init__(self, owner: "PeerTransport") -> None:
+        super().__init__(owner, _Outbox(owner.counters, owner.max_queue_bytes))
+        self.hs = fr.AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret)
+        self.role: Optional[str] = None
+        self.session: Optional[ClientSession] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.owner._accepted.add(self)
+        self.write_now(self.hs.challenge())
+
+    def on_handshake_frame(self, frame: Any) -> None:
+        acc = self.hs.receive_hello(frame)
+        self.remote_id, self.role = acc.remote_id, acc.role
+        self.write_now(acc.reply)
+        self.mark_ready()
+        self.outbox.transport = self.transport
+        if acc.role == fr.ROLE_CLIENT:
+            self.session = ClientSession(self)
+        else:
+            self.owner._inbound_peer_ready(self)
+
+    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+        log.warning("%s: refused connection: %s", self.owner.self_id, exc)
+        if self.transport is not None:
+            self.write_now(exc.to_frame())
+            self.transport.close()  # flushes the reject frame first
+
+    def on_frame(self, frame: Any) -> None:
+        if self.session is not None:
+            if isinstance(frame, dict) and frame.get("t") == "req":
+                self.owner.counters.client_requests += 1
+                self.owner.on_client_request(self.session, frame)
+            return
+        self.owner.on_peer_message(self.remote_id, frame)  # type: ignore[arg-type]
+
+    def on_closed(self) -> None:
+        self.owner._accepted.discard(self)
+
+
+class _DialledConn(_Conn):
+    def __init__(self, owner: "PeerTransport", link: "_PeerLink") -> None:
+        super().__init__(owner, link.outbox)
+        self.link = link
+        self.hs = fr.ConnectorHandshake(owner.group, owner.self_id, fr.ROLE_PEER, owner.secret, expect_id=link.peer_id)
+        self.handshake_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_handshake_frame(self, frame: Any) -> None:
+        if self.hs.remote_id is None:
+            self.write_now(self.hs.receive_challenge(frame))
+        else:
+            self.remote_id = self.hs.receive_welcome(frame)
+            self.mark_ready()
+            if not self.handshake_done.done():
+                self.handshake_done.set_result(None)
+
+    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+        if not self.handshake_done.done():
+            self.handshake_done.set_exception(exc)
+        self.abort()
+
+    def on_frame(self, frame: Any) -> None:
+        self.owner.on_peer_message(self.link.peer_id, frame)
+
+    def on_closed(self) -> None:
+        if not self.handshake_done.done():
+            self.handshake_done.set_exception(ConnectionError("connection closed during handshake"))
+
+
+class _PeerLink:
+    """Outbound connection to one peer: queue + reconnect loop."""
+
+    def __init__(self, owner: "PeerTransport", peer_id: str, addr: tuple[str, int]) -> None:
+        self.owner = owner
+        self.peer_id = peer_id
+        self.addr = addr
+        self.outbox = _Outbox(owner.counters, owner.max_queue_bytes)
+        self.connected = False
+        self.conn: Optional[_DialledConn] = None
+        self.task: Optional[asyncio.Task[None]] = None
+        self.last_error: Optional[str] = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self.owner.reconnect_min_s
+        host, port = self.addr
+        while True:
+            conn: Optional[_DialledConn] = None
+            try:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(lambda: _DialledConn(self.owner, self), host, port),
+                    self.owner.handshake_timeout_s,
+                )
+                await asyncio.wait_for(asyncio.shield(conn.handshake_done), self.owner.handshake_timeout_s)
+            except asyncio.CancelledError:
+                if conn is not None:
+                    conn.abort()
+                raise
+            except fr.HandshakeRejected as exc:
+                self.last_error = str(exc)
+                log.warning("%s: peer %s refused us: %s", self.owner.self_id, self.peer_id, exc)
+                delay = self.owner.reconnect_max_s
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if conn is not None:
+                    conn.abort()
+            else:
+                self.conn = conn
+                self.connected = True
+                self.last_error = None
+                self.owner.counters.connects += 1
+                self.outbox.transport = conn.transport
+                self.outbox.paused = False
+                self.outbox.schedule()
+                self.owner._peer_state(self.peer_id, True)
+                try:
+                    await conn.closed
+                finally:
+                    self.connected = False
+                    self.conn = None
+                    self.outbox.transport = None
+                    self.owner.counters.disconnects += 1
+                    self.owner._peer_state(self.peer_id, False)
+                delay = self.owner.reconnect_min_s
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, self.owner.reconnect_max_s)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.conn is not None:
+            self.conn.abort()
+
+
+class PeerTransport:
+    """Listener plus outbound links for one member of a group.
+
+    ``on_peer_message(from_id, payload)`` is called for every frame a member sends us;
+    ``on_client_request(session, request)`` for every client request (answer with
+    ``session.reply``); ``on_peer_state(peer_id, up)`` when an outbound link goes up or down.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        self_id: str,
+        peers: dict[str, tuple[str, int]],
+        *,
+        on_peer_message: PeerMessageHandler,
+        on_client_request: Optional[ClientRequestHandler] = None,
+        on_peer_state: Optional[PeerStateHandler] = None,
+        secret: Optional[str] = None,
+        max_frame_size: int = fr.DEFAULT_MAX_FRAME_SIZE,
+        max_queue_bytes: int = 32 * 1024 * 1024,
+        reconnect_min_s: float = 0.02,
+        reconnect_max_s: float = 1.0,
+        handshake_timeout_s: float = 2.0,
+        listen_host: Optional[str] = None,
+    ) -> None:
+        if self_id not in peers:
+            raise ValueError(f"self id {self_id!r} is not in the peer list {sorted(peers)}")
+        self.group = group
+        self.self_id = self_id
+        self.peers = dict(peers)
+        self.secret = secret or None
+        self.on_peer_message = on_peer_message
+        self.on_client_request = on_client_request or self._no_clients
+        self.on_peer_state = on_peer_state
+        self.max_frame_size = max_frame_size
+        self.max_queue_bytes = max_queue_bytes
+        self.reconnect_min_s = reconnect_min_s
+        self.reconnect_max_s = reconnect_max_s
+        self.handshake_timeout_s = handshake_timeout_s
+        self.listen_host = listen_host
+        self.counters = Counters()
+        self.links = {pid: _PeerLink(self, pid, addr) for pid, addr in self.peers.items() if pid != self_id}
+        self._accepted: set[_AcceptedConn] = set()
+        self._inbound_by_peer: dict[str, _AcceptedConn] = {}
+        self._server: Optional[asyncio.base_events.Server] = None
+
+    # -- lifecycle
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.peers[self.self_id]
+        self._server = await loop.create_server(
+            lambda: _AcceptedConn(self), self.listen_host or host, port, reuse_address=True
+        )
+        for link in self.links.values():
+            link.task = loop.create_task(link.run(), name=f"dledger-link-{self.self_id}->{link.peer_id}")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in self.links.values():
+            link.close()
+        tasks = [lk.task for lk in self.links.values() if lk.task is not None]
+        for conn in list(self._accepted):
+            conn.abort()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    # -- sending
+    def send(self, peer_id: str, msg: Any) -> None:
+        """Queue ``msg`` for ``peer_id`` (never blocks; bounded, drop-oldest)."""
+        link = self.links.get(peer_id)
+        if link is None:
+            raise KeyError(f"unknown peer {peer_id!r}")
+        link.outbox.put(fr.encode_frame(msg))
+
+    def is_connected(self, peer_id: str) -> bool:
+        link = self.links.get(peer_id)
+        return link is not None and link.connected
+
+    # -- stats
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.counters.as_dict()
+        out["peers"] = {
+            pid: {"connected": lk.connected, "queued_frames": len(lk.outbox.frames), "queued_bytes": lk.outbox.nbytes,
+                  "last_error": lk.last_error}
+            for pid, lk in self.links.items()
+        }
+        out["inbound_connections"] = len(self._accepted)
+        return out
+
+    # -- internals
+    def _inbound_peer_ready(self, conn: _AcceptedConn) -> None:
+        old = self._inbound_by_peer.get(conn.remote_id)  # type: ignore[arg-type]
+        if old is not None and old is not conn:
+            old.abort()  # the peer reconnected; the old socket is half-open or stale
+        self._inbound_by_peer[conn.remote_id] = conn  # type: ignore[index]
+
+    def _peer_state(self, peer_id: str, up: bool) -> None:
+        if self.on_peer_state is not None:
+            self.on_peer_state(peer_id, up)
+
+    @staticmethod
+    def _no_clients(session: ClientSession, req: dict) -> None:
+        session.reply({"t": "resp", "rid": req.get("rid"), "code": fr.UNSUPPORTED, "error": "no client API"})
