@@ -198,6 +198,7 @@ async def test_oversize_frame_drops_the_connection_but_the_node_keeps_serving():
         assert await n0.recv() == ("n1", {"ok": 1})
         writer.write(struct.pack(">I", 1025) + b"\0" * 10)
         assert await asyncio.wait_for(reader.read(), 5) == b""  # dropped
+        writer.close()
         assert n0.t.stats()["oversize_frames"] == 1
         # a well-behaved peer still gets through
         n1 = Node("n1", peers)
