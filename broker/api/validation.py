@@ -69,7 +69,7 @@ def check_produce_topic(value: Any) -> str:
     return topic
 
 
-def _int_field(obj: Mapping[str, Any], name: str, *, minimum: int | None = 0, default: Any = None) -> Any:
+def int_field(obj: Mapping[str, Any], name: str, *, minimum: int | None = 0, default: Any = None) -> Any:
     value = obj.get(name, default)
     if value is None:
         return default
@@ -162,7 +162,7 @@ def parse_message(obj: Any, *, topic: str, queue_id: int | None, where: str = "m
         tags=tags,
         keys=_parse_keys(obj.get("keys"), where),
         properties=_parse_properties(obj.get("properties"), where),
-        flag=_int_field(obj, "flag", minimum=None, default=0),
+        flag=int_field(obj, "flag", minimum=None, default=0),
     )
     if properties_size(msg) > MAX_PROPERTIES_BYTES:
         raise BrokerApiError(PROPERTIES_SIZE_EXCEEDED, f"{where}: properties exceed {MAX_PROPERTIES_BYTES} bytes")
@@ -174,7 +174,7 @@ def parse_produce(obj: Any, max_message_size: int) -> ProduceMessage:
     if not isinstance(obj, dict):
         raise BrokerApiError(BAD_REQUEST, "request body must be a JSON object")
     topic = check_produce_topic(obj.get("topic"))
-    msg = parse_message(obj, topic=topic, queue_id=_int_field(obj, "queueId"))
+    msg = parse_message(obj, topic=topic, queue_id=int_field(obj, "queueId"))
     if len(msg.body) > max_message_size:
         raise BrokerApiError(
             MESSAGE_ILLEGAL, f"the message body size {len(msg.body)} is over the max value {max_message_size} (maxMessageSize)"
@@ -191,7 +191,7 @@ def parse_batch(obj: Any, max_message_size: int) -> list[ProduceMessage]:
     if not isinstance(obj, dict):
         raise BrokerApiError(BAD_REQUEST, "request body must be a JSON object")
     topic = check_produce_topic(obj.get("topic"))
-    queue_id = _int_field(obj, "queueId")
+    queue_id = int_field(obj, "queueId")
     raw = obj.get("messages")
     if not isinstance(raw, list) or not raw:
         raise BrokerApiError(MESSAGE_ILLEGAL, "messages must be a non-empty list")

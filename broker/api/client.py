@@ -1,0 +1,334 @@
+"""Python client of the broker HTTP API: ``BrokerClient`` (asyncio) and ``SyncBrokerClient``.
+
+Rules:
+- One method per route of ``broker.api.server``; both clients share the request building
+  (:class:`_Requests`), so they cannot drift apart. Bodies given as ``bytes`` travel base64,
+  ``str`` bodies as text.
+- A non-2xx answer raises :class:`BrokerClientError` carrying the broker's ``code``,
+  ``message``, HTTP status and the whole JSON (``masterAddress`` for ``NOT_MASTER``, the stored
+  ``msgId``/offsets for ``FLUSH_SLAVE_TIMEOUT``). Connection failures raise
+  :class:`BrokerUnavailable` (a subclass, code ``CONNECT_FAILED``).
+- The sync client uses only the standard library (``http.client``, one kept-alive connection,
+  reconnecting once on a dropped connection), so the CLI and tests need no event loop.
+
+Theory of operation: ``_Requests.<call>(...)`` returns ``(method, path, query, json_body)``;
+each transport executes it and decodes the answer.
+"""
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+from typing import Any, Iterable, Mapping
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+Call = tuple[str, str, dict[str, Any] | None, Any]
+
+
+class BrokerClientError(Exception):
+    def __init__(self, code: str, message: str, status: int = 0, body: Mapping[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.body = dict(body or {})
+
+
+class BrokerUnavailable(BrokerClientError):
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__("CONNECT_FAILED", f"cannot reach broker at {address}: {reason}")
+
+
+def message_json(body: bytes | str, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                 properties: Mapping[str, str] | None = None, flag: int | None = None) -> dict[str, Any]:
+    """One message object as the API expects it."""
+    out: dict[str, Any]
+    if isinstance(body, str):
+        out = {"body": body}
+    else:
+        out = {"body": base64.b64encode(bytes(body)).decode("ascii"), "bodyEncoding": "base64"}
+    if tags:
+        out["tags"] = tags
+    if keys:
+        out["keys"] = keys if isinstance(keys, str) else list(keys)
+    if properties:
+        out["properties"] = dict(properties)
+    if flag is not None:
+        out["flag"] = flag
+    return out
+
+
+def body_bytes(message: Mapping[str, Any]) -> bytes:
+    """Decode the body of a message returned by pull/lookup."""
+    if message.get("bodyEncoding") == "base64":
+        return base64.b64decode(message["body"])
+    return str(message.get("body", "")).encode()
+
+
+def _error_from(status: int, text: str) -> BrokerClientError:
+    try:
+        data = json.loads(text)
+        return BrokerClientError(str(data.get("code", "UNKNOWN")), str(data.get("message", "")), status, data)
+    except (ValueError, AttributeError):
+        return BrokerClientError("HTTP_" + str(status), text[:200], status)
+
+
+class _Requests:
+    """Request builders shared by both transports."""
+
+    @staticmethod
+    def send(topic: str, body: bytes | str, *, queue_id: int | None = None, **kw: Any) -> Call:
+        payload = {"topic": topic, **message_json(body, **kw)}
+        if queue_id is not None:
+            payload["queueId"] = queue_id
+        return ("POST", "/messages", None, payload)
+
+    @staticmethod
+    def send_batch(topic: str, messages: Iterable[Mapping[str, Any] | bytes | str], *, queue_id: int | None = None) -> Call:
+        msgs = [m if isinstance(m, Mapping) else message_json(m) for m in messages]
+        payload: dict[str, Any] = {"topic": topic, "messages": msgs}
+        if queue_id is not None:
+            payload["queueId"] = queue_id
+        return ("POST", "/messages/batch", None, payload)
+
+    @staticmethod
+    def pull(topic: str, queue_id: int, offset: int = 0, max_count: int = 32) -> Call:
+        return ("GET", f"/topics/{quote(topic, safe='')}/queues/{queue_id}/messages", {"offset": offset, "maxCount": max_count}, None)
+
+    @staticmethod
+    def by_id(msg_id: str, topic: str | None = None) -> Call:
+        return ("GET", f"/messages/by-id/{quote(msg_id, safe='')}", {"topic": topic} if topic else None, None)
+
+    @staticmethod
+    def by_offset(offset: int) -> Call:
+        return ("GET", f"/messages/by-offset/{offset}", None, None)
+
+    @staticmethod
+    def by_key(topic: str, key: str, max_num: int = 32) -> Call:
+        return ("GET", "/messages/by-key", {"topic": topic, "key": key, "maxNum": max_num}, None)
+
+    @staticmethod
+    def topics() -> Call:
+        return ("GET", "/topics", None, None)
+
+    @staticmethod
+    def topic_status(topic: str) -> Call:
+        return ("GET", f"/topics/{quote(topic, safe='')}", None, None)
+
+    @staticmethod
+    def create_topic(topic: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
+                     perm: int | None = None) -> Call:
+        payload: dict[str, Any] = {"topic": topic}
+        for name, value in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums), ("perm", perm)):
+            if value is not None:
+                payload[name] = value
+        return ("POST", "/topics", None, payload)
+
+    @staticmethod
+    def commit_offset(group: str, topic: str, queue_id: int, offset: int) -> Call:
+        return ("POST", "/consumer-offsets", None, {"group": group, "topic": topic, "queueId": queue_id, "offset": offset})
+
+    @staticmethod
+    def query_offsets(group: str | None = None, topic: str | None = None) -> Call:
+        q = {k: v for k, v in (("group", group), ("topic", topic)) if v}
+        return ("GET", "/consumer-offsets", q or None, None)
+
+    @staticmethod
+    def status() -> Call:
+        return ("GET", "/status", None, None)
+
+    @staticmethod
+    def config_file(name: str) -> Call:
+        return ("GET", f"/admin/config/{name}", None, None)
+
+    @staticmethod
+    def metrics() -> Call:
+        return ("GET", "/metrics", None, None)
+
+
+def _path(path: str, query: dict[str, Any] | None) -> str:
+    if not query:
+        return path
+    return path + "?" + urlencode({k: v for k, v in query.items() if v is not None})
+
+
+class BrokerClient:
+    """asyncio client; use ``async with BrokerClient("127.0.0.1:10911") as c: await c.send(...)``."""
+
+    def __init__(self, address: str, timeout: float = 10.0, session: aiohttp.ClientSession | None = None) -> None:
+        self.address = address
+        self._base = address if address.startswith("http") else f"http://{address}"
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._own_session = session is None
+
+    async def __aenter__(self) -> "BrokerClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None and self._own_session:
+            await self._session.close()
+        self._session = None
+
+    async def _do(self, call: Call, raw: bool = False) -> Any:
+        method, path, query, body = call
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        try:
+            async with self._session.request(method, self._base + _path(path, query), data=data, headers=headers) as resp:
+                text = await resp.text()
+                if resp.status >= 300:
+                    raise _error_from(resp.status, text)
+                return text if raw else json.loads(text)
+        except aiohttp.ClientConnectionError as exc:
+            raise BrokerUnavailable(self.address, str(exc) or type(exc).__name__) from None
+
+    async def send(self, topic: str, body: bytes | str, **kw: Any) -> dict[str, Any]:
+        return await self._do(_Requests.send(topic, body, **kw))
+
+    async def send_batch(self, topic: str, messages: Iterable[Any], **kw: Any) -> dict[str, Any]:
+        return await self._do(_Requests.send_batch(topic, messages, **kw))
+
+    async def pull(self, topic: str, queue_id: int, offset: int = 0, max_count: int = 32) -> dict[str, Any]:
+        return await self._do(_Requests.pull(topic, queue_id, offset, max_count))
+
+    async def by_id(self, msg_id: str, topic: str | None = None) -> dict[str, Any]:
+        return await self._do(_Requests.by_id(msg_id, topic))
+
+    async def by_offset(self, offset: int) -> dict[str, Any]:
+        return await self._do(_Requests.by_offset(offset))
+
+    async def by_key(self, topic: str, key: str, max_num: int = 32) -> dict[str, Any]:
+        return await self._do(_Requests.by_key(topic, key, max_num))
+
+    async def topics(self) -> dict[str, Any]:
+        return await self._do(_Requests.topics())
+
+    async def topic_status(self, topic: str) -> dict[str, Any]:
+        return await self._do(_Requests.topic_status(topic))
+
+    async def create_topic(self, topic: str, **kw: Any) -> dict[str, Any]:
+        return await self._do(_Requests.create_topic(topic, **kw))
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+        return await self._do(_Requests.commit_offset(group, topic, queue_id, offset))
+
+    async def query_offsets(self, group: str | None = None, topic: str | None = None) -> dict[str, Any]:
+        return await self._do(_Requests.query_offsets(group, topic))
+
+    async def status(self) -> dict[str, Any]:
+        return await self._do(_Requests.status())
+
+    async def config_file(self, name: str) -> dict[str, Any]:
+        return await self._do(_Requests.config_file(name))
+
+    async def metrics(self) -> str:
+        return await self._do(_Requests.metrics(), raw=True)
+
+    async def request(self, method: str, path: str, body: Any = None, raw_body: bytes | None = None) -> tuple[int, str]:
+        """Escape hatch for tests: any method/path/body; returns ``(status, text)`` without raising."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        data = raw_body if raw_body is not None else (json.dumps(body).encode() if body is not None else None)
+        async with self._session.request(method, self._base + path, data=data) as resp:
+            return resp.status, await resp.text()
+
+
+class SyncBrokerClient:
+    """Blocking client on ``http.client`` (standard library only)."""
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self.address = address.split("://", 1)[-1].rstrip("/")
+        host, _, port = self.address.rpartition(":")
+        self._host = host.strip("[]") or "127.0.0.1"
+        self._port = int(port)
+        self._timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "SyncBrokerClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+        """One HTTP exchange; returns ``(status, text)`` without interpreting it."""
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            try:
+                self._conn.request(method, path, body=body, headers=dict(headers or {}))
+                resp = self._conn.getresponse()
+                text = resp.read().decode("utf-8", "replace")
+                if resp.getheader("Connection", "").lower() == "close":
+                    self.close()
+                return resp.status, text
+            except (ConnectionError, http.client.HTTPException, socket.timeout, OSError) as exc:
+                self.close()
+                if attempt == 1 or isinstance(exc, (ConnectionRefusedError, socket.timeout)):
+                    raise BrokerUnavailable(self.address, str(exc) or type(exc).__name__) from None
+        raise AssertionError("unreachable")
+
+    def _do(self, call: Call, raw: bool = False) -> Any:
+        method, path, query, body = call
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        status, text = self.request(method, _path(path, query), data, headers)
+        if status >= 300:
+            raise _error_from(status, text)
+        return text if raw else json.loads(text)
+
+    def send(self, topic: str, body: bytes | str, **kw: Any) -> dict[str, Any]:
+        return self._do(_Requests.send(topic, body, **kw))
+
+    def send_batch(self, topic: str, messages: Iterable[Any], **kw: Any) -> dict[str, Any]:
+        return self._do(_Requests.send_batch(topic, messages, **kw))
+
+    def pull(self, topic: str, queue_id: int, offset: int = 0, max_count: int = 32) -> dict[str, Any]:
+        return self._do(_Requests.pull(topic, queue_id, offset, max_count))
+
+    def by_id(self, msg_id: str, topic: str | None = None) -> dict[str, Any]:
+        return self._do(_Requests.by_id(msg_id, topic))
+
+    def by_offset(self, offset: int) -> dict[str, Any]:
+        return self._do(_Requests.by_offset(offset))
+
+    def by_key(self, topic: str, key: str, max_num: int = 32) -> dict[str, Any]:
+        return self._do(_Requests.by_key(topic, key, max_num))
+
+    def topics(self) -> dict[str, Any]:
+        return self._do(_Requests.topics())
+
+    def topic_status(self, topic: str) -> dict[str, Any]:
+        return self._do(_Requests.topic_status(topic))
+
+    def create_topic(self, topic: str, **kw: Any) -> dict[str, Any]:
+        return self._do(_Requests.create_topic(topic, **kw))
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+        return self._do(_Requests.commit_offset(group, topic, queue_id, offset))
+
+    def query_offsets(self, group: str | None = None, topic: str | None = None) -> dict[str, Any]:
+        return self._do(_Requests.query_offsets(group, topic))
+
+    def status(self) -> dict[str, Any]:
+        return self._do(_Requests.status())
+
+    def config_file(self, name: str) -> dict[str, Any]:
+        return self._do(_Requests.config_file(name))
+
+    def metrics(self) -> str:
+        return self._do(_Requests.metrics(), raw=True)
