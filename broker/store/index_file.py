@@ -1,0 +1,409 @@
+"""IndexFile and IndexService: the on-disk hash index from message keys to commitlog offsets.
+
+Rules (RocketMQ 4.9.8 ``IndexFile`` / ``IndexHeader`` / ``IndexService``; reference §2.2):
+
+- File ``<storePathRootDir>/index/<yyyyMMddHHmmssSSS>`` (local wall-clock time at creation), size
+  ``40 + maxHashSlotNum*4 + maxIndexNum*20``, preallocated sparse and mmapped.
+- Header ``>qqqqii``: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset,
+  hashSlotCount (slots ever taken), indexCount (next entry number; starts at **1** so that a
+  slot value of 0 means "empty"). Header fields are written through to the page on every change.
+- Slot *s* at ``40 + s*4`` holds the newest entry number whose key hashes to *s*
+  (``keyHash % maxHashSlotNum``, ``keyHash = abs(Java hashCode)``, MIN_VALUE -> 0).
+- Entry *k* at ``40 + slots*4 + k*20`` is ``>iqii``: keyHash, phyOffset, timeDiff (seconds since
+  beginTimestamp, clamped to [0, Integer.MAX_VALUE]; 0 while beginTimestamp is unset), prevIndex
+  (the previous entry of the same slot: a newest-first chain).
+- Keys indexed per message: ``topic#UNIQ_KEY`` then ``topic#<each space-separated KEYS token>``;
+  ROLLBACK transactions are skipped; a message below the file's endPhyOffset is skipped (so a
+  re-dispatch after restart is idempotent). Unlike Java we also skip the message *at*
+  endPhyOffset (the last one indexed), which Java would index a second time on re-dispatch.
+- A full file rolls over to a new one whose begin/end phy offset and timestamps start at the old
+  file's end values; the full file is flushed and its endTimestamp becomes the checkpoint's
+  ``indexMsgTimestamp``. After an abnormal exit, files whose endTimestamp is newer than that are
+  deleted at load (their tail cannot be trusted); the commitlog recovery re-dispatches.
+- Lookups compare the 32-bit hash only (as Java); callers must check the message's real keys.
+
+Theory of operation: the ReputMessageService calls :meth:`IndexService.dispatch` with each
+committed DispatchRequest; the service appends to the newest :class:`IndexFile`. Queries walk
+files newest to oldest and each slot chain newest to oldest, so results come newest first.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from broker.store.dispatch import DispatchRequest
+from broker.store.java_hash import index_key_hash
+
+log = logging.getLogger(__name__)
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+DEFAULT_MAX_HASH_SLOT_NUM = 5_000_000
+DEFAULT_MAX_INDEX_NUM = 5_000_000 * 4
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+_INT_MAX = 0x7FFFFFFF
+_NAME_RE = re.compile(r"^\d{17}$")
+_TRANSACTION_ROLLBACK = 0xC
+
+
+class IndexFileError(Exception):
+    """An index file on disk does not fit the configured geometry (names the file)."""
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+def time_millis_to_human_string(millis: int) -> str:
+    """UtilAll.timeMillisToHumanString: ``yyyyMMddHHmmssSSS`` in local time."""
+    secs, ms = divmod(millis, 1000)
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(secs)) + f"{ms:03d}"
+
+
+class IndexFile:
+    """One mmapped index file."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        hash_slot_num: int,
+        index_num: int,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(hash_slot_num, index_num)
+        self.read_only = read_only
+        exists = self.path.exists()
+        fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if exists and actual != self.file_size:
+                raise IndexFileError(
+                    f"{self.path}: index file is {actual} bytes, but maxHashSlotNum={hash_slot_num} and "
+                    f"maxIndexNum={index_num} give {self.file_size}; configure the values it was written with"
+                )
+            if not exists:
+                os.ftruncate(fd, self.file_size)
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._mm = mmap.mmap(fd, self.file_size, access=access)
+        finally:
+            os.close(fd)
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self.begin_timestamp = 0
+        self.end_timestamp = 0
+        self.begin_phy_offset = 0
+        self.end_phy_offset = 0
+        self.hash_slot_count = 0
+        self.index_count = 1
+        if exists:
+            self.load()
+        else:
+            if end_phy_offset > 0:
+                self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+            if end_timestamp > 0:
+                self.begin_timestamp = self.end_timestamp = end_timestamp
+            self._write_header()
+
+    @property
+    def file_name(self) -> str:
+        return self.path.name
+
+    def load(self) -> None:
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = _HEADER.unpack_from(self._mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        if self.index_count > self.index_num + 1:
+            raise IndexFileError(
+                f"{self.path}: header indexCount {self.index_count} exceeds maxIndexNum {self.index_num}"
+            )
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self._mm, 0,
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+            self.hash_slot_count, self.index_count,
+        )
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Append one entry; False when the file is full (the caller rolls to a new file)."""
+        if self.index_count >= self.index_num:
+            return False
+        if self.read_only:
+            raise IndexFileError(f"{self.path}: index file opened read-only")
+        key_hash = index_key_hash(key)
+        abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        mm = self._mm
+        (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+            slot_value = INVALID_INDEX
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            delta = store_timestamp - self.begin_timestamp  # negative clamps to 0 either way
+            time_diff = min(delta // 1000, _INT_MAX) if delta > 0 else 0
+        abs_index = self._entries_base + self.index_count * INDEX_SIZE
+        _ENTRY.pack_into(mm, abs_index, key_hash, phy_offset, time_diff, slot_value)
+        _SLOT.pack_into(mm, abs_slot, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offset(self, out: list[int], key: str, max_num: int, begin: int, end: int) -> None:
+        """Append to ``out`` the offsets of entries whose hash matches ``key``, newest first."""
+        key_hash = index_key_hash(key)
+        abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        mm = self._mm
+        (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
+        count = self.index_count
+        if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+            return
+        nxt = slot_value
+        while len(out) < max_num:
+            h, phy, time_diff, prev = _ENTRY.unpack_from(mm, self._entries_base + nxt * INDEX_SIZE)
+            if time_diff < 0:
+                break
+            time_read = self.begin_timestamp + time_diff * 1000
+            if h == key_hash and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev > count or prev == nxt or time_read < begin:
+                break
+            nxt = prev
+
+    def flush(self) -> None:
+        if self.read_only or self._mm.closed:
+            return
+        self._write_header()
+        self._mm.flush()
+
+    def close(self) -> None:
+        if not self._mm.closed:
+            self.flush()
+            self._mm.close()
+
+    def destroy(self) -> None:
+        if not self._mm.closed:
+            self._mm.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexFile({self.path.name}, count={self.index_count}, slots={self.hash_slot_count}, "
+            f"phy=[{self.begin_phy_offset},{self.end_phy_offset}], ts=[{self.begin_timestamp},{self.end_timestamp}])"
+        )
+
+
+class _IndexCheckpoint(Protocol):
+    index_msg_timestamp: int
+
+    def flush(self) -> None: ...
+
+
+@dataclass
+class QueryOffsetResult:
+    phy_offsets: list[int] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexService:
+    """Every IndexFile of a store; the CommitLogDispatcher that builds the key index."""
+
+    def __init__(
+        self,
+        store_root: str | os.PathLike[str],
+        max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM,
+        max_index_num: int = DEFAULT_MAX_INDEX_NUM,
+        *,
+        checkpoint: Optional[_IndexCheckpoint] = None,
+        max_msgs_num_batch: int = 64,
+        store_path: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store_path = Path(store_path) if store_path is not None else Path(store_root) / "index"
+        self.hash_slot_num = max_hash_slot_num
+        self.index_num = max_index_num
+        self.checkpoint = checkpoint
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.read_only = read_only
+        self._clock = clock
+        self._files: list[IndexFile] = []
+        self._lock = threading.RLock()
+
+    @property
+    def index_files(self) -> list[IndexFile]:
+        with self._lock:
+            return list(self._files)
+
+    def load(self, last_exit_ok: bool = True) -> None:
+        """Open every index file, oldest first; after a crash drop those newer than the checkpoint."""
+        if not self.store_path.is_dir():
+            return
+        index_ts = self.checkpoint.index_msg_timestamp if self.checkpoint is not None else 0
+        for path in sorted(self.store_path.iterdir()):
+            if not path.is_file() or not _NAME_RE.match(path.name):
+                log.warning("index dir: %s is not an index file name (yyyyMMddHHmmssSSS), ignored", path)
+                continue
+            f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=self.read_only)
+            if not last_exit_ok and f.end_timestamp > index_ts:
+                log.warning(
+                    "index file %s ends at %d, after the checkpoint's indexMsgTimestamp %d: deleted after abnormal exit",
+                    path, f.end_timestamp, index_ts,
+                )
+                if self.read_only:
+                    f.close()
+                else:
+                    f.destroy()
+                continue
+            self._files.append(f)
+
+    def dispatch(self, request: DispatchRequest) -> None:
+        """IndexService.buildIndex."""
+        f = self._get_and_create_last_index_file()
+        end = f.end_phy_offset
+        if request.commitlog_offset < end:
+            return
+        if request.commitlog_offset == end and (end > 0 or f.index_count > 1):
+            return  # Java re-indexes the message at endPhyOffset; it is already in (see rules)
+        if request.sys_flag & 0xC == _TRANSACTION_ROLLBACK:
+            return
+        topic = request.topic
+        if request.uniq_key:
+            f = self._put_key(f, request, build_key(topic, request.uniq_key))
+        if request.keys:
+            for key in request.keys.split(" "):
+                if key:
+                    f = self._put_key(f, request, build_key(topic, key))
+
+    def _put_key(self, f: IndexFile, request: DispatchRequest, key: str) -> IndexFile:
+        while not f.put_key(key, request.commitlog_offset, request.store_timestamp):
+            log.warning("Index file [%s] is full, trying to create another one", f.file_name)
+            f = self._get_and_create_last_index_file()
+        return f
+
+    def _get_and_create_last_index_file(self) -> IndexFile:
+        with self._lock:
+            prev: Optional[IndexFile] = None
+            if self._files:
+                last = self._files[-1]
+                if not last.is_write_full():
+                    return last
+                prev = last
+            if self.read_only:
+                raise IndexFileError(f"{self.store_path}: index opened read-only")
+            self.store_path.mkdir(parents=True, exist_ok=True)
+            millis = int(self._clock() * 1000)
+            path = self.store_path / time_millis_to_human_string(millis)
+            while path.exists():  # two rolls within one millisecond
+                millis += 1
+                path = self.store_path / time_millis_to_human_string(millis)
+            f = IndexFile(
+                path, self.hash_slot_num, self.index_num,
+                prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0,
+            )
+            self._files.append(f)
+        if prev is not None:
+            self._flush_file(prev)
+        return f
+
+    def _flush_file(self, f: IndexFile) -> None:
+        """Flush one file; a full one moves the checkpoint's indexMsgTimestamp to its end."""
+        index_ts = f.end_timestamp if f.is_write_full() else 0
+        f.flush()
+        if index_ts > 0 and self.checkpoint is not None:
+            self.checkpoint.index_msg_timestamp = index_ts
+            self.checkpoint.flush()
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        """IndexService.queryOffset: offsets newest first, plus the index's freshness."""
+        result = QueryOffsetResult()
+        max_num = min(max_num, self.max_msgs_num_batch)
+        full_key = build_key(topic, key)
+        with self._lock:
+            files = list(self._files)
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                result.index_last_update_timestamp = f.end_timestamp
+                result.index_last_update_phyoffset = f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offset(result.phy_offsets, full_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(result.phy_offsets) >= max_num:
+                break
+        return result
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        return self.query(topic, key, max_num, begin, end).phy_offsets
+
+    def delete_expired_file(self, min_phy_offset: int) -> int:
+        """Delete leading files wholly below ``min_phy_offset`` (never the newest)."""
+        deleted = 0
+        with self._lock:
+            while len(self._files) > 1 and self._files[0].end_phy_offset < min_phy_offset:
+                self._files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        for f in self.index_files:
+            self._flush_file(f)
+
+    def shutdown(self) -> None:
+        """Flush and unmap every file."""
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            if not self.read_only:
+                self._flush_file(f)
+            f.close()
+
+    def destroy(self) -> None:
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            f.destroy()
