@@ -1,0 +1,640 @@
+"""The commitlog record codec, byte-for-byte Apache RocketMQ (reference §1).
+
+Rules:
+- Layout (big-endian): TOTALSIZE:i MAGIC:i BODYCRC:i QUEUEID:i FLAG:i QUEUEOFFSET:q
+  PHYSICALOFFSET:q SYSFLAG:i BORNTIMESTAMP:q BORNHOST(8|20) STORETIMESTAMP:q STOREHOST(8|20)
+  RECONSUMETIMES:i PREPAREDTXOFFSET:q BODYLEN:i BODY TOPICLEN(b|h) TOPIC PROPLEN:h PROPERTIES.
+  A host is 4-byte IPv4 (or 16-byte IPv6, sysFlag 0x10 born / 0x20 store) + port as int.
+- We write magic v1 ``0xDAA320A7`` (1-byte topic length) unless the UTF-8 topic is longer than
+  127 bytes, then v2 ``0xDAA320AB`` (2-byte topic length), as RocketMQ 5.x does. We read both.
+- ``BODYCRC = zlib.crc32(body) & 0x7FFFFFFF`` over the body as stored; the encoder always
+  recomputes it (the broker does, whatever the client sent).
+- Properties are ``name\\x01value`` pairs joined by ``\\x02`` in UTF-8 (4.9.8 drops the trailing
+  ``\\x02`` that 5.x writes), length a signed short (<= 32767).
+  Decoding follows ``MessageDecoder.string2messageProperties`` (empty names/values are dropped);
+  when that loses bytes the raw bytes are kept in ``properties_bytes`` so re-encoding is exact.
+- The encoder sets the v6 host bits of sysFlag from the host addresses (as the broker does from
+  the socket address type).
+- This module is pure: no I/O, no clock. It is shared by the CommitLog, the DLedger commitlog,
+  the HA slave and the Spark validator, so decoding works on any buffer (bytes, bytearray,
+  mmap, memoryview) at any offset without copying the record.
+
+Theory of operation: ``encode_batch`` computes every record length first, allocates one
+bytearray and ``pack_into``s each record's fixed header with one precompiled ``struct.Struct``
+per host-family combination, then slice-assigns body, topic and properties. QUEUEOFFSET and
+PHYSICALOFFSET are left 0; the CommitLog patches them (one ``pack_into`` at
+``QUEUE_OFFSET_POSITION``) under its put lock once it knows where each record lands.
+``check_message_and_return_size`` is the reader's validation (``CommitLog.checkMessageAndReturnSize``):
+it returns a DispatchRequest with ``msg_size`` > 0 for a good record, 0 for the end-of-file
+blank, and ``success=False`` for anything else; ``explain_invalid_record`` says why.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence, Union
+
+from broker.store.dispatch import DispatchRequest
+from broker.store.errors import MessageFormatError
+from broker.store.java_hash import java_string_hash
+
+Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]  # noqa: F821 (typing only)
+HostAddr = tuple[str, int]
+
+# --- constants (MessageDecoder / CommitLog / MessageSysFlag) ------------------------------------
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, v1: 1-byte topic length
+MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, v2: 2-byte topic length
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, classic end-of-file filler
+END_FILE_MIN_BLANK_LENGTH = 8
+
+MESSAGE_MAGIC_CODE_POSITION = 4
+MESSAGE_FLAG_POSITION = 16
+QUEUE_OFFSET_POSITION = 20
+PHY_POS_POSITION = 28
+MESSAGE_PHYSIC_OFFSET_POSITION = 28
+SYSFLAG_POSITION = 36
+BORN_TIMESTAMP_POSITION = 40
+BORN_HOST_POSITION = 48
+MESSAGE_STORE_TIMESTAMP_POSITION = 56  # only with an IPv4 born host; +12 for IPv6
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_PROPERTIES_LENGTH = 32767  # Short.MAX_VALUE
+MAX_TOPIC_LENGTH_V1 = 127
+
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> tuple[int, ...]:
+    """``messageDelayLevel`` -> delay in ms per level (index 0 = level 1), as ScheduleMessageService."""
+    out = []
+    for word in spec.split():
+        unit = word[-1]
+        if unit not in _UNITS_MS or not word[:-1].isdigit():
+            raise ValueError(f"bad messageDelayLevel entry {word!r} in {spec!r}")
+        out.append(int(word[:-1]) * _UNITS_MS[unit])
+    return tuple(out)
+
+
+DEFAULT_DELAY_LEVELS = parse_delay_levels()
+
+
+def transaction_value(sys_flag: int) -> int:
+    """``MessageSysFlag.getTransactionValue``."""
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """``UtilAll.crc32``: IEEE CRC-32 with the top bit masked (a non-negative Java int)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def host_length(sys_flag: int, store: bool) -> int:
+    flag = STOREHOSTADDRESS_V6_FLAG if store else BORNHOST_V6_FLAG
+    return 20 if sys_flag & flag else 8
+
+
+def cal_msg_length(sys_flag: int, body_length: int, topic_length: int, properties_length: int,
+                   topic_length_size: int = 1) -> int:
+    """``calMsgLength``: the TOTALSIZE a record with these parts must have."""
+    return (
+        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+        + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+        + 8
+        + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+        + 4 + 8
+        + 4 + max(body_length, 0)
+        + topic_length_size + topic_length
+        + 2 + max(properties_length, 0)
+    )
+
+
+# --- hosts ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=4096)
+def host_to_bytes(host: HostAddr) -> bytes:
+    """(ip, port) -> 4/16 address bytes + 4-byte port (``MessageExt.socketAddress2ByteBuffer``)."""
+    ip, port = host
+    if ip.startswith("[") and ip.endswith("]"):
+        ip = ip[1:-1]
+    try:
+        addr = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+    except OSError as exc:
+        raise MessageFormatError(f"bad host address {host!r}: {exc}") from None
+    return addr + struct.pack(">i", port)
+
+
+@lru_cache(maxsize=4096)
+def bytes_to_host(raw: bytes) -> HostAddr:
+    """Inverse of :func:`host_to_bytes` (IPv6 in Python's compressed text form)."""
+    if len(raw) == 8:
+        return socket.inet_ntop(socket.AF_INET, raw[:4]), int.from_bytes(raw[4:], "big", signed=True)
+    return socket.inet_ntop(socket.AF_INET6, raw[:16]), int.from_bytes(raw[16:], "big", signed=True)
+
+
+def is_ipv6(host: HostAddr) -> bool:
+    return ":" in host[0]
+
+
+# --- properties ----------------------------------------------------------------------------------
+def properties_to_string(properties: Mapping[str, str], trailing_separator: bool = False) -> str:
+    """``messageProperties2String``: every pair with a non-None value.
+
+    RocketMQ 4.9.8 deletes the last ``\x02`` (what the Apache fixtures contain); 5.x keeps it.
+    We write the 4.9.8 form; a decoded 5.x record keeps its raw bytes (``properties_bytes``).
+    """
+    text = "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
+    return text if trailing_separator else text[:-1]
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """``string2messageProperties``: pairs with an empty name or value are dropped, last wins."""
+    out: dict[str, str] = {}
+    for pair in text.split(PROPERTY_SEPARATOR):
+        sep = pair.find(NAME_VALUE_SEPARATOR)
+        if sep > 0 and sep < len(pair) - 1:
+            out[pair[:sep]] = pair[sep + 1:]
+    return out
+
+
+def java_hashmap_order(keys: Iterable[str]) -> list[str]:
+    """Iteration order of a ``java.util.HashMap<String,String>`` filled with ``keys`` in order.
+
+    Apache writes properties in HashMap order, so tests that rebuild records from a manifest
+    (where properties are sorted) need this to reproduce the bytes. Default capacity 16, load
+    factor 0.75, bucket = ``(h ^ h>>>16) & (n-1)``; colliding keys keep insertion order.
+    """
+    uniq = list(dict.fromkeys(keys))
+    n = 16
+    while len(uniq) > n * 3 // 4:
+        n *= 2
+
+    def bucket(k: str) -> int:
+        h = java_string_hash(k) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (n - 1)
+
+    return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(uniq))]
+
+
+# --- tags code -----------------------------------------------------------------------------------
+def tags_code_for(topic: str, properties: Mapping[str, str], store_timestamp: int,
+                  delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> int:
+    """ConsumeQueue tagsCode: Java hash of TAGS, or the delivery time for a delayed message."""
+    tags = properties.get(PROPERTY_TAGS)
+    code = java_string_hash(tags) if tags else 0
+    if topic == RMQ_SYS_SCHEDULE_TOPIC:
+        level_text = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level_text is not None:
+            level = min(int(level_text), len(delay_levels))
+            if level > 0:
+                code = delay_levels[level - 1] + store_timestamp
+    return code
+
+
+# --- msgId ---------------------------------------------------------------------------------------
+def create_message_id(store_host: HostAddr, commitlog_offset: int) -> str:
+    """Offset msgId: uppercase hex of storehost address + port + offset (32 or 56 chars)."""
+    return (host_to_bytes(store_host) + struct.pack(">q", commitlog_offset)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[HostAddr, int]:
+    """Inverse of :func:`create_message_id`; 32 chars = IPv4, 56 = IPv6."""
+    if len(msg_id) not in (32, 56):
+        raise MessageFormatError(f"msgId {msg_id!r} has {len(msg_id)} chars, expected 32 or 56")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageFormatError(f"msgId {msg_id!r} is not hex") from None
+    host_len = 8 if len(raw) == 16 else 20
+    return bytes_to_host(raw[:host_len]), struct.unpack_from(">q", raw, host_len)[0]
+
+
+# --- the message ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class MessageExt:
+    """One commitlog record's fields (RocketMQ's ``MessageExt`` / ``MessageExtBrokerInner``)."""
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: HostAddr = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: HostAddr = ("127.0.0.1", 10911)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    commitlog_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+    magic: int = MESSAGE_MAGIC_CODE
+    properties_bytes: bytes | None = None  # verbatim PROPERTIES when the dict can't reproduce them
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def delay_time_level(self) -> int:
+        value = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        return int(value) if value else 0
+
+    @property
+    def msg_id(self) -> str:
+        """Offset msgId of this record (valid once ``commitlog_offset`` is known)."""
+        return create_message_id(self.store_host, self.commitlog_offset)
+
+    def encoded_properties(self) -> bytes:
+        if self.properties_bytes is not None:
+            return self.properties_bytes
+        return properties_to_string(self.properties).encode("utf-8")
+
+
+# --- encoding ------------------------------------------------------------------------------------
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYOFFSET SYSFLAG BORNTS BORNHOST STORETS
+# STOREHOST RECONSUME PREPARED BODYLEN; host fields pre-packed (address + port).
+_HEAD = {
+    (b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)
+}
+_FIXED = {k: v.size for k, v in _HEAD.items()}  # bytes before the body
+_H = struct.Struct(">h")
+_QP = struct.Struct(">qq")
+_Q = struct.Struct(">q")
+
+
+@lru_cache(maxsize=8192)
+def _topic_field(topic: str) -> tuple[bytes, int]:
+    """Length prefix + UTF-8 topic, and the magic it implies."""
+    raw = topic.encode("utf-8")
+    if not raw:
+        raise MessageFormatError("empty topic")
+    if len(raw) <= MAX_TOPIC_LENGTH_V1:
+        return bytes((len(raw),)) + raw, MESSAGE_MAGIC_CODE
+    if len(raw) > 32767:
+        raise MessageFormatError(f"topic of {len(raw)} bytes is longer than 32767")
+    return _H.pack(len(raw)) + raw, MESSAGE_MAGIC_CODE_V2
+
+
+class _Prepared:
+    """A message reduced to the byte strings the encoder copies (computed once per message)."""
+
+    __slots__ = ("head", "born", "store", "sys_flag", "topic", "magic", "props", "length")
+
+    def __init__(self, msg: MessageExt) -> None:
+        born = host_to_bytes(msg.born_host)
+        store = host_to_bytes(msg.store_host)
+        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        if len(born) == 20:
+            sys_flag |= BORNHOST_V6_FLAG
+        if len(store) == 20:
+            sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        props = msg.encoded_properties()
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesSizeExceeded(len(props))
+        topic, magic = _topic_field(msg.topic)
+        self.head = _HEAD[(len(born), len(store))]
+        self.born, self.store, self.sys_flag = born, store, sys_flag
+        self.topic, self.magic, self.props = topic, magic, props
+        self.length = self.head.size + len(msg.body) + len(topic) + 2 + len(props)
+
+
+class PropertiesSizeExceeded(MessageFormatError):
+    """Properties longer than 32767 bytes (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        super().__init__(f"properties of {length} bytes exceed {MAX_PROPERTIES_LENGTH}")
+
+
+def _write(buf: bytearray | memoryview, pos: int, msg: MessageExt, p: _Prepared,
+           queue_offset: int, physical_offset: int) -> int:
+    body = msg.body
+    n = len(body)
+    p.head.pack_into(
+        buf, pos, p.length, p.magic, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
+        queue_offset, physical_offset, p.sys_flag, msg.born_timestamp, p.born,
+        msg.store_timestamp, p.store, msg.reconsume_times, msg.prepared_transaction_offset, n,
+    )
+    at = pos + p.head.size
+    buf[at:at + n] = body
+    at += n
+    t = p.topic
+    buf[at:at + len(t)] = t
+    at += len(t)
+    props = p.props
+    _H.pack_into(buf, at, len(props))
+    buf[at + 2:at + 2 + len(props)] = props
+    return pos + p.length
+
+
+def encoded_length(msg: MessageExt) -> int:
+    """TOTALSIZE the record of ``msg`` will have."""
+    return _Prepared(msg).length
+
+
+def encode_message(msg: MessageExt, queue_offset: int | None = None,
+                   physical_offset: int | None = None) -> bytearray:
+    """One record; offsets default to the message's own ``queue_offset``/``commitlog_offset``."""
+    p = _Prepared(msg)
+    buf = bytearray(p.length)
+    _write(buf, 0, msg, p, msg.queue_offset if queue_offset is None else queue_offset,
+           msg.commitlog_offset if physical_offset is None else physical_offset)
+    return buf
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """Records laid out back to back in ``data``; ``starts[i]``/``sizes[i]`` locate record i."""
+
+    data: bytearray
+    starts: list[int]
+    sizes: list[int]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def encode_batch(msgs: Sequence[MessageExt], max_body_size: int | None = None) -> EncodedBatch:
+    """Encode many messages into one bytearray (QUEUEOFFSET/PHYSICALOFFSET left 0).
+
+    ``max_body_size`` rejects oversized bodies (``maxMessageSize``) before any byte is written.
+    """
+    prepared = [_Prepared(m) for m in msgs]
+    starts: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for m, p in zip(msgs, prepared):
+        if max_body_size is not None and len(m.body) > max_body_size:
+            raise MessageFormatError(
+                f"body of {len(m.body)} bytes exceeds maxMessageSize {max_body_size} (topic {m.topic})")
+        starts.append(total)
+        sizes.append(p.length)
+        total += p.length
+    data = bytearray(total)
+    for m, p, s in zip(msgs, prepared, starts):
+        _write(data, s, m, p, 0, 0)
+    return EncodedBatch(data, starts, sizes)
+
+
+def patch_offsets(buf: bytearray | memoryview, record_start: int, queue_offset: int,
+                  physical_offset: int) -> None:
+    """Write QUEUEOFFSET and PHYSICALOFFSET (adjacent fields) of the record at ``record_start``."""
+    _QP.pack_into(buf, record_start + QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+
+
+def patch_store_timestamp(buf: bytearray | memoryview, record_start: int, sys_flag: int,
+                          store_timestamp: int) -> None:
+    _Q.pack_into(buf, record_start + store_timestamp_position(sys_flag), store_timestamp)
+
+
+def blank_record(remaining: int) -> bytes:
+    """The classic end-of-file record ``[remaining:int][0xCBD43194]``."""
+    return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)
+
+
+# --- decoding ------------------------------------------------------------------------------------
+_PREFIX = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, 48 bytes
+_I = struct.Struct(">i")
+_II = struct.Struct(">ii")
+_QI = struct.Struct(">q")
+_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED BODYLEN
+
+
+def decode_message(buf: Buffer, offset: int = 0, *, read_body: bool = True,
+                   check_crc: bool = False) -> MessageExt:
+    """Decode the record at ``offset``; raises MessageFormatError on anything invalid."""
+    view = memoryview(buf) if not isinstance(buf, memoryview) else buf
+    limit = len(view)
+    if offset < 0 or offset + 48 > limit:
+        raise MessageFormatError("record header runs past the end of the buffer", offset)
+    (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = _PREFIX.unpack_from(view, offset)
+    if magic == BLANK_MAGIC_CODE:
+        raise MessageFormatError("end-of-file blank record, not a message", offset)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise MessageFormatError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X}", offset)
+    if total < 91 or offset + total > limit:
+        raise MessageFormatError(f"TOTALSIZE {total} does not fit the {limit - offset} bytes left", offset)
+    end = offset + total
+    pos = offset + 48
+    bl = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    born = bytes_to_host(bytes(view[pos:pos + bl]))
+    pos += bl
+    store_ts = _QI.unpack_from(view, pos)[0]
+    pos += 8
+    sl = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    store = bytes_to_host(bytes(view[pos:pos + sl]))
+    pos += sl
+    if pos + 16 > end:
+        raise MessageFormatError(f"TOTALSIZE {total} too small for the fixed fields", offset)
+    reconsume, prepared, body_len = _TAIL.unpack_from(view, pos)
+    pos += 16
+    if body_len < 0 or pos + body_len > end:
+        raise MessageFormatError(f"BODYLEN {body_len} runs past TOTALSIZE {total}", offset)
+    body = bytes(view[pos:pos + body_len]) if read_body else b""
+    if check_crc and body_len > 0 and (zlib.crc32(view[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
+        raise MessageFormatError(f"body CRC mismatch: stored {crc}", offset)
+    pos += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        if pos + 1 > end:
+            raise MessageFormatError("topic length runs past TOTALSIZE", offset)
+        topic_len = struct.unpack_from(">b", view, pos)[0]
+        pos += 1
+        tls = 1
+    else:
+        if pos + 2 > end:
+            raise MessageFormatError("topic length runs past TOTALSIZE", offset)
+        topic_len = _H.unpack_from(view, pos)[0]
+        pos += 2
+        tls = 2
+    if topic_len < 0 or pos + topic_len + 2 > end:
+        raise MessageFormatError(f"topic length {topic_len} runs past TOTALSIZE {total}", offset)
+    topic = bytes(view[pos:pos + topic_len]).decode("utf-8", "replace")
+    pos += topic_len
+    props_len = _H.unpack_from(view, pos)[0]
+    pos += 2
+    if props_len > 0 and pos + props_len > end:
+        raise MessageFormatError(f"properties length {props_len} runs past TOTALSIZE {total}", offset)
+    raw_props = bytes(view[pos:pos + props_len]) if props_len > 0 else b""
+    expect = cal_msg_length(sys_flag, body_len, topic_len, props_len, tls)
+    if expect != total:
+        raise MessageFormatError(f"TOTALSIZE {total} != computed length {expect}", offset)
+    text = raw_props.decode("utf-8", "replace")
+    properties = string_to_properties(text)
+    keep_raw = None if properties_to_string(properties).encode("utf-8") == raw_props else raw_props
+    return MessageExt(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=properties,
+        sys_flag=sys_flag, born_timestamp=born_ts, born_host=born, store_timestamp=store_ts,
+        store_host=store, reconsume_times=reconsume, prepared_transaction_offset=prepared,
+        queue_offset=queue_offset, commitlog_offset=phy, body_crc=crc, store_size=total,
+        magic=magic, properties_bytes=keep_raw,
+    )
+
+
+def _failed(size: int) -> DispatchRequest:
+    return DispatchRequest("", 0, 0, size, 0, 0, 0, success=False)
+
+
+_BLANK = DispatchRequest("", 0, 0, 0, 0, 0, 0, success=True)
+
+
+def _fast_props(raw: bytes) -> tuple[str, str, str | None, str | None]:
+    """KEYS, UNIQ_KEY, TAGS, DELAY out of a properties blob (Java parse rules)."""
+    keys = uniq = ""
+    tags = delay = None
+    for pair in raw.decode("utf-8", "replace").split("\x02"):
+        sep = pair.find("\x01")
+        if 0 < sep < len(pair) - 1:
+            name = pair[:sep]
+            if name == "KEYS":
+                keys = pair[sep + 1:]
+            elif name == "UNIQ_KEY":
+                uniq = pair[sep + 1:]
+            elif name == "TAGS":
+                tags = pair[sep + 1:]
+            elif name == "DELAY":
+                delay = pair[sep + 1:]
+    return keys, uniq, tags, delay
+
+
+def check_message_and_return_size(buf: Buffer, offset: int = 0, check_crc: bool = True,
+                                  delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> DispatchRequest:
+    """Validate the record at ``offset`` and describe it (``CommitLog.checkMessageAndReturnSize``).
+
+    ``msg_size`` > 0 and success: a good record. ``msg_size == 0`` and success: the end-of-file
+    blank. success False: bad magic, CRC, truncated record (``msg_size`` -1) or a TOTALSIZE that
+    disagrees with the parts (``msg_size`` = TOTALSIZE). Never raises for bad bytes.
+    """
+    limit = len(buf)
+    if offset + 8 > limit:
+        return _failed(-1)
+    total, magic = _II.unpack_from(buf, offset)
+    if magic == BLANK_MAGIC_CODE:
+        return _BLANK
+    if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < 91 or offset + total > limit:
+        return _failed(-1)
+    (_, _, crc, queue_id, _flag, queue_offset, phy, sys_flag, _born) = _PREFIX.unpack_from(buf, offset)
+    pos = offset + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
+    store_ts = _QI.unpack_from(buf, pos)[0]
+    pos += 8 + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+    end = offset + total
+    if pos + 16 > end:
+        return _failed(total)
+    _reconsume, prepared, body_len = _TAIL.unpack_from(buf, pos)
+    pos += 16
+    if body_len < 0 or pos + body_len + 3 > end:
+        return _failed(-1 if body_len < 0 else total)
+    if check_crc and body_len > 0:
+        if (zlib.crc32(memoryview(buf)[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
+            return _failed(-1)
+    pos += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[pos]
+        if topic_len > 127:
+            return _failed(-1)
+        pos += 1
+        tls = 1
+    else:
+        topic_len = _H.unpack_from(buf, pos)[0]
+        pos += 2
+        tls = 2
+    if topic_len < 0 or pos + topic_len + 2 > end:
+        return _failed(total)
+    topic = bytes(buf[pos:pos + topic_len]).decode("utf-8", "replace")
+    pos += topic_len
+    props_len = _H.unpack_from(buf, pos)[0]
+    pos += 2
+    if cal_msg_length(sys_flag, body_len, topic_len, props_len, tls) != total:
+        return _failed(total)
+    keys = uniq = ""
+    tags_code = 0
+    if props_len > 0:
+        keys, uniq, tags, delay = _fast_props(bytes(buf[pos:pos + props_len]))
+        if tags:
+            tags_code = java_string_hash(tags)
+        if delay is not None and topic == RMQ_SYS_SCHEDULE_TOPIC:
+            try:
+                level = min(int(delay), len(delay_levels))
+            except ValueError:
+                return _failed(-1)
+            if level > 0:
+                tags_code = delay_levels[level - 1] + store_ts
+    return DispatchRequest(
+        topic, queue_id, phy, total, tags_code, store_ts, queue_offset, keys, uniq, sys_flag,
+        prepared,
+    )
+
+
+def explain_invalid_record(buf: Buffer, offset: int = 0) -> str:
+    """Human reason why ``check_message_and_return_size`` rejected the record at ``offset``."""
+    limit = len(buf)
+    if offset + 8 > limit:
+        return f"only {limit - offset} bytes left, a record needs at least 8"
+    total, magic = _II.unpack_from(buf, offset)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE):
+        return f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE field {total})"
+    try:
+        decode_message(buf, offset, check_crc=True)
+    except MessageFormatError as exc:
+        return str(exc).replace(f" (at offset {offset})", "")
+    return "record is valid"
+
+
+def record_store_timestamp(buf: Buffer, offset: int) -> int | None:
+    """STORETIMESTAMP of the record at ``offset`` if its magic is a message magic, else None."""
+    if offset + 76 > len(buf):
+        return None
+    magic = _I.unpack_from(buf, offset + 4)[0]
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return None
+    sys_flag = _I.unpack_from(buf, offset + SYSFLAG_POSITION)[0]
+    return _QI.unpack_from(buf, offset + store_timestamp_position(sys_flag))[0]
+
+
+def iter_records(buf: Buffer, offset: int = 0, check_crc: bool = False) -> Iterable[tuple[int, DispatchRequest]]:
+    """(position, request) for each good record from ``offset`` until a blank or a bad record."""
+    while True:
+        req = check_message_and_return_size(buf, offset, check_crc)
+        if not req.success or req.msg_size == 0:
+            return
+        yield offset, req
+        offset += req.msg_size
