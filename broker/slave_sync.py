@@ -1,0 +1,167 @@
+"""SlaveSynchronize: a slave pulls the master's metadata JSON files every 10 s.
+
+Rules (RocketMQ ``SlaveSynchronize.syncAll`` / ``BrokerController.handleSlaveSynchronize``,
+seed 000):
+- Four files, in this order: ``topics.json``, ``consumerOffset.json``, ``delayOffset.json``,
+  ``subscriptionGroup.json``. They are pulled from the master's HTTP API
+  (``GET /admin/config/<name>`` -> ``{"dataVersion", "content"}``), never replicated through
+  the commitlog (nor through Raft in DLedger mode).
+- A local file is replaced only when the master's ``dataVersion`` differs from ours (topics,
+  subscription groups; consumer offsets and delay offsets when the master sends a version).
+  Without a version on either side the content is compared instead (RocketMQ 4.9.8 compares
+  the delayOffset string). On replace the local version becomes the master's.
+- The first sync runs ``initial_delay`` after start (3 s in RocketMQ), then every ``interval``.
+  A failing sync (master down, garbage answer) logs one line per transition (ok -> failing,
+  failing -> ok), not one per attempt, and never stops the task.
+- The master address can change at runtime (DLedger role change): :meth:`set_master_address`;
+  ``None`` pauses syncing.
+
+Theory of operation: the controller passes a :class:`MetadataAccess` (how to read the local
+version/content and how to replace a file), so this module knows nothing about the metadata
+managers' classes. One asyncio task; one shared ``aiohttp`` session.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import aiohttp
+
+log = logging.getLogger("broker.slave_sync")
+
+SYNC_FILES = ("topics", "consumerOffset", "delayOffset", "subscriptionGroup")
+
+
+@dataclass
+class MetadataAccess:
+    """How SlaveSynchronize touches one local metadata file (supplied by the controller)."""
+
+    local_version: Callable[[], Optional[dict[str, Any]]]
+    local_content: Callable[[], str]
+    replace: Callable[[str, Optional[dict[str, Any]]], None]  # (content, master's dataVersion)
+
+
+def _same_version(a: Optional[dict[str, Any]], b: Optional[dict[str, Any]]) -> bool:
+    """``DataVersion.equals``: counter and timestamp (stateVersion when both have it)."""
+    if a is None or b is None:
+        return False
+    keys = ("counter", "timestamp") + (("stateVersion",) if "stateVersion" in a and "stateVersion" in b else ())
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+class SlaveSynchronize:
+    def __init__(self, access: dict[str, MetadataAccess], master_address: Optional[str] = None,
+                 interval: float = 10.0, initial_delay: float = 3.0, on_update: Callable[[str, str], None] | None = None) -> None:
+        self._access = access
+        self._master = master_address
+        self.interval = interval
+        self.initial_delay = initial_delay
+        self._on_update = on_update
+        self._task: Optional[asyncio.Task[None]] = None
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._failing = False
+        self._wake = asyncio.Event()
+        self.last_sync_ok_ms: int = 0
+        self.syncs = 0
+
+    @property
+    def master_address(self) -> Optional[str]:
+        return self._master
+
+    def set_master_address(self, address: Optional[str]) -> None:
+        if address != self._master:
+            log.info("SlaveSynchronize master address %s -> %s", self._master, address)
+        self._master = address
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="SlaveSynchronize")
+
+    def trigger(self) -> None:
+        """Sync now (e.g. right after the HA connection to the master is established)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _run(self) -> None:
+        await self._sleep(self.initial_delay)
+        while True:
+            await self.sync_all()
+            await self._sleep(self.interval)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def sync_all(self) -> bool:
+        """One round over the four files; True when every file was fetched and applied."""
+        master = self._master
+        if not master:
+            return False
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3.0))
+        ok = True
+        problem = ""
+        for name in SYNC_FILES:
+            access = self._access.get(name)
+            if access is None:
+                continue
+            try:
+                changed = await self._sync_one(master, name, access)
+                if changed and self._on_update is not None:
+                    self._on_update(name, "updated")
+            except Exception as exc:  # noqa: BLE001 - keep syncing whatever the master sends
+                ok = False
+                problem = f"{name}: {type(exc).__name__}: {exc}"
+                if self._on_update is not None:
+                    self._on_update(name, "error")
+        self.syncs += 1
+        if ok:
+            self.last_sync_ok_ms = int(asyncio.get_running_loop().time() * 1000)
+            if self._failing:
+                log.info("SlaveSynchronize from master %s recovered", master)
+            self._failing = False
+        elif not self._failing:
+            log.warning("SlaveSynchronize from master %s failing (%s); will keep retrying every %.0f s", master, problem, self.interval)
+            self._failing = True
+        return ok
+
+    async def _sync_one(self, master: str, name: str, access: MetadataAccess) -> bool:
+        assert self._session is not None
+        async with self._session.get(f"http://{master}/admin/config/{name}") as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise RuntimeError(f"master answered HTTP {resp.status}: {text[:200]}")
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("content"), str):
+            raise ValueError("master answer has no 'content' string")
+        content: str = data["content"]
+        remote_version = data.get("dataVersion")
+        if remote_version is not None and not isinstance(remote_version, dict):
+            raise ValueError("master answer has a non-object 'dataVersion'")
+        local_version = access.local_version()
+        if remote_version is not None and local_version is not None:
+            if _same_version(local_version, remote_version):
+                return False
+        elif access.local_content() == content:
+            return False
+        access.replace(content, remote_version)
+        log.info("Update slave %s from master %s (dataVersion %s)", name, master,
+                 None if remote_version is None else remote_version.get("counter"))
+        return True
