@@ -1,0 +1,289 @@
+"""mqadmin: RocketMQ-style admin commands against one or more brokers' HTTP APIs.
+
+Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_BROKER_ADDR`` or
+``127.0.0.1:10911``; ``--json`` prints the raw JSON instead of the readable form)::
+
+    mqadmin clusterList      -b 127.0.0.1:10911,127.0.0.1:10921
+    mqadmin topicList        -b ADDR
+    mqadmin updateTopic      -b ADDR -t TOPIC [-r READQ] [-w WRITEQ] [-p PERM]
+    mqadmin topicStatus      -b ADDR -t TOPIC
+    mqadmin sendMessage      -b ADDR -t TOPIC -p BODY [-c TAGS] [-k KEYS] [-i QUEUEID]
+    mqadmin consumeMessage   -b ADDR -t TOPIC [-i QUEUEID] [-o OFFSET] [-c COUNT] [-g GROUP]
+    mqadmin queryMsgByOffset -b ADDR -t TOPIC -i QUEUEID -o QUEUEOFFSET
+    mqadmin queryMsgByPhyOffset -b ADDR -o COMMITLOGOFFSET
+    mqadmin queryMsgById     -b ADDR -i MSGID
+    mqadmin queryMsgByKey    -b ADDR -t TOPIC -k KEY
+    mqadmin consumerOffsets  -b ADDR [-g GROUP] [-t TOPIC]
+
+Rules: names and flags follow Apache mqadmin where a command exists there (``queryMsgByOffset``
+is by *queue* offset, as in RocketMQ). Exit code 0 on success, 1 when the broker answered an
+error (printed as ``CODE: message``), 2 for usage errors, 3 when a broker is unreachable.
+``consumeMessage -g GROUP`` without ``-o`` starts at the group's committed offset and commits
+the next offset afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable
+
+from broker.api.client import BrokerClientError, BrokerUnavailable, SyncBrokerClient, body_bytes
+
+DEFAULT_ADDR = os.environ.get("RMQ_BROKER_ADDR", "127.0.0.1:10911")
+
+
+def _short_body(m: dict[str, Any], limit: int = 80) -> str:
+    raw = body_bytes(m)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(raw)} bytes binary>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _print_message(m: dict[str, Any]) -> None:
+    print(f"OffsetID:            {m['msgId']}")
+    print(f"Topic:               {m['topic']}")
+    print(f"Tags:                [{m.get('tags') or ''}]")
+    print(f"Keys:                [{m.get('keys') or ''}]")
+    print(f"Queue ID:            {m['queueId']}")
+    print(f"Queue Offset:        {m['queueOffset']}")
+    print(f"CommitLog Offset:    {m['commitLogOffset']}")
+    print(f"Store Size:          {m['storeSize']}")
+    print(f"Born Timestamp:      {m['bornTimestamp']}")
+    print(f"Store Timestamp:     {m['storeTimestamp']}")
+    print(f"Born Host:           {m['bornHost']}")
+    print(f"Store Host:          {m['storeHost']}")
+    print(f"Properties:          {m.get('properties')}")
+    print(f"Message Body:        {_short_body(m, 2000)}")
+    print()
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> None:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def cmd_cluster_list(args: argparse.Namespace) -> Any:
+    addrs = [a for part in args.broker for a in part.split(",") if a]
+    rows, raw = [], []
+    worst = 0
+    for addr in addrs:
+        try:
+            st = SyncBrokerClient(addr, timeout=args.timeout).status()
+        except BrokerClientError as exc:
+            worst = 3 if isinstance(exc, BrokerUnavailable) else 1
+            raw.append({"address": addr, "error": exc.code, "message": exc.message})
+            rows.append(["?", "?", "?", addr, "UNREACHABLE", "", "", "", ""])
+            continue
+        raw.append(st)
+        ha = st.get("ha") or {}
+        lag = ha.get("slaveLagBytes", "")
+        rows.append([
+            st.get("brokerClusterName"), st.get("brokerName"), st.get("brokerId"), addr, st.get("brokerRole"),
+            st.get("commitLog", {}).get("maxOffset"), st.get("dispatchBehindBytes"),
+            ha.get("connections", ha.get("connected", "")), lag,
+        ])
+    if args.json:
+        print(json.dumps(raw, indent=2))
+    else:
+        _table(rows, ["#Cluster", "#Broker", "#BID", "#Addr", "#Role", "#MaxOffset", "#DispatchBehind", "#HA", "#SlaveLag"])
+    return worst
+
+
+def cmd_topic_list(args: argparse.Namespace) -> Any:
+    data = _client(args).topics()
+    if args.json:
+        return data
+    for t in sorted(data.get("topics", []), key=lambda t: t["topicName"]):
+        print(t["topicName"])
+    return 0
+
+
+def cmd_update_topic(args: argparse.Namespace) -> Any:
+    data = _client(args).create_topic(args.topic, read_queue_nums=args.read_queue_nums,
+                                      write_queue_nums=args.write_queue_nums, perm=args.perm)
+    if args.json:
+        return data
+    print(f"create topic to {args.broker[0]} success.")
+    print(data.get("topicConfig", data))
+    return 0
+
+
+def cmd_topic_status(args: argparse.Namespace) -> Any:
+    data = _client(args).topic_status(args.topic)
+    if args.json:
+        return data
+    _table([[args.topic, q["queueId"], q["minOffset"], q["maxOffset"]] for q in data.get("queues", [])],
+           ["#Topic", "#QID", "#Min Offset", "#Max Offset"])
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> Any:
+    data = _client(args).send(args.topic, args.body, tags=args.tags, keys=args.keys, queue_id=args.queue_id)
+    if args.json:
+        return data
+    _table([[args.broker[0], data.get("queueId"), data.get("status"), data.get("msgId"), data.get("queueOffset")]],
+           ["#Broker", "#QID", "#Send Result", "#MsgId", "#QueueOffset"])
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> Any:
+    c = _client(args)
+    queues = [args.queue_id] if args.queue_id is not None else [
+        q["queueId"] for q in c.topic_status(args.topic).get("queues", [])
+    ]
+    committed: dict[str, int] = {}
+    if args.group and args.offset is None:
+        table = c.query_offsets(args.group, args.topic).get("offsets", {})
+        committed = {str(k): int(v) for k, v in table.get(f"{args.topic}@{args.group}", {}).items()}
+    out: list[dict[str, Any]] = []
+    for qid in queues:
+        offset = args.offset if args.offset is not None else committed.get(str(qid), 0)
+        remaining = args.count
+        while remaining > 0:
+            res = c.pull(args.topic, qid, offset, min(remaining, 256))
+            msgs = res.get("messages", [])
+            out.extend(msgs)
+            remaining -= len(msgs)
+            if not msgs:
+                break
+            offset = res["nextBeginOffset"]
+        if args.group and offset > committed.get(str(qid), 0):
+            c.commit_offset(args.group, args.topic, qid, offset)
+    if args.json:
+        return {"messages": out}
+    for m in out:
+        print(f"q{m['queueId']}@{m['queueOffset']} {m['msgId']} tags={m.get('tags') or ''} keys={m.get('keys') or ''} body={_short_body(m)}")
+    print(f"consumed {len(out)} message(s)")
+    return 0
+
+
+def cmd_by_queue_offset(args: argparse.Namespace) -> Any:
+    res = _client(args).pull(args.topic, args.queue_id, args.offset, 1)
+    msgs = res.get("messages", [])
+    if args.json:
+        return msgs[0] if msgs else res
+    if not msgs:
+        print(f"no message at {args.topic} queue {args.queue_id} offset {args.offset} ({res.get('status')})")
+        return 1
+    _print_message(msgs[0])
+    return 0
+
+
+def cmd_by_phy_offset(args: argparse.Namespace) -> Any:
+    m = _client(args).by_offset(args.offset)
+    if args.json:
+        return m
+    _print_message(m)
+    return 0
+
+
+def cmd_by_id(args: argparse.Namespace) -> Any:
+    m = _client(args).by_id(args.msg_id, args.topic)
+    if args.json:
+        return m
+    _print_message(m)
+    return 0
+
+
+def cmd_by_key(args: argparse.Namespace) -> Any:
+    data = _client(args).by_key(args.topic, args.key, args.max_num)
+    if args.json:
+        return data
+    _table([[m["msgId"], m["queueId"], m["queueOffset"], m.get("keys") or ""] for m in data.get("messages", [])],
+           ["#Message ID", "#QID", "#Offset", "#Keys"])
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> Any:
+    data = _client(args).query_offsets(args.group, args.topic)
+    if args.json:
+        return data
+    rows = [[k, qid, off] for k, table in sorted(data.get("offsets", {}).items()) for qid, off in sorted(table.items())]
+    _table(rows, ["#Topic@Group", "#QID", "#Committed Offset"])
+    return 0
+
+
+def _client(args: argparse.Namespace) -> SyncBrokerClient:
+    return SyncBrokerClient(args.broker[0].split(",")[0], timeout=args.timeout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mqadmin", description="Admin commands for rocketmq-py brokers (HTTP API).")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-b", "--broker", action="append", help=f"broker API address host:port (default {DEFAULT_ADDR})")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], Any], help_text: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, parents=[common], help=help_text)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    add("clusterList", cmd_cluster_list, "status of one or more brokers")
+    add("topicList", cmd_topic_list, "topics of a broker")
+    sp = add("updateTopic", cmd_update_topic, "create or update a topic")
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-r", "--read-queue-nums", type=int)
+    sp.add_argument("-w", "--write-queue-nums", type=int)
+    sp.add_argument("-p", "--perm", type=int)
+    sp = add("topicStatus", cmd_topic_status, "min/max offset of each queue of a topic")
+    sp.add_argument("-t", "--topic", required=True)
+    sp = add("sendMessage", cmd_send, "send one message")
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-p", "--body", required=True)
+    sp.add_argument("-c", "--tags")
+    sp.add_argument("-k", "--keys")
+    sp.add_argument("-i", "--queue-id", type=int)
+    sp = add("consumeMessage", cmd_consume, "pull messages (and commit with -g)")
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-i", "--queue-id", type=int)
+    sp.add_argument("-o", "--offset", type=int)
+    sp.add_argument("-c", "--count", type=int, default=32)
+    sp.add_argument("-g", "--group")
+    sp = add("queryMsgByOffset", cmd_by_queue_offset, "message at a queue offset")
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-i", "--queue-id", type=int, required=True)
+    sp.add_argument("-o", "--offset", type=int, required=True)
+    sp = add("queryMsgByPhyOffset", cmd_by_phy_offset, "message at a commitlog offset")
+    sp.add_argument("-o", "--offset", type=int, required=True)
+    sp = add("queryMsgById", cmd_by_id, "message by offset msgId (or uniq key with -t)")
+    sp.add_argument("-i", "--msg-id", required=True)
+    sp.add_argument("-t", "--topic")
+    sp = add("queryMsgByKey", cmd_by_key, "messages by key")
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-k", "--key", required=True)
+    sp.add_argument("-m", "--max-num", type=int, default=32)
+    sp = add("consumerOffsets", cmd_offsets, "committed consumer offsets")
+    sp.add_argument("-g", "--group")
+    sp.add_argument("-t", "--topic")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.broker:
+        args.broker = [DEFAULT_ADDR]
+    try:
+        result = args.fn(args)
+    except BrokerUnavailable as exc:
+        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+        return 3
+    except BrokerClientError as exc:
+        extra = {k: v for k, v in exc.body.items() if k not in ("code", "message")}
+        print(f"{exc.code}: {exc.message}" + (f" {json.dumps(extra)}" if extra else ""), file=sys.stderr)
+        return 1
+    if isinstance(result, int):
+        return result
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
