@@ -1,0 +1,283 @@
+"""Slave side of classic HA: HAClient pulls the master's commitlog into the local one.
+
+Rules:
+- The client only ever *appends* raw bytes to the local CommitLog, through
+  ``commitlog.append_data(offset, data)`` at exactly ``offset`` (which the protocol has checked
+  equals the local max offset). It never builds ConsumeQueues or indexes: the store's normal
+  dispatch (ReputMessageService) reads the appended bytes like any other committed bytes, so
+  the slave's CQs are built exactly as the master's were. ``on_append(max_offset)`` (optional)
+  lets the store wake its dispatcher instead of waiting for its next poll.
+- A refused append (``append_data`` returns False or raises) drops the connection with both
+  offsets in the log line; reconnecting re-reports the real local max offset, so the master
+  resumes from there. No byte is ever written anywhere but at the local max offset.
+- Reconnect with exponential backoff (``backoff_initial_ms`` doubling up to ``backoff_max_ms``,
+  reset after a connection that exchanged data). One log line per state change (connected,
+  disconnected and why), never per frame.
+- The protocol (reports, frames, checks, heartbeat and housekeeping timing) is
+  :class:`broker.ha.protocol.SlaveConnection`; this module is the asyncio driver around it.
+
+Theory of operation: ``_run`` loops connect -> ``_session`` -> backoff. A session sends the
+initial report (the local max offset, RocketMQ's request offset), then one task reads from the
+socket, feeds the state machine, appends each ``DataFrame`` and sends the report the machine
+returns after the appends (one report per read, not per frame), while a second task sleeps
+until the machine's next deadline to send heartbeat reports or to expire a silent master.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from broker.ha.protocol import DataFrame, HAError, SlaveConnection
+from broker.ha.service import commitlog_max_offset
+from broker.ha.settings import HASettings
+
+log = logging.getLogger("broker.ha")
+
+READ_CHUNK = 1024 * 1024
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (IPv6 as ``[::1]:port``) -> (host, port); ValueError when malformed."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad HA master address {address!r} (want host:port)")
+    return host.strip("[]"), int(port)
+
+
+class HAClient:
+    """Slave side of replication (RocketMQ ``HAService.HAClient``)."""
+
+    def __init__(
+        self,
+        commitlog: Any,
+        master_ha_address: str | None = None,
+        config: Any = None,
+        *,
+        on_append: Callable[[int], None] | None = None,
+        backoff_initial_ms: float = 200.0,
+        backoff_max_ms: float = 5000.0,
+        connect_timeout_ms: float = 3000.0,
+        clock: Callable[[], float] = _now_ms,
+    ) -> None:
+        self.commitlog = commitlog
+        self.settings = config if isinstance(config, HASettings) else HASettings.from_config(config)
+        if master_ha_address is None:
+            master_ha_address = self.settings.ha_master_address
+        if master_ha_address:
+            parse_address(master_ha_address)
+        self.master_address: str | None = master_ha_address or None
+        self.on_append = on_append
+        self.backoff_initial_ms = backoff_initial_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.clock = clock
+        self.connected = False
+        self.bytes_received = 0
+        self.frames_received = 0
+        self.connect_count = 0
+        self.last_reported_offset = -1
+        self.last_error: str | None = None
+        self._machine: SlaveConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._address_changed = asyncio.Event()
+        self._writer: asyncio.StreamWriter | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._run(), name="ha-client")
+
+    async def shutdown(self) -> None:
+        self._stopping = True
+        self._address_changed.set()
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.close()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self.connected = False
+
+    def update_master_address(self, address: str | None) -> None:
+        """Switch masters (None: stop replicating); the current connection is dropped."""
+        if address:
+            parse_address(address)
+        if address == self.master_address:
+            return
+        log.info("HA master address changed from %s to %s", self.master_address, address)
+        self.master_address = address or None
+        self._address_changed.set()
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.close()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "connected": self.connected,
+            "master_address": self.master_address,
+            "last_reported_offset": self.last_reported_offset,
+            "max_offset": commitlog_max_offset(self.commitlog),
+            "bytes_received": self.bytes_received,
+            "frames_received": self.frames_received,
+            "connect_count": self.connect_count,
+            "last_error": self.last_error,
+        }
+
+    # ---------------------------------------------------------------- loops
+    async def _run(self) -> None:
+        backoff = self.backoff_initial_ms
+        failing_since_log = False
+        while not self._stopping:
+            address = self.master_address
+            if not address:
+                self._address_changed.clear()
+                await self._address_changed.wait()
+                continue
+            host, port = parse_address(address)
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), self.connect_timeout_ms / 1000.0
+                )
+            except (OSError, asyncio.TimeoutError) as exc:
+                self.last_error = f"connect to {address} failed: {exc!r}"
+                if not failing_since_log:
+                    log.warning("HA client: %s; retrying with backoff", self.last_error)
+                    failing_since_log = True
+                await self._sleep_or_address_change(backoff)
+                backoff = min(backoff * 2, self.backoff_max_ms)
+                continue
+            failing_since_log = False
+            received_before = self.bytes_received
+            try:
+                await self._session(address, reader, writer)
+            except Exception as exc:  # keep replicating after anything unexpected
+                self.last_error = f"internal error: {exc!r}"
+                log.exception("HA client session with %s failed", address)
+            finally:
+                self.connected = False
+                self._writer = None
+                if not writer.is_closing():
+                    writer.close()
+                try:
+                    await asyncio.wait_for(writer.wait_closed(), 1.0)
+                except (OSError, asyncio.TimeoutError):
+                    pass
+            if self._stopping:
+                break
+            log.info("HA client disconnected from %s: %s", address, self.last_error)
+            if self.bytes_received > received_before:
+                backoff = self.backoff_initial_ms
+            await self._sleep_or_address_change(backoff)
+            backoff = min(backoff * 2, self.backoff_max_ms)
+
+    async def _sleep_or_address_change(self, ms: float) -> None:
+        self._address_changed.clear()
+        try:
+            await asyncio.wait_for(self._address_changed.wait(), ms / 1000.0)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _session(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        s = self.settings
+        machine = SlaveConnection(
+            slave_max_offset=commitlog_max_offset(self.commitlog),
+            now_ms=self.clock(),
+            heartbeat_interval_ms=s.ha_send_heartbeat_interval,
+            housekeeping_interval_ms=s.ha_housekeeping_interval,
+            max_frame_size=s.ha_max_frame_size,
+        )
+        self._machine = machine
+        self._writer = writer
+        writer.write(machine.initiate(self.clock()))
+        self.last_reported_offset = machine.reported_offset
+        self.connected = True
+        self.connect_count += 1
+        self.last_error = None
+        log.info("HA client connected to master %s, reported offset %d", address, machine.reported_offset)
+        timer = asyncio.create_task(self._timer(machine, writer), name="ha-client-timer")
+        try:
+            await self._read_loop(machine, reader, writer)
+        finally:
+            timer.cancel()
+            await asyncio.gather(timer, return_exceptions=True)
+            self._machine = None
+
+    async def _read_loop(self, machine: SlaveConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        commitlog = self.commitlog
+        while True:
+            try:
+                data = await reader.read(READ_CHUNK)
+            except (ConnectionError, OSError) as exc:
+                if self.last_error is None:
+                    self.last_error = f"read failed: {exc!r}"
+                return
+            if not data:
+                if self.last_error is None:
+                    self.last_error = "master closed the connection"
+                return
+            self.bytes_received += len(data)
+            events = machine.receive_data(data, self.clock())
+            appended = False
+            for ev in events:
+                if isinstance(ev, DataFrame):
+                    if not self._append(ev):
+                        return
+                    appended = True
+                    self.frames_received += 1
+                elif isinstance(ev, HAError):
+                    self.last_error = ev.message
+                    log.warning("HA client dropping connection to %s: %s", self.master_address, ev.message)
+                    return
+                else:
+                    self.frames_received += 1
+            if appended:
+                max_offset = commitlog_max_offset(commitlog)
+                report = machine.appended(max_offset, self.clock())
+                if report is not None:
+                    writer.write(report)
+                    self.last_reported_offset = machine.reported_offset
+                if self.on_append is not None:
+                    self.on_append(max_offset)
+            if writer.transport.get_write_buffer_size() > 1024 * 1024:
+                await writer.drain()
+
+    def _append(self, ev: DataFrame) -> bool:
+        local = commitlog_max_offset(self.commitlog)
+        try:
+            ok = self.commitlog.append_data(ev.offset, ev.data)
+        except Exception as exc:
+            ok = False
+            reason = repr(exc)
+        else:
+            reason = "append_data returned False"
+        if not ok:
+            self.last_error = (
+                f"commitlog refused {len(ev.data)} bytes at master offset {ev.offset} "
+                f"(slave max offset {local}): {reason}"
+            )
+            log.error("HA client: %s", self.last_error)
+        return bool(ok)
+
+    async def _timer(self, machine: SlaveConnection, writer: asyncio.StreamWriter) -> None:
+        while True:
+            delay = (machine.next_deadline() - self.clock()) / 1000.0
+            await asyncio.sleep(max(delay, 0) + 0.001)
+            due = machine.poll(self.clock())
+            if isinstance(due, HAError):
+                self.last_error = due.message
+                log.warning("HA client dropping connection to %s: %s", self.master_address, due.message)
+                writer.close()
+                return
+            if due is not None:
+                writer.write(due)
+                self.last_reported_offset = machine.reported_offset
+
+
+__all__ = ["HAClient", "parse_address"]
