@@ -1,0 +1,309 @@
+"""3-node DLedger replication benchmark: append throughput/latency and failover time, as JSON.
+
+Rules
+-----
+* Real processes on 127.0.0.1: three ``python -m dledger.cli server`` members (fresh store
+  directories under a temp dir, removed afterwards) and load-generating client processes.
+* Throughput scenarios: body size 128 B and 1 KiB x server batch push on/off
+  (``--no-batch-push`` = one entry per push, DLedger's default) x client batching
+  (``client_batch`` bodies per request). Each scenario runs ``--seconds`` after a short warm-up
+  with ``--clients`` concurrent synchronous clients (each waits for its ack before the next
+  append), spread over ``--procs`` client processes. Reported: appends/s, latency p50/p99/p999
+  (per request, ms), errors. Durability policy: group fsync on every member; an append is acked
+  after a quorum has fsynced it.
+* Failover: a single synchronous client appends continuously; the leader gets SIGKILL; the
+  time from the kill to the first acknowledged append is measured; the killed member is
+  restarted and allowed to catch up before the next trial.
+* ``--quick`` runs a few seconds in total; the default run stays under ~90 s.
+* Every child process is killed on exit, even on errors.
+
+Theory of operation
+-------------------
+The coordinator (this process) starts members, waits for a leader via ``status``, then starts
+the client processes with ``multiprocessing`` (spawn); each client process runs one asyncio
+loop with N coroutine clients sharing one :class:`DLedgerClient` connection (requests are
+pipelined, one write per loop iteration) and sends back its latency samples.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dledger.rpc import framing as fr  # noqa: E402
+from dledger.rpc.client import DLedgerClient  # noqa: E402
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Cluster:
+    def __init__(self, root: Path, extra: list[str], data_file_size: str = "256m") -> None:
+        self.root = root
+        self.ids = ["n0", "n1", "n2"]
+        ports = free_ports(3)
+        self.peers = {i: ("127.0.0.1", p) for i, p in zip(self.ids, ports)}
+        self.peers_s = fr.format_peers(self.peers)
+        self.extra = extra
+        self.data_file_size = data_file_size
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, nid: str) -> None:
+        cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", "bench", "--id", nid,
+               "--peers", self.peers_s, "--store", str(self.root / nid), "--data-file-size", self.data_file_size,
+               "--log-level", "WARNING", *self.extra]
+        log = open(self.root / f"{nid}.log", "ab")
+        self.procs[nid] = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_all(self) -> None:
+        for nid in self.ids:
+            self.start(nid)
+
+    def kill(self, nid: str) -> None:
+        p = self.procs.pop(nid, None)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    def stop_all(self) -> None:
+        for nid, p in list(self.procs.items()):
+            if p.poll() is None:
+                p.terminate()
+        for nid, p in list(self.procs.items()):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    async def leader(self, timeout: float = 20.0, exclude: Optional[str] = None) -> str:
+        client = DLedgerClient(self.peers, "bench", timeout=1.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                for nid in self.ids:
+                    if nid == exclude or nid not in self.procs:
+                        continue
+                    try:
+                        st = await client.status(nid)
+                    except Exception:
+                        continue
+                    if st["role"] == "LEADER":
+                        return nid
+                await asyncio.sleep(0.05)
+        finally:
+            await client.close()
+        raise RuntimeError("no leader elected")
+
+    async def wait_caught_up(self, timeout: float = 30.0) -> None:
+        client = DLedgerClient(self.peers, "bench", timeout=1.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    sts = [await client.status(n) for n in self.ids]
+                    if len({s["committed_index"] for s in sts}) == 1 and len({s["end_index"] for s in sts}) == 1:
+                        return
+                except Exception:
+                    pass
+                await asyncio.sleep(0.1)
+        finally:
+            await client.close()
+
+
+# ------------------------------------------------------------------ client processes
+
+
+def _client_proc(peers: dict, n_clients: int, size: int, batch: int, warmup: float, seconds: float, q) -> None:
+    async def run() -> dict:
+        client = DLedgerClient(peers, "bench", timeout=10.0)
+        body = b"x" * size
+        lat: list[float] = []
+        errors: dict[str, int] = {}
+        done = 0
+        start = time.perf_counter()
+        t_measure = start + warmup
+        t_end = t_measure + seconds
+
+        async def one() -> None:
+            nonlocal done
+            bodies = [body] * batch
+            while True:
+                t0 = time.perf_counter()
+                if t0 >= t_end:
+                    return
+                try:
+                    await client.append_batch(bodies)
+                except Exception as exc:  # counted, the run goes on
+                    key = type(exc).__name__ + ":" + str(getattr(exc, "code", ""))
+                    errors[key] = errors.get(key, 0) + 1
+                    await asyncio.sleep(0.01)
+                    continue
+                t1 = time.perf_counter()
+                if t0 >= t_measure and t1 <= t_end:
+                    lat.append(t1 - t0)
+                    done += batch
+
+        await asyncio.gather(*(one() for _ in range(n_clients)))
+        await client.close()
+        return {"lat": lat, "appends": done, "errors": errors}
+
+    q.put(asyncio.run(run()))
+
+
+def run_load(peers: dict, clients: int, procs: int, size: int, batch: int, warmup: float, seconds: float) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    ps = [ctx.Process(target=_client_proc, args=(peers, n, size, batch, warmup, seconds, q), daemon=True) for n in per if n]
+    for p in ps:
+        p.start()
+    results = []
+    try:
+        for _ in ps:
+            results.append(q.get(timeout=warmup + seconds + 60))
+    finally:
+        for p in ps:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    lat = sorted(x for r in results for x in r["lat"])
+    appends = sum(r["appends"] for r in results)
+    errors: dict[str, int] = {}
+    for r in results:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+
+    def pct(p: float) -> Optional[float]:
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 3) if lat else None
+
+    return {
+        "appends_per_s": round(appends / seconds, 1),
+        "requests": len(lat),
+        "latency_ms": {"p50": pct(0.50), "p99": pct(0.99), "p999": pct(0.999),
+                       "mean": round(statistics.fmean(lat) * 1000, 3) if lat else None},
+        "errors": errors,
+    }
+
+
+# ------------------------------------------------------------------ failover
+
+
+async def failover_trial(cluster: Cluster) -> dict:
+    leader = await cluster.leader()
+    client = DLedgerClient(cluster.peers, "bench", timeout=0.5)
+    try:
+        for _ in range(20):  # warm: the client knows the leader and the path is hot
+            await client.append(b"f" * 128)
+        t_kill = time.perf_counter()
+        cluster.kill(leader)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                await client.append(b"f" * 128)
+                break
+            except Exception:
+                if time.perf_counter() - t_kill > 30:
+                    raise RuntimeError("no append acknowledged within 30 s of the kill")
+        t_ack = time.perf_counter()
+    finally:
+        await client.close()
+    new_leader = await cluster.leader(exclude=leader)
+    cluster.start(leader)
+    await cluster.wait_caught_up()
+    return {"killed": leader, "new_leader": new_leader, "seconds": round(t_ack - t_kill, 3), "attempts": attempts}
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a few seconds in total")
+    ap.add_argument("--seconds", type=float, default=None, help="measured seconds per scenario")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--procs", type=int, default=2, help="client processes")
+    ap.add_argument("--trials", type=int, default=None, help="failover trials")
+    ap.add_argument("--sizes", default="128,1024")
+    ap.add_argument("--client-batch", type=int, default=16, help="bodies per request in the client-batching scenario")
+    ap.add_argument("--no-failover", action="store_true")
+    ap.add_argument("--output", default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    seconds = args.seconds or (2.0 if args.quick else 6.0)
+    warmup = 0.5 if args.quick else 1.0
+    trials = args.trials or (2 if args.quick else 5)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    scenarios = []
+    for push in (["batch"] if args.quick else ["batch", "single"]):
+        for size in sizes:
+            scenarios.append({"size": size, "push": push, "client_batch": 1})
+        if push == "batch":
+            scenarios.append({"size": 1024, "push": push, "client_batch": args.client_batch})
+
+    out: dict[str, Any] = {
+        "benchmark": "dledger_replication", "nodes": 3, "host_cpus": os.cpu_count(),
+        "clients": args.clients, "client_procs": args.procs, "seconds_per_scenario": seconds,
+        "durability": "group fsync (fdatasync) on every member; ack after quorum fsync",
+        "throughput": [], "failover": None,
+    }
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-"))
+    try:
+        for push in dict.fromkeys(s["push"] for s in scenarios):
+            extra = [] if push == "batch" else ["--no-batch-push"]
+            cluster = Cluster(root / f"push-{push}", extra)
+            cluster.root.mkdir(parents=True)
+            cluster.start_all()
+            try:
+                asyncio.run(cluster.leader())
+                for sc in (s for s in scenarios if s["push"] == push):
+                    res = run_load(cluster.peers, args.clients, args.procs, sc["size"], sc["client_batch"], warmup, seconds)
+                    row = {**sc, **res}
+                    out["throughput"].append(row)
+                    print(json.dumps(row), file=sys.stderr)
+                if not args.no_failover and push == "batch":
+                    trials_out = []
+                    for _ in range(trials):
+                        t = asyncio.run(failover_trial(cluster))
+                        trials_out.append(t)
+                        print(json.dumps(t), file=sys.stderr)
+                    secs = sorted(t["seconds"] for t in trials_out)
+                    out["failover"] = {"trials": trials_out, "p50_s": secs[len(secs) // 2], "max_s": secs[-1]}
+            finally:
+                cluster.stop_all()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
