@@ -1,0 +1,537 @@
+"""MmapFileList: a directory of fixed-size files forming one contiguous byte address space.
+
+Rules (DLedger 0.3.1.2 ``MmapFileList`` / ``DefaultMmapFile``)
+-------------------------------------------------------------
+* Files are named by their absolute start offset, 20 zero-padded digits. Every file has the
+  configured size; consecutive files differ by exactly that size. Anything else is a
+  :class:`StoreLayoutError` naming the file (DLedger would ``System.exit``).
+* Each file tracks ``wrote`` (bytes used from its start), ``start`` (first valid byte, set by
+  :meth:`reset_offset`) and is *full* when ``wrote == file_size``. After :meth:`load` every
+  file is full; recovery then truncates to the real end.
+* Data lists append with ``use_blank=True``: a record of ``n`` bytes is placed only if
+  ``n + MIN_BLANK_LEN`` bytes remain, otherwise the rest of the file is filled with the blank
+  ``[0xFFFFFFFF][remaining:int]`` + zeros and the record starts the next file. Index lists use
+  ``use_blank=False`` (32-byte units in files whose size is a multiple of 32 never straddle).
+* An empty list creates its first file at ``first_file_offset`` (rounded down to a file
+  boundary): RocketMQ starts the DLedger data list at ``divided_commitlog_offset``.
+* Truncation only moves write positions and drops whole files; the first 8 bytes at the new
+  end are zeroed (when not already zero) so a restart's recovery scan stops there instead of
+  resurrecting the truncated suffix.
+
+Theory of operation
+-------------------
+Appending is two-phase so callers can learn positions before bytes exist (the leader's append
+hooks need ``pos``): :meth:`plan_append` lays out a batch of record sizes, blanks and file
+rolls without touching the disk; the caller fills its buffers; :meth:`commit_stream` (one
+contiguous buffer) or :meth:`commit_records` (one buffer per record) writes them with one
+``pwrite``/``pwritev`` per file and only then advances the write positions. Because the files
+are contiguous in offset space, a planned batch is one contiguous byte range.
+
+Writes use ``pwrite`` on the file descriptor, reads use a read-only ``mmap`` of the same file
+(Linux shares the page cache between them). Deliberate: a store through a shared mapping that
+hits ENOSPC on a sparse file kills the process with SIGBUS, whereas ``pwrite`` reports
+``OSError(ENOSPC)``; we turn that into :class:`DiskFullError` after rolling the batch back
+(new files removed, headers already written zeroed, positions unchanged), so nothing
+half-appended is visible now or after a restart. ``pwrite`` into fresh sparse files is also
+faster here than first-touch page faults through a mapping (DESIGN §6 measurements).
+
+Concurrency: one writer thread (the event loop) mutates the list; :meth:`flush` may run
+concurrently in one worker thread. A lock guards the file list and ``flushed_where``; the
+worker ``fdatasync``s duplicated descriptors outside the lock, and a truncation generation
+counter stops it from claiming durability for bytes that were truncated meanwhile.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence, Union
+
+from dledger.store.errors import AppendMismatchError, DiskFullError, DLedgerStoreError, StoreLayoutError
+
+log = logging.getLogger(__name__)
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+MIN_BLANK_LEN = 8
+BLANK_MAGIC_CODE = -1
+DELETE_FILES_BATCH_MAX = 10
+_BLANK = struct.Struct(">ii")
+_IOV_MAX = 1024
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``DLedgerUtils.offset2FileName``: 20 digits, zero-padded."""
+    return "%020d" % offset
+
+
+class MmapFile:
+    """One fixed-size file: a descriptor for writes and a read-only mapping for reads."""
+
+    __slots__ = ("path", "from_offset", "file_size", "fd", "mm", "wrote", "start")
+
+    def __init__(self, path: Path, from_offset: int, file_size: int, *, create: bool) -> None:
+        self.path = path
+        self.from_offset = from_offset
+        self.file_size = file_size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            self.fd = os.open(path, flags, 0o644)
+        except FileExistsError:
+            raise StoreLayoutError(f"cannot create {path}: a file not in the list already exists") from None
+        try:
+            if create:
+                os.ftruncate(self.fd, file_size)  # sparse, zero-filled, like a Java mmap of a new file
+            self.mm = mmap.mmap(self.fd, file_size, access=mmap.ACCESS_READ)
+        except BaseException:
+            os.close(self.fd)
+            if create:
+                os.unlink(path)
+            raise
+        self.wrote = 0
+        self.start = 0
+
+    @property
+    def full(self) -> bool:
+        return self.wrote == self.file_size
+
+    @property
+    def end_offset(self) -> int:
+        return self.from_offset + self.file_size
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # a reader still holds a view; the mapping goes when the last view does
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"MmapFile({self.path.name}, wrote={self.wrote}, start={self.start})"
+
+
+@dataclass
+class AppendPlan:
+    """Where a batch of records will go. ``[start, end)`` is one contiguous byte range."""
+
+    start: int
+    end: int
+    positions: list[int]
+    sizes: list[int]
+    blanks: list[tuple[int, int]] = field(default_factory=list)  # (absolute pos, length)
+    new_files: list[int] = field(default_factory=list)  # from offsets to create
+
+    def write_blanks(self, stream: bytearray | memoryview) -> None:
+        """Write the blank records into a stream buffer that covers ``[start, end)``."""
+        for pos, length in self.blanks:
+            rel = pos - self.start
+            _BLANK.pack_into(stream, rel, BLANK_MAGIC_CODE, length)
+            stream[rel + 8:rel + length] = bytes(length - 8)
+
+
+class MmapFileList:
+    """See the module docstring. Offsets are absolute byte positions in the list."""
+
+    def __init__(self, store_path: str | os.PathLike[str], file_size: int, *,
+                 first_file_offset: int = 0) -> None:
+        if file_size <= MIN_BLANK_LEN:
+            raise ValueError(f"file size {file_size} too small")
+        self.store_path = Path(store_path)
+        self.file_size = file_size
+        self.first_file_offset = first_file_offset - first_file_offset % file_size
+        self.files: list[MmapFile] = []
+        self._lock = threading.Lock()
+        self._flushed_where = 0
+        self._generation = 0  # bumped by every truncation / removal
+        self._dir_dirty = False
+
+    # ------------------------------------------------------------------ loading and layout
+    def load(self) -> None:
+        """Open every file of the directory (all must have the configured size)."""
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        names = sorted(p.name for p in self.store_path.iterdir())
+        for name in names:
+            path = self.store_path / name
+            if not (len(name) == 20 and name.isdigit()):
+                raise StoreLayoutError(f"unexpected file {path} in a DLedger file list (names are 20-digit offsets)")
+            length = path.stat().st_size
+            if length != self.file_size:
+                raise StoreLayoutError(
+                    f"{path}: length {length} != configured file size {self.file_size}; "
+                    "delete old files before changing the mapped file size")
+            offset = int(name)
+            if offset % self.file_size:
+                raise StoreLayoutError(f"{path}: offset {offset} is not a multiple of the file size {self.file_size}")
+            f = MmapFile(path, offset, self.file_size, create=False)
+            f.wrote = self.file_size
+            self.files.append(f)
+        self.check_self()
+
+    def check_self(self) -> None:
+        """Consecutive files must differ by exactly the file size (``checkSelf``)."""
+        for prev, cur in zip(self.files, self.files[1:]):
+            if cur.from_offset - prev.from_offset != self.file_size:
+                raise StoreLayoutError(
+                    f"file list {self.store_path} is damaged: {prev.path.name} is followed by "
+                    f"{cur.path.name} (expected {offset_to_file_name(prev.end_offset)})")
+
+    @property
+    def first_file(self) -> MmapFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last_file(self) -> MmapFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def min_offset(self) -> int:
+        f = self.first_file
+        return f.from_offset + f.start if f else 0
+
+    @property
+    def max_wrote_position(self) -> int:
+        f = self.last_file
+        return f.from_offset + f.wrote if f else 0
+
+    @property
+    def flushed_where(self) -> int:
+        return self._flushed_where
+
+    def find_file(self, offset: int) -> MmapFile | None:
+        files = self.files
+        if not files or offset < files[0].from_offset or offset >= files[-1].end_offset:
+            return None
+        f = files[(offset - files[0].from_offset) // self.file_size]
+        return f if f.from_offset <= offset < f.end_offset else None
+
+    def get_data(self, pos: int, size: int | None = None) -> memoryview:
+        """Zero-copy read-only view of ``size`` bytes at ``pos`` (default: to the file's write end).
+
+        The range must lie inside one file and below its write position.
+        """
+        f = self.find_file(pos)
+        if f is None:
+            raise DLedgerStoreError(f"offset {pos} outside the file list {self.store_path} "
+                                    f"[{self.files[0].from_offset if self.files else 0}, {self.max_wrote_position})")
+        rel = pos - f.from_offset
+        end = f.wrote if size is None else rel + size
+        if (size is not None and size < 0) or end > f.wrote:
+            raise DLedgerStoreError(f"read of {size} bytes at {pos} beyond the write position "
+                                    f"{f.from_offset + f.wrote} of {f.path}")
+        return memoryview(f.mm)[rel:end]
+
+    # ------------------------------------------------------------------ appending
+    def plan_append(self, sizes: Sequence[int], use_blank: bool = True) -> AppendPlan:
+        """Lay out records of the given sizes after the current end (pure: no I/O)."""
+        fs = self.file_size
+        last = self.last_file
+        new_files: list[int] = []
+        if last is None:
+            file_from, wrote = self.first_file_offset, 0
+            new_files.append(file_from)
+        elif last.full:
+            file_from, wrote = last.end_offset, 0
+            new_files.append(file_from)
+        else:
+            file_from, wrote = last.from_offset, last.wrote
+        start = file_from + wrote
+        need = MIN_BLANK_LEN if use_blank else 0
+        positions: list[int] = []
+        blanks: list[tuple[int, int]] = []
+        for n in sizes:
+            if wrote == fs:
+                file_from += fs
+                wrote = 0
+                new_files.append(file_from)
+            if n + need > fs - wrote:
+                if not use_blank:
+                    raise DLedgerStoreError(f"record of {n} bytes does not fit the {fs - wrote} bytes "
+                                            f"left in {offset_to_file_name(file_from)} of {self.store_path}")
+                blanks.append((file_from + wrote, fs - wrote))
+                file_from += fs
+                wrote = 0
+                new_files.append(file_from)
+                if n + need > fs:
+                    raise DLedgerStoreError(f"record of {n} bytes cannot fit a file of {fs} bytes "
+                                            f"({self.store_path})")
+            positions.append(file_from + wrote)
+            wrote += n
+        return AppendPlan(start, file_from + wrote, positions, list(sizes), blanks, new_files)
+
+    def commit_stream(self, plan: AppendPlan, stream: Buffer) -> None:
+        """Write a buffer covering ``[plan.start, plan.end)`` (records and blanks in place)."""
+        if len(stream) != plan.end - plan.start:
+            raise ValueError(f"stream of {len(stream)} bytes for a plan of {plan.end - plan.start}")
+        self._commit(plan, [memoryview(stream)])
+
+    def commit_records(self, plan: AppendPlan, records: Sequence[Buffer]) -> None:
+        """Write one buffer per planned record; blank fillers are generated here."""
+        iov: list[Buffer] = []
+        blanks = iter(plan.blanks)
+        nxt = next(blanks, None)
+        for pos, rec, size in zip(plan.positions, records, plan.sizes):
+            while nxt is not None and nxt[0] < pos:
+                iov.append(_BLANK.pack(BLANK_MAGIC_CODE, nxt[1]) + bytes(nxt[1] - 8))
+                nxt = next(blanks, None)
+            if len(rec) != size:
+                raise ValueError(f"record of {len(rec)} bytes planned as {size}")
+            iov.append(rec)
+        if len(records) != len(plan.positions) or nxt is not None:
+            raise ValueError("records do not match the plan")
+        self._commit(plan, iov)
+
+    def append(self, data: Buffer, use_blank: bool = True) -> int:
+        """Append one record; returns its absolute position."""
+        plan = self.plan_append([len(data)], use_blank)
+        self._commit(plan, self._with_blanks(plan, data))
+        return plan.positions[0]
+
+    def pre_append(self, n: int, use_blank: bool = True) -> int:
+        """DLedger's ``preAppend``: write any blank and create the file, return where ``n`` bytes go."""
+        plan = self.plan_append([n], use_blank)
+        if plan.new_files or plan.blanks:
+            only = AppendPlan(plan.start, plan.positions[0], [], [], plan.blanks, plan.new_files)
+            self._commit(only, self._with_blanks(only, b""))
+        return plan.positions[0]
+
+    @staticmethod
+    def _with_blanks(plan: AppendPlan, data: Buffer) -> list[Buffer]:
+        return [_BLANK.pack(BLANK_MAGIC_CODE, n) + bytes(n - 8) for _, n in plan.blanks] + ([data] if data else [])
+
+    def _commit(self, plan: AppendPlan, iov: list[Buffer]) -> None:
+        if plan.start != self._next_position():
+            raise AppendMismatchError(f"stale append plan for {self.store_path}: starts at {plan.start}, "
+                                      f"list ends at {self.max_wrote_position}")
+        created: list[MmapFile] = []
+        try:
+            for off in plan.new_files:
+                created.append(self._create_file(off))
+        except OSError as exc:
+            self._rollback(created, [])
+            raise self._os_error(exc, f"creating {offset_to_file_name(off)}") from exc
+        written: list[tuple[MmapFile, int]] = []  # (file, rel start) of each segment started
+        try:
+            for f, rel, bufs in self._segments(plan.start, plan.end, iov):
+                written.append((f, rel))
+                _pwritev_all(f.fd, bufs, rel)
+        except OSError as exc:
+            self._rollback(created, written)
+            raise self._os_error(exc, f"writing [{plan.start}, {plan.end})") from exc
+        for f, _rel in written:
+            f.wrote = min(self.file_size, plan.end - f.from_offset)
+
+    def _next_position(self) -> int:
+        last = self.last_file
+        if last is None:
+            return self.first_file_offset
+        return last.end_offset if last.full else last.from_offset + last.wrote
+
+    def _segments(self, start: int, end: int, iov: list[Buffer]):
+        """Split a contiguous iov at file boundaries: yields (file, rel, buffers)."""
+        pos = start
+        it = iter(iov)
+        cur: memoryview | None = None
+        while pos < end:
+            f = self.find_file(pos)
+            if f is None:
+                raise DLedgerStoreError(f"no file for offset {pos} in {self.store_path}")
+            rel = pos - f.from_offset
+            room = min(f.end_offset, end) - pos
+            bufs: list[Buffer] = []
+            while room > 0:
+                if cur is None or len(cur) == 0:
+                    cur = memoryview(next(it)).cast("B")
+                    continue
+                take = min(room, len(cur))
+                bufs.append(cur[:take])
+                cur = cur[take:]
+                room -= take
+                pos += take
+            yield f, rel, bufs
+
+    def _create_file(self, from_offset: int) -> MmapFile:
+        if not self.files:
+            self.store_path.mkdir(parents=True, exist_ok=True)
+        f = MmapFile(self.store_path / offset_to_file_name(from_offset), from_offset, self.file_size, create=True)
+        with self._lock:
+            if self.files and self.files[-1].end_offset != from_offset:
+                f.destroy()
+                raise StoreLayoutError(f"cannot create {f.path.name} after {self.files[-1].path.name} "
+                                       f"in {self.store_path}")
+            self.files.append(f)
+            self._dir_dirty = True
+        return f
+
+    def _rollback(self, created: list[MmapFile], written: list[tuple[MmapFile, int]]) -> None:
+        """Undo a failed commit: zero headers already written, drop files created."""
+        for f, rel in written:
+            if f not in created:
+                _zero_if_nonzero(f, rel)
+        with self._lock:
+            for f in created:
+                self.files.remove(f)
+                f.destroy()
+            self._generation += 1
+
+    def _os_error(self, exc: OSError, what: str) -> DLedgerStoreError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFullError(f"disk full while {what} in {self.store_path}: {exc}")
+        return DLedgerStoreError(f"I/O error while {what} in {self.store_path}: {exc}")
+
+    # ------------------------------------------------------------------ truncation
+    def truncate_offset(self, offset: int) -> None:
+        """Make ``offset`` the end: files after it are deleted, the file holding it ends there."""
+        remove: list[MmapFile] = []
+        for f in self.files:
+            if f.end_offset > offset:
+                if offset >= f.from_offset:
+                    f.wrote = offset - f.from_offset
+                    _zero_if_nonzero(f, f.wrote)
+                else:
+                    remove.append(f)
+        with self._lock:
+            self._generation += 1
+            self._flushed_where = min(self._flushed_where, max(offset, 0))
+            self._remove(remove)
+
+    def reset_offset(self, offset: int) -> None:
+        """Make ``offset`` the beginning: files wholly before it are deleted."""
+        remove: list[MmapFile] = []
+        for f in reversed(self.files):
+            if f.from_offset <= offset:
+                if offset < f.end_offset:
+                    f.start = offset - f.from_offset
+                else:
+                    remove.append(f)
+        with self._lock:
+            self._generation += 1
+            self._remove(remove)
+
+    def rebuild_with_pos(self, pos: int) -> bool:
+        """Delete everything and start a fresh file so that ``min == max == pos``."""
+        self.truncate_offset(-1)
+        self._create_file(pos - pos % self.file_size)
+        self.truncate_offset(pos)
+        self.reset_offset(pos)
+        return pos == self.max_wrote_position and pos == self.min_offset
+
+    def update_where_position(self, where: int) -> None:
+        """Declare bytes below ``where`` flushed (recovery: they were read back from disk)."""
+        if where > self.max_wrote_position:
+            log.warning("update_where_position %d > max wrote %d (%s)", where, self.max_wrote_position, self.store_path)
+            return
+        with self._lock:
+            self._flushed_where = where
+
+    def _remove(self, files: list[MmapFile]) -> None:
+        for f in files:
+            if f in self.files:
+                self.files.remove(f)
+                f.destroy()
+                self._dir_dirty = True
+
+    def delete_expired_files_by_time(self, expired_ms: float, *, now_ms: float | None = None,
+                                     force: bool = False, max_files: int = DELETE_FILES_BATCH_MAX) -> int:
+        """Delete leading files not modified for ``expired_ms`` (never the last one)."""
+        now_ms = time.time() * 1000 if now_ms is None else now_ms
+        victims: list[MmapFile] = []
+        for f in self.files[:-1]:
+            if not force and os.stat(f.path).st_mtime * 1000 + expired_ms > now_ms:
+                break  # never delete files in the middle
+            victims.append(f)
+            if len(victims) >= max_files:
+                break
+        with self._lock:
+            self._generation += 1
+            self._remove(victims)
+        return len(victims)
+
+    # ------------------------------------------------------------------ durability
+    def flush(self) -> int:
+        """``fdatasync`` every file holding unflushed bytes; returns the new ``flushed_where``.
+
+        Safe to call from one worker thread while the writer appends.
+        """
+        with self._lock:
+            target = self.max_wrote_position
+            gen = self._generation
+            fds = [os.dup(f.fd) for f in self.files
+                   if f.end_offset > self._flushed_where and f.from_offset < target]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+            if dir_dirty:
+                dfd = os.open(self.store_path, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except BaseException:
+            with self._lock:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if gen == self._generation and target > self._flushed_where:
+                self._flushed_where = target
+            return self._flushed_where
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for f in self.files:
+                f.close()
+            self.files = []
+
+    def destroy(self) -> None:
+        """Delete every file (tests and ``rebuild``)."""
+        with self._lock:
+            self._generation += 1
+            self._remove(list(self.files))
+            self._flushed_where = 0
+
+
+def _pwritev_all(fd: int, bufs: list[Buffer], offset: int) -> None:
+    """Write all buffers at ``offset``, resuming after short writes (<= IOV_MAX per call)."""
+    pending = [memoryview(b) for b in bufs if len(b)]
+    i = 0
+    while i < len(pending):
+        chunk = pending[i:i + _IOV_MAX]
+        n = os.pwritev(fd, chunk, offset) if len(chunk) > 1 else os.pwrite(fd, chunk[0], offset)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "short write")
+        offset += n
+        while n:
+            if n >= len(pending[i]):
+                n -= len(pending[i])
+                i += 1
+            else:
+                pending[i] = pending[i][n:]
+                n = 0
+
+
+def _zero_if_nonzero(f: MmapFile, rel: int) -> None:
+    """Zero up to 8 bytes at ``rel`` unless already zero (a hole must not be allocated)."""
+    n = min(MIN_BLANK_LEN, f.file_size - rel)
+    if n > 0 and f.fd >= 0 and f.mm[rel:rel + n] != bytes(n):
+        try:
+            os.pwrite(f.fd, bytes(n), rel)
+        except OSError as exc:  # pragma: no cover - overwriting allocated blocks
+            log.error("could not zero %d bytes at %d of %s: %s", n, rel, f.path, exc)
