@@ -1,0 +1,263 @@
+"""Peer messages of the consensus core: small frozen dataclasses with a plain-dict codec.
+
+Rules
+-----
+- Every message names its sender ``src``, its receiver ``dst`` and the sender's ``term``.  The
+  core drops messages whose ``src`` is not a configured peer or whose ``dst`` is not itself.
+- Log positions follow DLedger: the first index is 0, an empty log has end index -1 and end
+  term -1, and ``(prev_index=-1, prev_term=-1)`` matches every log.
+- Entries are opaque: ``Entry.data`` is whatever the driver's store returned from
+  ``get_raw`` (in the real server a fully encoded DLedger entry, header included); the core only
+  reads ``index``, ``term`` and ``len(data)``.
+- ``to_dict()`` produces plain types only (str, int, bool, bytes, list, dict) so the rpc layer
+  can msgpack it; :func:`from_dict` is the only way back and validates everything (types,
+  ranges, entry contiguity).  A malformed peer message raises :class:`MessageError` before any
+  state is touched.
+
+Theory of operation
+-------------------
+The wire form of a message is ``{"t": <kind>, field: value, ...}``; entries travel as
+``[index, term, data]`` triples.  :data:`KINDS` maps each kind to its class; each class lists its
+fields with a validator in ``_SCHEMA``, so decoding is a table walk rather than per-class code.
+
+Pre-vote (etcd-raft's): a pre-candidate sends ``VoteRequest(pre_vote=True, term=current+1)``
+without changing its own term; voters answer without changing theirs.  Only a pre-candidate
+that wins a quorum of pre-votes increments its term and sends real votes, so a partitioned node
+never inflates terms.  ``transfer=True`` marks the real vote of a leadership-transfer target
+(sent after :class:`TimeoutNow`); it overrides the voters' leader lease.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, Union
+
+from dledger.core.codes import Code, VoteResult
+
+
+class MessageError(ValueError):
+    """A peer message failed validation in :func:`from_dict`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    index: int
+    term: int
+    data: bytes
+
+    def to_list(self) -> list[Any]:
+        return [self.index, self.term, self.data]
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    KIND: ClassVar[str] = "vote"
+    src: str
+    dst: str
+    term: int
+    last_index: int
+    last_term: int
+    pre_vote: bool = False
+    transfer: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    KIND: ClassVar[str] = "vote_resp"
+    src: str
+    dst: str
+    term: int
+    granted: bool
+    pre_vote: bool = False
+    result: VoteResult = VoteResult.UNKNOWN
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Push of entries (or a heartbeat when ``entries`` is empty).
+
+    ``entries[i].index == prev_index + 1 + i``; ``commit`` is the leader's commit index.
+    """
+
+    KIND: ClassVar[str] = "append"
+    src: str
+    dst: str
+    term: int
+    prev_index: int
+    prev_term: int
+    commit: int
+    entries: tuple[Entry, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """Answer to an :class:`AppendRequest`.
+
+    success: ``match_index`` is the highest index the follower has *persisted* and knows to
+    match the leader (never more than it has flushed).
+    reject: ``reject_index`` is the request's ``prev_index``; ``(hint_index, hint_term)`` is the
+    follower's last entry with index <= reject_index and term <= the request's ``prev_term``
+    (etcd-raft's fast back-off); ``last_index`` is the follower's ledger end.
+    """
+
+    KIND: ClassVar[str] = "append_resp"
+    src: str
+    dst: str
+    term: int
+    success: bool
+    match_index: int = -1
+    reject_index: int = -1
+    hint_index: int = -1
+    hint_term: int = -1
+    last_index: int = -1
+    code: Code = Code.SUCCESS
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the receiver campaigns at once (DLedger's take-leadership)."""
+
+    KIND: ClassVar[str] = "timeout_now"
+    src: str
+    dst: str
+    term: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+
+Message = Union[VoteRequest, VoteResponse, AppendRequest, AppendResponse, TimeoutNow]
+KINDS: dict[str, type] = {
+    c.KIND: c for c in (VoteRequest, VoteResponse, AppendRequest, AppendResponse, TimeoutNow)
+}
+
+
+# --------------------------------------------------------------------------- codec
+
+def _to_dict(msg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"t": msg.KIND}
+    for f in fields(msg):
+        v = getattr(msg, f.name)
+        if f.name == "entries":
+            v = [e.to_list() for e in v]
+        elif isinstance(v, (Code, VoteResult)):
+            v = int(v)
+        out[f.name] = v
+    return out
+
+
+def _int(lo: int) -> Callable[[str, Any], int]:
+    def check(name: str, v: Any) -> int:
+        if type(v) is not int:
+            raise MessageError(f"field {name!r} must be an int, got {type(v).__name__}")
+        if v < lo:
+            raise MessageError(f"field {name!r}={v} is below {lo}")
+        return v
+
+    return check
+
+
+def _str(name: str, v: Any) -> str:
+    if type(v) is not str or not v or len(v) > 256:
+        raise MessageError(f"field {name!r} must be a non-empty str of <= 256 chars")
+    return v
+
+
+def _bool(name: str, v: Any) -> bool:
+    if type(v) is not bool:
+        raise MessageError(f"field {name!r} must be a bool, got {type(v).__name__}")
+    return v
+
+
+def _enum(cls: type) -> Callable[[str, Any], Any]:
+    def check(name: str, v: Any) -> Any:
+        if type(v) is not int:
+            raise MessageError(f"field {name!r} must be an int code")
+        try:
+            return cls(v)
+        except ValueError:
+            raise MessageError(f"field {name!r}: unknown {cls.__name__} {v}") from None
+
+    return check
+
+
+def _entries(name: str, v: Any) -> tuple[Entry, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise MessageError(f"field {name!r} must be a list")
+    out: list[Entry] = []
+    for i, e in enumerate(v):
+        if not isinstance(e, (list, tuple)) or len(e) != 3:
+            raise MessageError(f"entry #{i} must be [index, term, data]")
+        idx, term, data = e
+        _int(0)(f"entries[{i}].index", idx)
+        _int(0)(f"entries[{i}].term", term)
+        if type(data) is not bytes:
+            raise MessageError(f"entries[{i}].data must be bytes, got {type(data).__name__}")
+        out.append(Entry(idx, term, data))
+    return tuple(out)
+
+
+_TERM = _int(-1)
+_INDEX = _int(-1)
+_SCHEMA: dict[type, dict[str, Callable[[str, Any], Any]]] = {
+    VoteRequest: {"src": _str, "dst": _str, "term": _int(0), "last_index": _INDEX,
+                  "last_term": _TERM, "pre_vote": _bool, "transfer": _bool},
+    VoteResponse: {"src": _str, "dst": _str, "term": _int(0), "granted": _bool,
+                   "pre_vote": _bool, "result": _enum(VoteResult)},
+    AppendRequest: {"src": _str, "dst": _str, "term": _int(0), "prev_index": _INDEX,
+                    "prev_term": _TERM, "commit": _INDEX, "entries": _entries},
+    AppendResponse: {"src": _str, "dst": _str, "term": _int(0), "success": _bool,
+                     "match_index": _INDEX, "reject_index": _INDEX, "hint_index": _INDEX,
+                     "hint_term": _TERM, "last_index": _INDEX, "code": _enum(Code)},
+    TimeoutNow: {"src": _str, "dst": _str, "term": _int(0)},
+}
+
+
+def from_dict(d: Any) -> Message:
+    """Decode and validate a message produced by ``to_dict`` (e.g. after msgpack)."""
+    if not isinstance(d, dict):
+        raise MessageError(f"message must be a dict, got {type(d).__name__}")
+    kind = d.get("t")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise MessageError(f"unknown message kind {kind!r}")
+    schema = _SCHEMA[cls]
+    extra = set(d) - set(schema) - {"t"}
+    if extra:
+        raise MessageError(f"{kind}: unknown fields {sorted(extra)}")
+    kwargs: dict[str, Any] = {}
+    for name, check in schema.items():
+        if name in d:
+            kwargs[name] = check(name, d[name])
+        elif name in ("src", "dst", "term"):
+            raise MessageError(f"{kind}: missing field {name!r}")
+    msg = cls(**kwargs)
+    if isinstance(msg, AppendRequest):
+        _check_append(msg)
+    return msg
+
+
+def _check_append(m: AppendRequest) -> None:
+    if (m.prev_index == -1) != (m.prev_term == -1):
+        raise MessageError("append: prev_index and prev_term must both be -1 or both >= 0")
+    if m.prev_term > m.term:
+        raise MessageError("append: prev_term exceeds the leader's term")
+    last_term = m.prev_term
+    for i, e in enumerate(m.entries):
+        if e.index != m.prev_index + 1 + i:
+            raise MessageError(f"append: entry #{i} has index {e.index}, "
+                               f"expected {m.prev_index + 1 + i}")
+        if e.term < last_term or e.term > m.term:
+            raise MessageError(f"append: entry #{i} term {e.term} out of order")
+        last_term = e.term
