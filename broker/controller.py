@@ -1,0 +1,364 @@
+"""BrokerController: one broker process — store, HA, metadata, SlaveSynchronize, HTTP API, role.
+
+Rules:
+- Start order (RocketMQ ``BrokerController.initialize/start`` + ``DefaultMessageStore.load/start``):
+  take the store lock (the store's own, or ``StoreLock`` here when the store does not take it) ->
+  load metadata JSON -> load + recover + start the store (which writes ``abort``) -> HA (classic
+  only: ``HAService`` on a master, ``HAClient`` to ``haMasterAddress`` on a slave) -> HTTP API on
+  ``listenPort`` -> SlaveSynchronize (slave only). Any failure undoes what was started and is
+  raised as :class:`BrokerStartError` with one clear sentence.
+- Shutdown (SIGTERM/SIGINT, or :meth:`shutdown`) is the reverse: stop accepting HTTP requests
+  (in-flight ones finish), stop SlaveSynchronize and HA, persist metadata, shut the store down
+  (flush, delete ``abort`` when nothing is left to dispatch), release the lock.
+- Role is runtime state: ``broker_role`` and ``broker_id`` start from the conf file and change
+  only through :meth:`change_to_master` / :meth:`change_to_slave` (DLedger's role-change handler
+  calls them; classic mode never does). :meth:`check_writable` is the *only* "am I master?"
+  gate on the write path; on a slave it raises ``NOT_MASTER`` with the master's API address.
+- In DLedger mode (``enableDLegerCommitLog=true``) no classic HA runs, the broker starts with
+  ``brokerId=-1`` and refuses writes until the role-change handler makes it master.
+- One log line per state change: started as ROLE, role changed, shutting down, stopped. HA and
+  SlaveSynchronize log their own transitions (slave connected/disconnected, sync failing/ok).
+
+Theory of operation: everything runs on one asyncio loop. The controller owns the objects; the
+request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
+:class:`broker.store_access.StoreAccess`, metadata calls in
+:class:`broker.metadata_access.MetadataAccessor`, so this module is only lifecycle and role.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from aiohttp import web
+
+from broker.api import errors as E
+from broker.api.errors import BrokerApiError
+from broker.api.metrics import BrokerMetrics
+from broker.api.server import build_app
+from broker.metadata_access import MetadataAccessor
+from broker.processor import BrokerProcessor
+from broker.slave_sync import SlaveSynchronize
+from broker.store.lockfile import StoreLock, StoreLockedError
+from broker.store_access import StoreAccess
+
+log = logging.getLogger("broker")
+
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+SLAVE = "SLAVE"
+
+
+class BrokerStartError(RuntimeError):
+    """The broker could not start; the message says why in one sentence."""
+
+
+def _cfg(obj: Any, name: str, default: Any = None) -> Any:
+    value = getattr(obj, name, default)
+    return default if value is None else value
+
+
+def _role_name(role: Any) -> str:
+    return getattr(role, "name", None) or str(role)
+
+
+class BrokerController:
+    def __init__(self, broker_config: Any, store_config: Any, *, conf_path: str | None = None) -> None:
+        self.broker_config = broker_config
+        self.store_config = store_config
+        self.conf_path = conf_path
+        self.metrics = BrokerMetrics()
+        self.dledger_enabled = bool(_cfg(store_config, "enable_dleger_commit_log", False))
+        self.broker_role: str = _role_name(_cfg(store_config, "broker_role", "ASYNC_MASTER"))
+        self.broker_id: int = -1 if self.dledger_enabled else int(_cfg(broker_config, "broker_id", 0))
+        self.broker_name: str = _cfg(broker_config, "broker_name", "broker-a")
+        self.cluster_name: str = _cfg(broker_config, "broker_cluster_name", "DefaultCluster")
+        self.broker_ip: str = _cfg(broker_config, "broker_ip1", "127.0.0.1")
+        self.listen_port: int = int(_cfg(broker_config, "listen_port", 10911))
+        self.ha_listen_port: int = int(_cfg(store_config, "ha_listen_port", self.listen_port + 1))
+        self.root_dir = Path(_cfg(store_config, "store_path_root_dir", os.path.expanduser("~/store")))
+        self.max_message_size: int = int(_cfg(store_config, "max_message_size", 4 * 1024 * 1024))
+        self.default_topic_queue_nums: int = int(_cfg(broker_config, "default_topic_queue_nums", 8))
+        self.auto_create_topic_enable: bool = bool(_cfg(broker_config, "auto_create_topic_enable", True))
+        self.slave_sync_interval_s: float = float(_cfg(broker_config, "slave_sync_interval_ms", 10_000)) / 1000.0
+        self.ha_master_address: Optional[str] = _cfg(store_config, "ha_master_address", None)
+        self._master_api_address: Optional[str] = _cfg(broker_config, "master_address", None)
+        self.store_host = (self.broker_ip, self.listen_port)
+        self.started_ms = 0
+        self.store: Any = None
+        self.store_access: StoreAccess | None = None  # type: ignore[assignment]
+        self.metadata = MetadataAccessor(self.root_dir, broker_config, store_config)
+        self.processor = BrokerProcessor(self)
+        self.ha_service: Any = None
+        self.ha_client: Any = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self._lock: StoreLock | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopped = asyncio.Event()
+        self._shutting_down = False
+        self.writable = False  # False until started, and while shutting down
+        self._register_gauges()
+
+    @classmethod
+    def from_conf_file(cls, path: str) -> "BrokerController":
+        from broker.config import load_broker_config  # noqa: WPS433 (config errors surface at the CLI)
+
+        broker_config, store_config = load_broker_config(path)
+        return cls(broker_config, store_config, conf_path=path)
+
+    # ------------------------------------------------------------------ addresses and role
+    @property
+    def api_address(self) -> str:
+        return f"{self.broker_ip}:{self.listen_port}"
+
+    @property
+    def master_api_address(self) -> Optional[str]:
+        """Master's HTTP API: set by a role change, else ``haMasterAddress`` host with port-1
+        (RocketMQ's ``haListenPort = listenPort + 1`` convention)."""
+        if self.is_master():
+            return self.api_address
+        if self._master_api_address:
+            return self._master_api_address
+        if self.ha_master_address:
+            host, _, port = self.ha_master_address.rpartition(":")
+            if port.isdigit():
+                return f"{host}:{int(port) - 1}"
+        return None
+
+    def is_master(self) -> bool:
+        """The one "am I master?" question (classic: the role; DLedger: also brokerId 0)."""
+        return self.broker_role in MASTER_ROLES and (not self.dledger_enabled or self.broker_id == 0)
+
+    def check_writable(self) -> None:
+        """The write-path gate: raises NOT_MASTER (with masterAddress) or SERVICE_NOT_AVAILABLE."""
+        if not self.is_master():
+            raise BrokerApiError(
+                E.NOT_MASTER,
+                f"broker {self.broker_name} id {self.broker_id} is {self.broker_role}, not the master; write to the master",
+                masterAddress=self.master_api_address,
+            )
+        if not self.writable:
+            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker is starting or shutting down")
+
+    def change_to_master(self, role: str = "SYNC_MASTER") -> None:
+        """DLedger leader (after commit + dispatch caught up): accept writes as brokerId 0."""
+        old = (self.broker_role, self.broker_id)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master_address(None)
+        self.broker_id = 0
+        self.broker_role = role
+        self._master_api_address = None
+        log.info("broker %s role changed %s/id %s -> %s/id 0", self.broker_name, old[0], old[1], role)
+
+    def change_to_slave(self, broker_id: int, master_api_address: Optional[str]) -> None:
+        """Follower/candidate: refuse writes, sync metadata from ``master_api_address``."""
+        old = (self.broker_role, self.broker_id)
+        self.broker_id = broker_id if broker_id != 0 else 1
+        self.broker_role = SLAVE
+        self._master_api_address = master_api_address
+        if self.slave_sync is None:
+            self.slave_sync = self._make_slave_sync()
+            if self.started_ms:
+                self.slave_sync.start()
+        self.slave_sync.set_master_address(master_api_address)
+        if old != (self.broker_role, self.broker_id):
+            log.info("broker %s role changed %s/id %s -> SLAVE/id %s (master %s)", self.broker_name, old[0], old[1],
+                     self.broker_id, master_api_address)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._teardown()
+            raise
+
+    async def _start(self) -> None:
+        t0 = time.monotonic()
+        self.root_dir.mkdir(parents=True, exist_ok=True)
+        if not StoreAccess.store_takes_lock():
+            try:
+                self._lock = StoreLock(self.root_dir).acquire()
+            except StoreLockedError as exc:
+                raise BrokerStartError(str(exc)) from None
+        self.metadata.load()
+        try:
+            self.store_access = StoreAccess.open(self)
+        except StoreLockedError as exc:
+            raise BrokerStartError(str(exc)) from None
+        self.store = self.store_access.store
+        if not self.dledger_enabled:
+            await self._start_classic_ha()
+        app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host=_cfg(self.broker_config, "listen_host", "0.0.0.0"), port=self.listen_port,
+                           reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise BrokerStartError(f"cannot listen on HTTP port {self.listen_port} (listenPort): {exc.strerror}") from None
+        if self.broker_role == SLAVE and not self.dledger_enabled:
+            self.slave_sync = self._make_slave_sync()
+            self.slave_sync.start()
+        self.started_ms = int(time.time() * 1000)
+        self.writable = True
+        log.info(
+            "broker %s (cluster %s) started as %s, brokerId %d, API http://%s, %s, store %s (%s recovery, max offset %d) in %.2fs",
+            self.broker_name, self.cluster_name, self.broker_role if not self.dledger_enabled else "DLEDGER (awaiting role)",
+            self.broker_id, self.api_address, self._ha_summary(), self.root_dir,
+            "normal" if self.store_access.last_exit_ok else "abnormal", self.store_access.max_phy_offset(),
+            time.monotonic() - t0,
+        )
+
+    def _ha_summary(self) -> str:
+        if self.dledger_enabled:
+            return "DLedger replication"
+        if self.ha_service is not None:
+            return f"HA listening on port {self.ha_service.listen_port}"
+        if self.ha_client is not None:
+            return f"replicating from HA master {self.ha_master_address}"
+        return "no HA"
+
+    async def _start_classic_ha(self) -> None:
+        from broker.ha.client import HAClient  # noqa: WPS433
+        from broker.ha.service import HAService  # noqa: WPS433
+
+        commitlog = self.store_access.commitlog
+        if self.broker_role in MASTER_ROLES:
+            self.ha_service = HAService(commitlog, self.store_config, port=self.ha_listen_port)
+            try:
+                await self.ha_service.start()
+            except OSError as exc:
+                self.ha_service = None
+                raise BrokerStartError(f"cannot listen on HA port {self.ha_listen_port} (haListenPort): {exc.strerror}") from None
+            self.store_access.on_put(self.ha_service.notify_put)
+        else:
+            if not self.ha_master_address:
+                raise BrokerStartError("brokerRole=SLAVE needs haMasterAddress=<master host>:<master haListenPort>")
+            self.ha_client = HAClient(commitlog, self.ha_master_address, self.store_config,
+                                      on_append=self.store_access.wake_dispatch)
+            await self.ha_client.start()
+
+    def _make_slave_sync(self) -> SlaveSynchronize:
+        def on_update(name: str, result: str) -> None:
+            self.metrics.slave_sync.inc(name, result)
+
+        return SlaveSynchronize(self.metadata.sync_access(), self.master_api_address,
+                                interval=self.slave_sync_interval_s, initial_delay=min(3.0, self.slave_sync_interval_s),
+                                on_update=on_update)
+
+    async def shutdown(self) -> None:
+        if self._shutting_down:
+            await self._stopped.wait()
+            return
+        self._shutting_down = True
+        self.writable = False
+        log.info("broker %s shutting down", self.broker_name)
+        await self._teardown()
+        log.info("broker %s stopped cleanly", self.broker_name)
+        self._stopped.set()
+
+    async def _teardown(self) -> None:
+        self.writable = False
+        if self._runner is not None:
+            await self._runner.cleanup()  # stop accepting; in-flight requests finish
+            self._runner = None
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+            self.ha_client = None
+        if self.ha_service is not None:
+            await self.ha_service.shutdown()
+            self.ha_service = None
+        try:
+            self.metadata.persist_all()
+        except Exception:  # noqa: BLE001 - still shut the store down
+            log.exception("persisting metadata failed")
+        if self.store_access is not None:
+            await self.store_access.shutdown()
+            self.store_access = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def run_until_signal(self) -> None:
+        """Start, then wait for SIGTERM/SIGINT and shut down cleanly."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        await self.shutdown()
+
+    # ------------------------------------------------------------------ replication wait
+    async def wait_for_replication(self, next_offset: int) -> str:
+        """GroupTransferService: PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (SYNC_MASTER only)."""
+        if self.broker_role != "SYNC_MASTER" or self.ha_service is None:
+            return "PUT_OK"
+        timeout_ms = float(_cfg(self.store_config, "sync_flush_timeout", 5000))
+        status = await self.ha_service.wait_for_slave_ack(next_offset, timeout_ms)
+        return getattr(status, "value", str(status))
+
+    # ------------------------------------------------------------------ status and metadata
+    def status(self) -> dict[str, Any]:
+        sa = self.store_access
+        out: dict[str, Any] = {
+            "brokerClusterName": self.cluster_name, "brokerName": self.broker_name, "brokerId": self.broker_id,
+            "brokerRole": self.broker_role, "isMaster": self.is_master(), "address": self.api_address,
+            "masterAddress": self.master_api_address, "dLegerEnabled": self.dledger_enabled,
+            "pid": os.getpid(), "startedAt": self.started_ms, "writable": self.writable and self.is_master(),
+            "storePathRootDir": str(self.root_dir), "confPath": self.conf_path,
+        }
+        if sa is not None:
+            out.update(sa.status())
+        out["ha"] = self.ha_status()
+        return out
+
+    def ha_status(self) -> dict[str, Any]:
+        if self.ha_service is not None:
+            st = self.ha_service.status()
+            acked = st.get("push2slave_max_offset", 0)
+            return {"mode": "master", "listenPort": st.get("listen_port"), "connections": st.get("connection_count", 0),
+                    "push2SlaveMaxOffset": acked, "slaveLagBytes": max(0, st.get("master_max_offset", 0) - acked)
+                    if st.get("connection_count") else None, "slaves": st.get("slaves", [])}
+        if self.ha_client is not None:
+            st = self.ha_client.status()
+            return {"mode": "slave", "connected": st.get("connected"), "masterHaAddress": st.get("master_address"),
+                    "maxOffset": st.get("max_offset"), "bytesReceived": st.get("bytes_received"),
+                    "connectCount": st.get("connect_count"), "lastError": st.get("last_error"),
+                    "lastSync": self.slave_sync.syncs if self.slave_sync else None}
+        return {"mode": "dledger" if self.dledger_enabled else "none"}
+
+    def config_file(self, name: str) -> dict[str, Any]:
+        content, version = self.metadata.file_content(name)
+        return {"name": name, "dataVersion": version, "content": content}
+
+    def _register_gauges(self) -> None:
+        m = self.metrics
+        m.register_gauge("rocketmq_broker_role", "1 for the current role (label role) and brokerId",
+                         lambda: [({"role": self.broker_role, "broker_id": str(self.broker_id)}, 1)])
+        m.register_gauge("rocketmq_broker_commitlog_max_offset", "Max physical offset of the commitlog",
+                         lambda: [({}, self.store_access.max_phy_offset())] if self.store_access else [])
+        m.register_gauge("rocketmq_broker_commitlog_min_offset", "Min physical offset of the commitlog",
+                         lambda: [({}, self.store_access.min_phy_offset())] if self.store_access else [])
+        m.register_gauge("rocketmq_broker_dispatch_behind_bytes", "Commitlog bytes not yet dispatched to ConsumeQueues",
+                         lambda: [({}, self.store_access.dispatch_behind_bytes())] if self.store_access else [])
+        m.register_gauge("rocketmq_broker_ha_connections", "Connected slaves (master) or 1/0 connected to master (slave)",
+                         self._ha_connections_gauge)
+        m.register_gauge("rocketmq_broker_ha_slave_lag_bytes", "Master max offset minus the best slave ack",
+                         lambda: [({}, v)] if (v := self.ha_status().get("slaveLagBytes")) is not None else [])
+        m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(self.metadata.topics()))])
+
+    def _ha_connections_gauge(self) -> list[tuple[dict[str, str], float]]:
+        st = self.ha_status()
+        if st["mode"] == "master":
+            return [({}, st["connections"])]
+        if st["mode"] == "slave":
+            return [({}, 1 if st["connected"] else 0)]
+        return []

@@ -1,0 +1,202 @@
+"""BrokerProcessor: what the HTTP API asks of a broker (RocketMQ's Send/Pull/Query/Admin processors).
+
+Rules:
+- Writes (produce, topic create, offset commit) first ask the controller
+  ``check_writable()`` — the single "am I master?" gate, which raises ``NOT_MASTER`` with the
+  master's API address on a slave (classic) or follower (DLedger). Reads work on every role.
+- Produce: the topic must exist, or is auto-created when ``autoCreateTopicEnable`` (with
+  ``defaultTopicQueueNums`` queues); an explicit ``queueId`` must be ``< writeQueueNums``;
+  otherwise queues are chosen round-robin per topic. The broker sets ``UNIQ_KEY``/``TAGS``/
+  ``KEYS``/``WAIT`` as the Java producer would (``views.to_message_ext``).
+- After a PUT_OK on a SYNC_MASTER the put waits for a slave ack (GroupTransferService); the
+  outcome ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` is returned as an error *with* the
+  msgId and offsets, because the message is stored on the master (RocketMQ does not roll back).
+- Pull never blocks (no long polling): ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG``,
+  ``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_ONE``, ``OFFSET_OVERFLOW_BADLY``, ``NO_MESSAGE_IN_QUEUE``
+  with ``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as RocketMQ's GetMessageResult.
+- Every store call goes through :class:`broker.store_access.StoreAccess`, so this module does
+  not depend on the store's internals.
+
+Theory of operation: stateless apart from the round-robin counters; the controller owns the
+store, metadata managers, HA and role, and hands itself in.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker.api import errors as E
+from broker.api.errors import BrokerApiError
+from broker.api.validation import ProduceMessage
+from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
+from broker.store.message import MessageFormatError, decode_message_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.controller import BrokerController
+
+PERM_READ, PERM_WRITE = 4, 2
+
+
+class BrokerProcessor:
+    def __init__(self, controller: "BrokerController") -> None:
+        self.c = controller
+        self._rr: dict[str, int] = {}
+        self._uniq = UniqKeyGenerator(controller.broker_ip)
+
+    # ------------------------------------------------------------------ controller pass-through
+    @property
+    def metrics(self) -> Any:
+        return self.c.metrics
+
+    def status(self) -> dict[str, Any]:
+        return self.c.status()
+
+    def config_file(self, name: str) -> dict[str, Any]:
+        return self.c.config_file(name)
+
+    # ------------------------------------------------------------------ produce
+    @property
+    def max_message_size(self) -> int:
+        return self.c.max_message_size
+
+    @property
+    def default_topic_queue_nums(self) -> int:
+        return self.c.default_topic_queue_nums
+
+    def _topic_for_write(self, topic: str) -> Any:
+        tc = self.c.metadata.topic(topic)
+        if tc is None:
+            if not self.c.auto_create_topic_enable:
+                raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
+            tc = self.c.metadata.create_topic(topic, self.c.default_topic_queue_nums, self.c.default_topic_queue_nums, 6)
+        if not tc.perm & PERM_WRITE:
+            raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden (perm {tc.perm})")
+        return tc
+
+    def _select_queue(self, topic: str, requested: int | None, write_queue_nums: int) -> int:
+        if requested is not None:
+            if requested >= write_queue_nums:
+                raise BrokerApiError(E.MESSAGE_ILLEGAL, f"request queueId[{requested}] is illegal, topic {topic} has writeQueueNums {write_queue_nums}")
+            return requested
+        n = self._rr.get(topic, -1) + 1
+        self._rr[topic] = n
+        return n % write_queue_nums
+
+    async def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
+                          result: dict[str, Any], next_offset: int) -> dict[str, Any]:
+        status = await self.c.wait_for_replication(next_offset)
+        m = self.c.metrics
+        m.put_latency.observe(time.perf_counter() - t0, kind)
+        m.put_messages.inc(topic, status, amount=count)
+        if status != "PUT_OK":
+            raise BrokerApiError(status, _REPLICATION_MESSAGES.get(status, status), **result)
+        m.put_bytes.inc(topic, amount=body_bytes)
+        result["status"] = "SEND_OK"
+        return result
+
+    async def put_message(self, msg: ProduceMessage, born_host: tuple[str, int]) -> dict[str, Any]:
+        self.c.check_writable()
+        t0 = time.perf_counter()
+        tc = self._topic_for_write(msg.topic)
+        queue_id = self._select_queue(msg.topic, msg.queue_id, tc.write_queue_nums)
+        now = int(time.time() * 1000)
+        inner = to_message_ext(msg, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
+                               store_host=self.c.store_host, now_ms=now)
+        r = await self.c.store_access.put_messages([inner])
+        result = {
+            "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic, "queueId": queue_id,
+            "queueOffset": r.queue_offsets[0], "commitLogOffset": r.physical_offsets[0], "storeSize": r.wrote_bytes,
+        }
+        return await self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r.next_offset)
+
+    async def put_messages(self, msgs: list[ProduceMessage], born_host: tuple[str, int]) -> dict[str, Any]:
+        self.c.check_writable()
+        t0 = time.perf_counter()
+        topic = msgs[0].topic
+        tc = self._topic_for_write(topic)
+        queue_id = self._select_queue(topic, msgs[0].queue_id, tc.write_queue_nums)
+        now = int(time.time() * 1000)
+        inners = [to_message_ext(m, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
+                                 store_host=self.c.store_host, now_ms=now) for m in msgs]
+        r = await self.c.store_access.put_messages(inners)
+        result = {
+            "topic": topic, "queueId": queue_id, "count": len(msgs),
+            "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],
+            "queueOffsets": r.queue_offsets, "commitLogOffsets": r.physical_offsets,
+        }
+        return await self._finish_put("batch", topic, len(msgs), sum(len(m.body) for m in msgs), t0, result, r.next_offset)
+
+    # ------------------------------------------------------------------ pull and lookups
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
+        tc = self.c.metadata.topic(topic)
+        if tc is None and not self.c.store_access.has_queue(topic, queue_id):
+            raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if tc is not None:
+            if not tc.perm & PERM_READ:
+                raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden (perm {tc.perm})")
+            if queue_id >= tc.read_queue_nums and not self.c.store_access.has_queue(topic, queue_id):
+                raise BrokerApiError(E.BAD_REQUEST, f"queueId[{queue_id}] is illegal, topic[{topic}] readQueueNums {tc.read_queue_nums}")
+        res = self.c.store_access.get_messages(topic, queue_id, offset, max_count)
+        msgs = [message_to_json(m) for m in res["messages"]]
+        self.c.metrics.get_messages.inc(topic, amount=len(msgs))
+        res["messages"] = msgs
+        return res
+
+    def view_message_by_offset(self, offset: int) -> dict[str, Any]:
+        m = self.c.store_access.message_at(offset)
+        if m is None:
+            raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message at commitlog offset {offset}")
+        return message_to_json(m)
+
+    def view_message_by_id(self, msg_id: str, topic: str | None) -> dict[str, Any]:
+        try:
+            _host, offset = decode_message_id(msg_id)
+        except MessageFormatError:
+            if topic is None:
+                raise BrokerApiError(E.BAD_REQUEST, f"{msg_id!r} is not an offset msgId (32 or 56 hex chars); pass ?topic= to look up a uniq key") from None
+            offset = None
+        if offset is not None:
+            m = self.c.store_access.message_at(offset)
+            if m is not None:
+                return message_to_json(m)
+        if topic is not None:  # a uniq key (client msgId) is indexed as topic#UNIQ_KEY
+            for m in self.c.store_access.query_by_key(topic, msg_id, 1):
+                return message_to_json(m)
+        raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
+
+    def query_message_by_key(self, topic: str, key: str, max_num: int) -> dict[str, Any]:
+        msgs = self.c.store_access.query_by_key(topic, key, max_num)
+        return {"topic": topic, "key": key, "messages": [message_to_json(m) for m in msgs]}
+
+    # ------------------------------------------------------------------ topics and offsets
+    def list_topics(self) -> dict[str, Any]:
+        return {"topics": [tc.to_json() for tc in self.c.metadata.topics()]}
+
+    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int) -> dict[str, Any]:
+        self.c.check_writable()
+        tc = self.c.metadata.create_topic(topic, read_q, write_q, perm)
+        return {"topicConfig": tc.to_json(), "dataVersion": self.c.metadata.data_version("topics")}
+
+    def topic_status(self, topic: str) -> dict[str, Any]:
+        tc = self.c.metadata.topic(topic)
+        if tc is None and not self.c.store_access.has_queue(topic, 0):
+            raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        n = tc.read_queue_nums if tc is not None else self.c.store_access.queue_count(topic)
+        queues = [{"queueId": q, "minOffset": self.c.store_access.min_offset_in_queue(topic, q),
+                   "maxOffset": self.c.store_access.max_offset_in_queue(topic, q)} for q in range(n)]
+        return {"topic": topic, "topicConfig": tc.to_json() if tc is not None else None, "queues": queues}
+
+    def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+        self.c.check_writable()
+        self.c.metadata.commit_offset(group, topic, queue_id, offset)
+        return {"group": group, "topic": topic, "queueId": queue_id, "offset": offset}
+
+    def query_consumer_offsets(self, group: str | None, topic: str | None) -> dict[str, Any]:
+        return {"offsets": self.c.metadata.offsets(group, topic)}
+
+
+_REPLICATION_MESSAGES = {
+    "FLUSH_SLAVE_TIMEOUT": "the message is stored on the master but the slave did not acknowledge it in time",
+    "SLAVE_NOT_AVAILABLE": "the message is stored on the master but no slave is connected (or it is too far behind)",
+    "FLUSH_DISK_TIMEOUT": "the message is written but the disk flush did not complete in time",
+}

@@ -1,0 +1,168 @@
+"""StoreAccess: every call the broker makes into DefaultMessageStore, in one place.
+
+Rules:
+- Opening = ``DefaultMessageStore(store_config)`` -> ``load()`` (recovery, normal or abnormal
+  from the ``abort`` file) -> ``start()`` (which writes ``abort``). A ``load()`` that fails is a
+  start error naming the store path.
+- A put returns :class:`PutOutcome` (ids, offsets, and ``next_offset`` = the physical offset
+  just after the put, the target of the SYNC_MASTER wait). A store status that means "not
+  stored" raises the matching API error; ``FLUSH_DISK_TIMEOUT`` (stored, flush late) is raised
+  with the ids and offsets attached.
+- Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
+
+Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
+processor never depend on the store's method names; hooks (``on_put``, ``wake_dispatch``)
+connect the store to HA.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from broker.api import errors as E
+from broker.api.errors import BrokerApiError
+from broker.store.message import MessageExt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.controller import BrokerController
+
+log = logging.getLogger("broker.store")
+
+_NOT_STORED_CODES = {
+    "SERVICE_NOT_AVAILABLE": E.SERVICE_NOT_AVAILABLE,
+    "CREATE_MAPPED_FILE_FAILED": E.SERVICE_NOT_AVAILABLE,
+    "MESSAGE_ILLEGAL": E.MESSAGE_ILLEGAL,
+    "PROPERTIES_SIZE_EXCEEDED": E.PROPERTIES_SIZE_EXCEEDED,
+    "OS_PAGECACHE_BUSY": E.OS_PAGECACHE_BUSY,
+}
+
+
+@dataclass(slots=True)
+class PutOutcome:
+    msg_ids: list[str]
+    queue_offsets: list[int]
+    physical_offsets: list[int]
+    wrote_bytes: int
+    next_offset: int
+
+
+def _value(x: Any) -> Any:
+    return x() if callable(x) else x
+
+
+class StoreAccess:
+    def __init__(self, store: Any, last_exit_ok: bool) -> None:
+        self.store = store
+        self.last_exit_ok = last_exit_ok
+        self._put_hooks: list[Callable[[int], None]] = []
+
+    @staticmethod
+    def store_takes_lock() -> bool:
+        """Whether DefaultMessageStore takes ``lock`` itself (then the controller must not)."""
+        from broker.store import message_store  # noqa: WPS433
+
+        return bool(getattr(message_store, "STORE_TAKES_LOCK", True))
+
+    @classmethod
+    def open(cls, controller: "BrokerController") -> "StoreAccess":
+        from broker.store.message_store import DefaultMessageStore  # noqa: WPS433
+
+        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config)
+        ok = store.load()
+        if ok is False:
+            raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
+        store.start()
+        return cls(store, bool(getattr(store, "last_exit_ok", True)))
+
+    async def shutdown(self) -> None:
+        result = self.store.shutdown()
+        if inspect.isawaitable(result):
+            await result
+
+    # ------------------------------------------------------------------ hooks
+    @property
+    def commitlog(self) -> Any:
+        return self.store.commitlog
+
+    def on_put(self, hook: Callable[[int], None]) -> None:
+        self._put_hooks.append(hook)
+
+    def wake_dispatch(self, max_offset: int) -> None:
+        wake = getattr(self.store, "wake_dispatch", None)
+        if wake is not None:
+            wake()
+
+    # ------------------------------------------------------------------ writes
+    async def put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
+        result = self.store.put_messages(list(msgs)) if len(msgs) > 1 else self.store.put_message(msgs[0])
+        if inspect.isawaitable(result):
+            result = await result
+        status = getattr(result.status, "value", str(result.status))
+        ar = result.append_result
+        if ar is None or status in _NOT_STORED_CODES or status == "UNKNOWN_ERROR":
+            code = _NOT_STORED_CODES.get(status, E.SYSTEM_ERROR)
+            raise BrokerApiError(code, result.error or f"store refused the put: {status}")
+        outcome = PutOutcome(
+            msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
+            wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,
+        )
+        for hook in self._put_hooks:
+            hook(outcome.next_offset)
+        if status != "PUT_OK":
+            raise BrokerApiError(status, f"stored, but {status}", msgIds=outcome.msg_ids,
+                                 queueOffsets=outcome.queue_offsets, commitLogOffsets=outcome.physical_offsets)
+        return outcome
+
+    # ------------------------------------------------------------------ reads
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
+        r = self.store.get_message(topic, queue_id, offset, max_count)
+        return {
+            "status": getattr(r.status, "value", str(r.status)),
+            "nextBeginOffset": r.next_begin_offset,
+            "minOffset": r.min_offset,
+            "maxOffset": r.max_offset,
+            "messages": list(r.messages),
+        }
+
+    def message_at(self, offset: int) -> Optional[MessageExt]:
+        return self.store.look_message_by_offset(offset)
+
+    def query_by_key(self, topic: str, key: str, max_num: int) -> list[MessageExt]:
+        return list(self.store.query_message(topic, key, max_num))
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return self.store.find_consume_queue(topic, queue_id, create=False) is not None
+
+    def queue_count(self, topic: str) -> int:
+        return len(self.store.consume_queues_of(topic))
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.store.get_min_offset_in_queue(topic, queue_id)
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.store.get_max_offset_in_queue(topic, queue_id)
+
+    def max_phy_offset(self) -> int:
+        return int(_value(self.store.get_max_phy_offset))
+
+    def min_phy_offset(self) -> int:
+        return int(_value(self.store.get_min_phy_offset))
+
+    def dispatch_behind_bytes(self) -> int:
+        return int(_value(self.store.dispatch_behind_bytes))
+
+    def status(self) -> dict[str, Any]:
+        s = self.store
+        return {
+            "commitLog": {
+                "minOffset": self.min_phy_offset(),
+                "maxOffset": self.max_phy_offset(),
+                "confirmOffset": int(_value(getattr(s, "get_confirm_offset", lambda: self.max_phy_offset()))),
+                "flushedOffset": int(_value(getattr(s, "get_flushed_where", lambda: -1))),
+                "path": str(getattr(s, "store_path_commitlog", "")),
+            },
+            "dispatchBehindBytes": self.dispatch_behind_bytes(),
+            "lastExitOK": self.last_exit_ok,
+        }
