@@ -1,0 +1,555 @@
+"""Broker ``.conf`` files: Java-properties text -> typed BrokerConfig / MessageStoreConfig.
+
+Rules:
+- Syntax is ``java.util.Properties.load``: ``key=value``, ``key:value`` or ``key value``;
+  ``#``/``!`` comment lines; a line ending in an odd number of backslashes continues on the next
+  (whose leading whitespace is dropped); escapes ``\\t \\n \\r \\f \\uXXXX`` and ``\\<c>`` -> ``c``;
+  whitespace around keys and before values is dropped. Java reads the file as ISO-8859-1; we
+  read UTF-8 (falling back to ISO-8859-1), and :func:`to_conf` writes non-ASCII as ``\\uXXXX``
+  so both agree. Unlike Java we also drop trailing whitespace of values (Java would fail to
+  parse ``10911 `` as an int and silently ignore the key).
+- Key names are RocketMQ's (``MixAll.properties2Object``: setter name without ``set``, first
+  letter lower-cased). Python fields are their snake_case spelling; every field carries its key
+  in ``metadata["key"]``; :data:`FIELD_BY_KEY` maps back.
+- A key we implement is converted strictly (int, bool ``true``/``false``, enum names); a bad
+  value is a :class:`ConfigError` naming key, file and line. A key Apache RocketMQ knows but we
+  do not use (broker/config_keys.py) is accepted with one warning line. Any other key is a
+  typo: :class:`ConfigError` naming key, file and line and the nearest known key.
+- Store paths derive from ``storePathRootDir`` as in RocketMQ's getters and
+  ``StorePathConfigHelper``; ``haListenPort`` defaults to ``listenPort + 1`` (BrokerStartup);
+  our HTTP API listens on ``httpListenPort``, default ``listenPort``.
+- DLedger keys are validated when ``enableDLegerCommitLog=true``: ``dLegerSelfId`` is a letter
+  followed by digits and appears in ``dLegerPeers`` (``n0-host:port;n1-host:port``).
+
+Theory of operation: :func:`parse_properties` yields ``(key, value, line)`` triples;
+:func:`parse_conf` routes each to the dataclass owning the key, converts it, remembers where it
+came from (for later error messages), applies the derived defaults and validates.
+:func:`to_conf` is the inverse, used by the upgrade tool to write node conf files.
+"""
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+import socket
+import typing
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+from broker.config_keys import APACHE_KEYS
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A conf key or value is wrong; the message names key, file and line."""
+
+
+class BrokerRole(str, Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class FlushDiskType(str, Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+# ---- Java properties ------------------------------------------------------------------------
+_WS = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Join continuation lines; yields (first line number, logical line) without comments."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    i = 0
+    while i < len(lines):
+        start, line = i + 1, lines[i].lstrip(_WS)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _ends_with_continuation(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(_WS)
+            i += 1
+        if _ends_with_continuation(line):  # continuation at end of file: Java drops the backslash
+            line = line[:-1]
+        yield start, line
+
+
+def _ends_with_continuation(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _unescape(s: str, where: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= len(s):
+            i += 1
+            continue
+        n = s[i + 1]
+        if n == "u":
+            digits = s[i + 2:i + 6]
+            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise ConfigError(f"{where}: malformed \\uxxxx escape {s[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(n, n))
+            i += 2
+    # \uXXXX pairs may spell a surrogate pair (Java strings are UTF-16)
+    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+
+
+def parse_properties(text: str, source: str = "<string>") -> list[tuple[str, str, int]]:
+    """``(key, value, line)`` for every property in ``text``, in order (later ones win)."""
+    result: list[tuple[str, str, int]] = []
+    for lineno, line in _logical_lines(text):
+        i, key_end = 0, None
+        while i < len(line):
+            c = line[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c in "=:" or c in _WS:
+                key_end = i
+                break
+            i += 1
+        if key_end is None:
+            key_raw, rest = line, ""
+        elif line[key_end] in "=:":
+            key_raw, rest = line[:key_end], line[key_end + 1:].lstrip(_WS)
+        else:  # whitespace ends the key; one '=' or ':' may still follow
+            key_raw, rest = line[:key_end], line[key_end:].lstrip(_WS)
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip(_WS)
+        where = f"{source}:{lineno}"
+        result.append((_unescape(key_raw, where), _unescape(rest, where), lineno))
+    return result
+
+
+def escape_property(s: str, is_key: bool) -> str:
+    """Properties.store's escaping, non-ASCII as \\uXXXX (UTF-16 units).
+
+    Separators and comment characters only need escaping in keys; values keep ``host:port``
+    readable (Java reads both forms the same).
+    """
+    out: list[str] = []
+    for i, ch in enumerate(s):
+        if ch == " " and (is_key or i == 0):
+            out.append("\\ ")
+        elif ch == "\\" or (is_key and ch in "=:#!"):
+            out.append("\\" + ch)
+        elif ch in "\t\n\r\f":
+            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[ch])
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{int.from_bytes(units[j:j + 2], 'big'):04X}" for j in range(0, len(units), 2))
+    return "".join(out)
+
+
+# ---- the config dataclasses -----------------------------------------------------------------
+def _key(key: str, default: Any = None, *, factory: Any = None, ours: bool = False) -> Any:
+    """A field bound to its conf key; ``ours`` marks keys Apache RocketMQ does not have."""
+    meta = {"key": key, "ours": ours}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _local_address() -> str:
+    """RemotingUtil.getLocalAddress, roughly: the host's address, else loopback."""
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+        return addr if not addr.startswith("127.") else "127.0.0.1"
+    except OSError:
+        return "127.0.0.1"
+
+
+def _host_name() -> str:
+    try:
+        return socket.gethostname() or "DEFAULT_BROKER"
+    except OSError:
+        return "DEFAULT_BROKER"
+
+
+@dataclass
+class BrokerConfig:
+    """BrokerConfig + NettyServerConfig keys this project uses (RocketMQ defaults)."""
+
+    rocketmq_home: Optional[str] = _key("rocketmqHome", factory=lambda: os.environ.get("ROCKETMQ_HOME"))
+    namesrv_addr: Optional[str] = _key("namesrvAddr", factory=lambda: os.environ.get("NAMESRV_ADDR"))
+    broker_ip1: str = _key("brokerIP1", factory=_local_address)
+    broker_ip2: str = _key("brokerIP2", factory=_local_address)
+    broker_name: str = _key("brokerName", factory=_host_name)
+    broker_cluster_name: str = _key("brokerClusterName", "DefaultCluster")
+    broker_id: int = _key("brokerId", 0)
+    broker_permission: int = _key("brokerPermission", 6)
+    default_topic_queue_nums: int = _key("defaultTopicQueueNums", 8)
+    auto_create_topic_enable: bool = _key("autoCreateTopicEnable", True)
+    cluster_topic_enable: bool = _key("clusterTopicEnable", True)
+    broker_topic_enable: bool = _key("brokerTopicEnable", True)
+    auto_create_subscription_group: bool = _key("autoCreateSubscriptionGroup", True)
+    flush_consumer_offset_interval: int = _key("flushConsumerOffsetInterval", 5000)
+    slave_read_enable: bool = _key("slaveReadEnable", False)
+    region_id: str = _key("regionId", "DefaultRegion")
+    listen_port: int = _key("listenPort", 10911)
+    http_listen_port: int = _key("httpListenPort", 0, ours=True)  # 0: same as listenPort
+
+    @property
+    def api_listen_port(self) -> int:
+        return self.http_listen_port or self.listen_port
+
+
+_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass
+class MessageStoreConfig:
+    """MessageStoreConfig keys this project uses (RocketMQ 4.9.8 defaults) and our DLedger timing."""
+
+    store_path_root_dir: str = _key("storePathRootDir", factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    store_path_commit_log: Optional[str] = _key("storePathCommitLog")  # None: <root>/commitlog
+    store_path_dledger_commit_log: Optional[str] = _key("storePathDLedgerCommitLog")
+    read_only_commit_log_store_paths: Optional[str] = _key("readOnlyCommitLogStorePaths")
+    mapped_file_size_commit_log: int = _key("mappedFileSizeCommitLog", 1024 * 1024 * 1024)
+    mapped_file_size_consume_queue: int = _key("mappedFileSizeConsumeQueue", 300_000 * 20)
+    flush_interval_commit_log: int = _key("flushIntervalCommitLog", 500)
+    flush_commit_log_timed: bool = _key("flushCommitLogTimed", True)
+    flush_interval_consume_queue: int = _key("flushIntervalConsumeQueue", 1000)
+    clean_resource_interval: int = _key("cleanResourceInterval", 10_000)
+    delete_commit_log_files_interval: int = _key("deleteCommitLogFilesInterval", 100)
+    delete_consume_queue_files_interval: int = _key("deleteConsumeQueueFilesInterval", 100)
+    delete_when: str = _key("deleteWhen", "04")
+    disk_max_used_space_ratio: int = _key("diskMaxUsedSpaceRatio", 75)
+    file_reserved_time: int = _key("fileReservedTime", 72)
+    max_message_size: int = _key("maxMessageSize", 4 * 1024 * 1024)
+    check_crc_on_recover: bool = _key("checkCRCOnRecover", True)
+    flush_commit_log_least_pages: int = _key("flushCommitLogLeastPages", 4)
+    flush_consume_queue_least_pages: int = _key("flushConsumeQueueLeastPages", 2)
+    flush_commit_log_thorough_interval: int = _key("flushCommitLogThoroughInterval", 10_000)
+    flush_consume_queue_thorough_interval: int = _key("flushConsumeQueueThoroughInterval", 60_000)
+    message_index_enable: bool = _key("messageIndexEnable", True)
+    max_hash_slot_num: int = _key("maxHashSlotNum", 5_000_000)
+    max_index_num: int = _key("maxIndexNum", 20_000_000)
+    max_msgs_num_batch: int = _key("maxMsgsNumBatch", 64)
+    message_index_safe: bool = _key("messageIndexSafe", False)
+    ha_listen_port: int = _key("haListenPort", 0)  # 0: listenPort + 1 (BrokerStartup)
+    ha_send_heartbeat_interval: int = _key("haSendHeartbeatInterval", 5000)
+    ha_housekeeping_interval: int = _key("haHousekeepingInterval", 20_000)
+    ha_transfer_batch_size: int = _key("haTransferBatchSize", 32 * 1024)
+    ha_master_address: Optional[str] = _key("haMasterAddress")
+    ha_slave_fallbehind_max: int = _key("haSlaveFallbehindMax", 256 * 1024 * 1024)
+    broker_role: BrokerRole = _key("brokerRole", BrokerRole.ASYNC_MASTER)
+    flush_disk_type: FlushDiskType = _key("flushDiskType", FlushDiskType.ASYNC_FLUSH)
+    sync_flush_timeout: int = _key("syncFlushTimeout", 5000)
+    slave_timeout: int = _key("slaveTimeout", 3000)
+    message_delay_level: str = _key("messageDelayLevel", _DELAY_LEVELS)
+    flush_delay_offset_interval: int = _key("flushDelayOffsetInterval", 10_000)
+    clean_file_forcibly_enable: bool = _key("cleanFileForciblyEnable", True)
+    warm_mapped_file_enable: bool = _key("warmMapedFileEnable", False)
+    duplication_enable: bool = _key("duplicationEnable", False)
+    os_page_cache_busy_timeout_mills: int = _key("osPageCacheBusyTimeOutMills", 1000)
+    default_query_max_num: int = _key("defaultQueryMaxNum", 32)
+    auto_message_version_on_topic_len: bool = _key("autoMessageVersionOnTopicLen", True)
+    recheck_reput_offset_from_cq: bool = _key("recheckReputOffsetFromCq", False)
+    # DLedger (RocketMQ keys)
+    enable_dleger_commit_log: bool = _key("enableDLegerCommitLog", False)
+    dleger_group: Optional[str] = _key("dLegerGroup")
+    dleger_peers: Optional[str] = _key("dLegerPeers")
+    dleger_self_id: Optional[str] = _key("dLegerSelfId")
+    preferred_leader_id: Optional[str] = _key("preferredLeaderId")
+    enable_batch_push: bool = _key("enableBatchPush", False)
+    # DLedger timing and integrity (our keys; DESIGN §4.2-4.3)
+    dleger_heartbeat_interval_ms: int = _key("dLegerHeartbeatIntervalMs", 100, ours=True)
+    dleger_election_timeout_min_ms: int = _key("dLegerElectionTimeoutMinMs", 300, ours=True)
+    dleger_election_timeout_max_ms: int = _key("dLegerElectionTimeoutMaxMs", 600, ours=True)
+    dleger_max_wait_ack_time_ms: int = _key("dLegerMaxWaitAckTimeMs", 2500, ours=True)
+    dleger_max_pending_requests: int = _key("dLegerMaxPendingRequests", 10_000, ours=True)
+    dleger_entry_crc_enable: bool = _key("dLegerEntryCrcEnable", True, ours=True)
+    dleger_auth_token: Optional[str] = _key("dLegerAuthToken", ours=True)
+
+    # ---- derived paths (StorePathConfigHelper, BrokerPathConfigHelper, DLedgerConfig) --------
+    @property
+    def root(self) -> Path:
+        return Path(self.store_path_root_dir)
+
+    @property
+    def commit_log_dir(self) -> Path:
+        return Path(self.store_path_commit_log) if self.store_path_commit_log else self.root / "commitlog"
+
+    consume_queue_dir = property(lambda self: self.root / "consumequeue")
+    index_dir = property(lambda self: self.root / "index")
+    checkpoint_path = property(lambda self: self.root / "checkpoint")
+    abort_path = property(lambda self: self.root / "abort")
+    lock_path = property(lambda self: self.root / "lock")
+    config_dir = property(lambda self: self.root / "config")
+    topics_json = property(lambda self: self.config_dir / "topics.json")
+    consumer_offset_json = property(lambda self: self.config_dir / "consumerOffset.json")
+    delay_offset_json = property(lambda self: self.config_dir / "delayOffset.json")
+    subscription_group_json = property(lambda self: self.config_dir / "subscriptionGroup.json")
+
+    @property
+    def dledger_dir(self) -> Path:
+        return self.root / f"dledger-{self.dleger_self_id}"
+
+    @property
+    def dledger_data_dir(self) -> Path:
+        if self.store_path_dledger_commit_log:
+            return Path(self.store_path_dledger_commit_log)
+        return self.dledger_dir / "data"
+
+    @property
+    def delay_level_table(self) -> dict[int, int]:
+        """``{level: delay ms}`` parsed from messageDelayLevel (s, m, h, d units)."""
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        table = {}
+        for level, token in enumerate(self.message_delay_level.split(), start=1):
+            if not re.fullmatch(r"\d+[smhd]", token):
+                raise ConfigError(f"messageDelayLevel: bad level {token!r} (expected e.g. 5s, 1m, 2h)")
+            table[level] = int(token[:-1]) * units[token[-1]]
+        return table
+
+    def dledger_peer_map(self) -> dict[str, str]:
+        """``{selfId: "host:port"}`` from dLegerPeers (ValueError explains a malformed list)."""
+        return parse_dleger_peers(self.dleger_peers or "")
+
+    def dledger_settings(self) -> dict[str, Any]:
+        """Keyword arguments for ``dledger.config.DLedgerConfig`` (DLedgerCommitLog's constructor)."""
+        return {
+            "group": self.dleger_group, "self_id": self.dleger_self_id, "peers": self.dleger_peers,
+            "store_base_dir": str(self.root),
+            "data_store_path": self.store_path_dledger_commit_log,
+            "mapped_file_size_for_entry_data": self.mapped_file_size_commit_log,
+            "heartbeat_interval_ms": self.dleger_heartbeat_interval_ms,
+            "election_timeout_min_ms": self.dleger_election_timeout_min_ms,
+            "election_timeout_max_ms": self.dleger_election_timeout_max_ms,
+            "max_wait_ack_ms": self.dleger_max_wait_ack_time_ms,
+            "max_pending_requests": self.dleger_max_pending_requests,
+            "enable_batch_push": self.enable_batch_push,
+            "entry_crc": self.dleger_entry_crc_enable,
+            "auth_token": self.dleger_auth_token,
+            "preferred_leader_ids": self.preferred_leader_id,
+        }
+
+
+_PEER_ID = re.compile(r"^[A-Za-z][0-9]+$")
+
+
+def parse_dleger_peers(peers: str) -> dict[str, str]:
+    """``n0-127.0.0.1:40911;n1-...`` -> ``{"n0": "127.0.0.1:40911", ...}``."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in peers.split(";")):
+        if not part:
+            continue
+        pid, sep, addr = part.partition("-")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not _PEER_ID.match(pid) or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"peer {part!r} is not <letter><digits>-<host>:<port>")
+        if pid in out:
+            raise ValueError(f"peer id {pid!r} appears twice")
+        out[pid] = f"{host}:{port}"
+    if not out:
+        raise ValueError("no peers (expected n0-host:port;n1-host:port;...)")
+    return out
+
+
+Owner = Union[type[BrokerConfig], type[MessageStoreConfig]]
+
+#: conf key -> (owning dataclass, field name)
+FIELD_BY_KEY: dict[str, tuple[Owner, str]] = {
+    f.metadata["key"]: (cls, f.name) for cls in (BrokerConfig, MessageStoreConfig) for f in fields(cls)
+}
+#: Spellings we read as another key (Apache's field is spelt "Maped"; people write "Mapped").
+KEY_ALIASES = {"warmMappedFileEnable": "warmMapedFileEnable"}
+_ELECTION_KEY = "dLegerElectionTimeoutMs"  # "300" (300..600) or "300-600"
+KNOWN_KEYS = frozenset(FIELD_BY_KEY) | frozenset(KEY_ALIASES) | {_ELECTION_KEY} | APACHE_KEYS
+
+
+def key_of(cls: Owner, field_name: str) -> str:
+    for f in fields(cls):
+        if f.name == field_name:
+            return f.metadata["key"]
+    raise KeyError(field_name)
+
+
+def _convert(kind: Any, raw: str, where: str) -> Any:
+    value = raw.strip()
+    args = typing.get_args(kind)
+    if args and type(None) in args:  # Optional[X]
+        if value == "":
+            return None
+        kind = next(a for a in args if a is not type(None))
+    if kind is bool:
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"{where}: expected true or false, got {raw!r}")
+    if kind is int:
+        if re.fullmatch(r"[+-]?\d+", value):
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {raw!r}")
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind[value.upper()]
+        except KeyError:
+            names = ", ".join(m.name for m in kind)
+            raise ConfigError(f"{where}: expected one of {names}, got {raw!r}") from None
+    return value
+
+
+_HINTS: dict[Owner, dict[str, Any]] = {
+    BrokerConfig: typing.get_type_hints(BrokerConfig),
+    MessageStoreConfig: typing.get_type_hints(MessageStoreConfig),
+}
+
+
+@dataclass
+class ParsedConf:
+    """The typed content of one ``.conf`` file."""
+
+    broker: BrokerConfig
+    store: MessageStoreConfig
+    source: str = "<defaults>"
+    warnings: list[str] = field(default_factory=list)
+    #: conf key -> line it was set on (for later error messages)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"{key} ({self.source}:{line})" if line else f"{key} ({self.source})"
+
+
+def _suggest(key: str) -> str:
+    lower = {k.lower(): k for k in KNOWN_KEYS}
+    if key.lower() in lower:
+        return f"; did you mean {lower[key.lower()]!r}?"
+    close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def parse_conf(text: str, source: str = "<string>", *, validate: bool = True) -> ParsedConf:
+    """Parse ``.conf`` text; raises ConfigError for typos and bad values."""
+    conf = ParsedConf(BrokerConfig(), MessageStoreConfig(), source)
+    for key, raw, line in parse_properties(text, source):
+        where = f"{key} ({source}:{line})"
+        key = KEY_ALIASES.get(key, key)
+        if key == _ELECTION_KEY:
+            m = re.fullmatch(r"\s*(\d+)\s*(?:[-,]\s*(\d+)\s*)?", raw)
+            if not m:
+                raise ConfigError(f"{where}: expected <ms> or <min>-<max>, got {raw!r}")
+            lo = int(m.group(1))
+            conf.store.dleger_election_timeout_min_ms = lo
+            conf.store.dleger_election_timeout_max_ms = int(m.group(2)) if m.group(2) else 2 * lo
+            conf.lines[key] = line
+            continue
+        target = FIELD_BY_KEY.get(key)
+        if target is None:
+            if key in APACHE_KEYS:
+                msg = f"{where}: Apache RocketMQ key not used by this broker, ignored"
+                log.warning(msg)
+                conf.warnings.append(msg)
+                continue
+            raise ConfigError(f"unknown key {key!r} at {source}:{line}{_suggest(key)}")
+        cls, name = target
+        obj = conf.broker if cls is BrokerConfig else conf.store
+        setattr(obj, name, _convert(_HINTS[cls][name], raw, where))
+        conf.lines[key] = line
+    if conf.store.ha_listen_port == 0:
+        conf.store.ha_listen_port = conf.broker.listen_port + 1
+    if conf.store.store_path_commit_log is None:
+        conf.store.store_path_commit_log = str(conf.store.commit_log_dir)
+    if validate:
+        validate_conf(conf)
+    return conf
+
+
+def load_conf(path: str | os.PathLike[str], *, validate: bool = True) -> ParsedConf:
+    """Read and parse a ``.conf`` file (UTF-8, else ISO-8859-1 as Java reads it)."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("iso-8859-1")
+    return parse_conf(text, str(path), validate=validate)
+
+
+def validate_conf(conf: ParsedConf) -> None:
+    """Cross-key checks RocketMQ does at start-up (and a few it should)."""
+    b, s = conf.broker, conf.store
+    for key, port in (("listenPort", b.listen_port), ("haListenPort", s.ha_listen_port)):
+        if not 0 < port < 65536:
+            raise ConfigError(f"{conf.where(key)}: port {port} out of range 1..65535")
+    if not 0 <= b.http_listen_port < 65536:
+        raise ConfigError(f"{conf.where('httpListenPort')}: port {b.http_listen_port} out of range")
+    if s.mapped_file_size_consume_queue <= 0 or s.mapped_file_size_consume_queue % 20:
+        raise ConfigError(f"{conf.where('mappedFileSizeConsumeQueue')}: must be a positive multiple of 20")
+    if s.mapped_file_size_commit_log <= 0:
+        raise ConfigError(f"{conf.where('mappedFileSizeCommitLog')}: must be positive")
+    s.delay_level_table  # noqa: B018 - raises ConfigError on a malformed level list
+    if not s.enable_dleger_commit_log:
+        if s.broker_role is BrokerRole.SLAVE and b.broker_id <= 0:
+            raise ConfigError(f"{conf.where('brokerId')}: a SLAVE's brokerId must be > 0 (got {b.broker_id})")
+        return
+    if not s.dleger_group:
+        raise ConfigError(f"{conf.where('dLegerGroup')}: required when enableDLegerCommitLog=true")
+    try:
+        peers = s.dledger_peer_map()
+    except ValueError as exc:
+        raise ConfigError(f"{conf.where('dLegerPeers')}: {exc}") from None
+    if not s.dleger_self_id or not _PEER_ID.match(s.dleger_self_id):
+        raise ConfigError(
+            f"{conf.where('dLegerSelfId')}: must be a letter followed by digits (e.g. n0), got {s.dleger_self_id!r}"
+        )
+    if s.dleger_self_id not in peers:
+        raise ConfigError(f"{conf.where('dLegerSelfId')}: {s.dleger_self_id!r} is not in dLegerPeers ({', '.join(peers)})")
+    if s.preferred_leader_id and s.preferred_leader_id not in peers:
+        raise ConfigError(f"{conf.where('preferredLeaderId')}: {s.preferred_leader_id!r} is not in dLegerPeers")
+    if s.duplication_enable:
+        raise ConfigError(f"{conf.where('duplicationEnable')}: must be false with enableDLegerCommitLog=true")
+    if s.dleger_heartbeat_interval_ms <= 0 or s.dleger_election_timeout_min_ms <= s.dleger_heartbeat_interval_ms:
+        raise ConfigError(f"{conf.where('dLegerHeartbeatIntervalMs')}: must be positive and below the election timeout")
+    if s.dleger_election_timeout_max_ms < s.dleger_election_timeout_min_ms:
+        raise ConfigError(f"{conf.where('dLegerElectionTimeoutMaxMs')}: below dLegerElectionTimeoutMinMs")
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return value.name
+    return str(value)
+
+
+def to_properties(broker: BrokerConfig, store: MessageStoreConfig, *, only_changed: bool = False) -> dict[str, str]:
+    """``{key: text}`` of every field (``None`` fields omitted); ``only_changed`` drops defaults."""
+    out: dict[str, str] = {}
+    for obj, fresh in ((broker, BrokerConfig()), (store, MessageStoreConfig())):
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            if value is None or (only_changed and value == getattr(fresh, f.name)):
+                continue
+            out[f.metadata["key"]] = _format(value)
+    return out
+
+
+def to_conf(
+    broker: BrokerConfig, store: MessageStoreConfig, *, only_changed: bool = False, header: str = ""
+) -> str:
+    """A ``.conf`` that :func:`parse_conf` (and Apache RocketMQ, for its keys) reads back equal."""
+    lines = [f"# {h}" for h in header.splitlines()]
+    for key, value in to_properties(broker, store, only_changed=only_changed).items():
+        lines.append(f"{escape_property(key, True)}={escape_property(value, False)}")
+    return "\n".join(lines) + "\n"
