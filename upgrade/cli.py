@@ -1,0 +1,33 @@
+"""``mqupgrade``: the upgrade tool's command line (subcommands dispatch to their modules).
+
+Rules: one argparse subparser per subcommand; each subcommand module exposes
+``add_arguments(parser)`` and ``run(args) -> int`` so this file stays a thin dispatcher that the
+upgrade-tool work can extend (``inspect``, ``plan``, ``apply``) without touching the others.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqupgrade", description="RocketMQ master/slave -> DLedger upgrade tool")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from upgrade.validate import cli as validate_cli
+
+    validate_cli.add_arguments(sub.add_parser("validate", help=validate_cli.HELP, description=validate_cli.HELP))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "validate":
+        from upgrade.validate import cli as validate_cli
+
+        return validate_cli.run(args)
+    return 1  # pragma: no cover (argparse rejects unknown commands)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Discovery of what a store root holds, as the validator sees it (driver side, metadata only).
+
+Rules:
+- A store root is usable iff it is a directory holding a ``commitlog/`` directory or a
+  ``dledger-<selfId>/`` directory; anything else is :class:`UnusableInput` (exit 1, one line).
+- Files are named by their 20-digit start offset; names that are not 20 digits are ignored
+  (``.bak``/``.tmp`` files). Sizes are taken from ``stat``; the validator never writes.
+- Committed prefix only: the DLedger ``checkpoint`` (Java properties, ``.bak`` fallback) gives
+  ``committedIndex``; the index unit of that entry gives ``committed_pos = pos + size``. Bytes at
+  or after ``committed_pos`` and index units after ``committedIndex`` are never read, so a store
+  that a broker has open can be validated.
+- Node labels are the DLedger ``selfId`` when every root has a distinct one, else the root's
+  directory name (suffixed ``#k`` when still ambiguous); every violation names its node.
+
+Theory of operation: ``discover(root)`` lists files and reads the two tiny text files and one
+32-byte index unit; nothing here is proportional to the store size except the file listing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_NAME = re.compile(r"^\d{20}$")
+INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term (dledger index unit)
+INDEX_UNIT_SIZE = 32
+
+
+class UnusableInput(Exception):
+    """The input is not something we can validate (missing dir, not a store)."""
+
+
+@dataclass(frozen=True)
+class FileRef:
+    path: str
+    start: int  # absolute offset of byte 0 (from the file name)
+    size: int  # bytes on disk (apparent size)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+@dataclass(frozen=True)
+class QueueFiles:
+    topic: str
+    queue_id: int
+    files: tuple[FileRef, ...]  # start/size in bytes of the logical unit space (unit q at q*20)
+
+
+@dataclass(frozen=True)
+class DLedgerLayout:
+    self_id: str
+    dir: str
+    data: tuple[FileRef, ...]
+    index: tuple[FileRef, ...]
+    committed_index: int  # -1 when nothing is committed
+    end_index: int
+    committed_pos: int  # absolute end of the committed prefix (divided offset when empty)
+    committed_unit_ok: bool  # the checkpoint's committed index has a sane index unit
+    checkpoint_source: str  # "checkpoint", "checkpoint.bak" or "missing"
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    root: str
+    node: str
+    old: tuple[FileRef, ...]
+    old_file_size: int  # the common size of the old commitlog files (0 when none)
+    dledger: DLedgerLayout | None
+    queues: tuple[QueueFiles, ...] = field(default_factory=tuple)
+
+    @property
+    def divided_offset(self) -> int | None:
+        """First DLedger data file's start offset (``dividedCommitlogOffset``), None if classic."""
+        if self.dledger is None or not self.dledger.data:
+            return None
+        return self.dledger.data[0].start
+
+
+def _numbered_files(d: Path) -> tuple[FileRef, ...]:
+    if not d.is_dir():
+        return ()
+    out = []
+    for entry in os.scandir(d):
+        if entry.is_file() and _NAME.match(entry.name):
+            out.append(FileRef(entry.path, int(entry.name), entry.stat().st_size))
+    return tuple(sorted(out, key=lambda f: f.start))
+
+
+def read_properties(path: Path) -> dict[str, str] | None:
+    """Java ``Properties`` subset: ``key=value`` lines, ``#``/``!`` comments."""
+    try:
+        text = path.read_text(encoding="latin-1")
+    except OSError:
+        return None
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def _committed(dl_dir: Path) -> tuple[int, int, str]:
+    for name in ("checkpoint", "checkpoint.bak"):
+        props = read_properties(dl_dir / name)
+        if props and "committedIndex" in props:
+            try:
+                return int(props["committedIndex"]), int(props.get("endIndex", "-1")), name
+            except ValueError:
+                continue
+    return -1, -1, "missing"
+
+
+def read_index_unit(index_files: tuple[FileRef, ...], entry_index: int) -> tuple[int, int, int, int, int] | None:
+    """The 32-byte DLedger index unit of ``entry_index`` (magic, pos, size, index, term)."""
+    at = entry_index * INDEX_UNIT_SIZE
+    for f in index_files:
+        if f.start <= at and at + INDEX_UNIT_SIZE <= f.end:
+            with open(f.path, "rb") as fh:
+                fh.seek(at - f.start)
+                raw = fh.read(INDEX_UNIT_SIZE)
+            return INDEX_UNIT.unpack(raw) if len(raw) == INDEX_UNIT_SIZE else None
+    return None
+
+
+def _dledger(root: Path) -> DLedgerLayout | None:
+    dirs = sorted(p for p in root.glob("dledger-*") if p.is_dir())
+    if not dirs:
+        return None
+    if len(dirs) > 1:
+        raise UnusableInput(f"{root}: more than one DLedger directory ({', '.join(d.name for d in dirs)})")
+    d = dirs[0]
+    data = _numbered_files(d / "data")
+    index = _numbered_files(d / "index")
+    committed_index, end_index, source = _committed(d)
+    divided = data[0].start if data else 0
+    committed_pos, ok = divided, True
+    if committed_index >= 0:
+        unit = read_index_unit(index, committed_index)
+        ok = unit is not None and unit[0] == 1 and unit[3] == committed_index and unit[2] > 48
+        if ok:
+            committed_pos = unit[1] + unit[2]
+        elif data:
+            committed_pos = data[-1].end  # unknown: scan everything, check 4 reports the unit
+    return DLedgerLayout(d.name[len("dledger-"):], str(d), data, index, committed_index, end_index,
+                         committed_pos, ok, source)
+
+
+def _queues(root: Path) -> tuple[QueueFiles, ...]:
+    cq = root / "consumequeue"
+    out: list[QueueFiles] = []
+    if not cq.is_dir():
+        return ()
+    for topic_dir in sorted(p for p in cq.iterdir() if p.is_dir()):
+        for qdir in sorted((p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+            files = _numbered_files(qdir)
+            if files:
+                out.append(QueueFiles(topic_dir.name, int(qdir.name), files))
+    return tuple(out)
+
+
+def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayout:
+    """Describe the store at ``root``; raises :class:`UnusableInput` if it is not one."""
+    path = Path(root)
+    if not path.exists():
+        raise UnusableInput(f"{root}: no such directory")
+    if not path.is_dir():
+        raise UnusableInput(f"{root}: not a directory")
+    has_old = (path / "commitlog").is_dir()
+    dl = _dledger(path)
+    if not has_old and dl is None:
+        raise UnusableInput(f"{root}: not a RocketMQ store (no commitlog/ and no dledger-*/ directory)")
+    old = _numbered_files(path / "commitlog")
+    sizes = Counter(f.size for f in old)
+    old_size = sizes.most_common(1)[0][0] if sizes else 0
+    label = node or (dl.self_id if dl else path.name)
+    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path))
+
+
+def discover_all(roots: list[str]) -> list[StoreLayout]:
+    """Discover every root and give each a unique node label (see module rules)."""
+    layouts = [discover(r) for r in roots]
+    ids = [lay.dledger.self_id if lay.dledger else None for lay in layouts]
+    if all(ids) and len(set(ids)) == len(ids):
+        labels = [str(i) for i in ids]
+    else:
+        labels = [Path(lay.root).name for lay in layouts]
+    seen: Counter[str] = Counter()
+    out = []
+    for lay, label in zip(layouts, labels):
+        seen[label] += 1
+        final = label if seen[label] == 1 else f"{label}#{seen[label]}"
+        out.append(StoreLayout(lay.root, final, lay.old, lay.old_file_size, lay.dledger, lay.queues))
+    return out

@@ -1,0 +1,176 @@
+"""Cutting stores into byte ranges: the unit of work that Spark parallelises.
+
+Rules:
+- Ranges lie on a fixed grid per file (``[k*R, (k+1)*R)`` of file-relative bytes), so the same
+  range of the same file has the same bounds on every replica and their hashes compare.
+- A range owns the records that *start* inside it (Hadoop's line-reader rule); records may run
+  past the range end. Grid sizes: R for commitlog and DLedger data, R rounded down to 32 for the
+  DLedger index, to 20 for ConsumeQueues, so units never straddle ranges.
+- Committed prefix only: DLedger data ranges stop at ``committed_pos``, index ranges at unit
+  ``committed_index``. ConsumeQueue ranges stop at the file's last data extent (``SEEK_HOLE``)
+  because CQ files are sparse and mostly empty.
+- Replica hashing (check 6) is planned here: with several nodes each range hashes its bytes up
+  to the common limit (old region: the smallest write end / the divide; DLedger: the smallest
+  ``committed_pos``; index: the smallest committed index).
+- A ScanRange is a small frozen record: it is pickled to executors; the files stay where they are.
+
+Theory of operation: ``plan(layouts, range_size)`` is pure metadata work on the driver (file
+listing and a short walk of each classic last file when replicas must be compared).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field, replace
+
+from upgrade.validate.layout import FileRef, StoreLayout
+from upgrade.validate.records import walk_classic
+
+DEFAULT_RANGE_SIZE = 64 << 20
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a task needs to know about its node besides its own file."""
+
+    node: str
+    old: tuple[FileRef, ...]
+    data: tuple[FileRef, ...]
+    index: tuple[FileRef, ...]
+    divided: int | None
+    committed_pos: int | None
+    committed_index: int
+    check_crc: bool = True
+
+
+@dataclass(frozen=True)
+class ScanRange:
+    rid: int
+    kind: str  # "old" | "dl" | "idx" | "cq"
+    node: str
+    path: str
+    file_start: int  # absolute offset of the file's byte 0 (physical, index-space or CQ-space)
+    file_size: int
+    start: int  # file-relative, inclusive
+    end: int  # file-relative, exclusive
+    ctx: NodeContext
+    hash_limit: int | None = None  # absolute; hash bytes [start, min(end, limit)) when set
+    topic: str = ""
+    queue_id: int = -1
+    forced_start: int | None = None  # file-relative start set by reconciliation
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def abs_start(self) -> int:
+        return self.file_start + self.start
+
+    @property
+    def abs_end(self) -> int:
+        return self.file_start + self.end
+
+    def forced(self, abs_pos: int) -> "ScanRange":
+        return replace(self, forced_start=abs_pos - self.file_start)
+
+
+@dataclass
+class Plan:
+    ranges: list[ScanRange] = field(default_factory=list)
+    contexts: dict[str, NodeContext] = field(default_factory=dict)
+    old_limit: int | None = None  # common hash limit of the old region
+    dl_limit: int | None = None
+    idx_limit: int | None = None
+    range_size: int = DEFAULT_RANGE_SIZE
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.end - r.start for r in self.ranges)
+
+
+def data_extent_end(path: str, size: int) -> int:
+    """End of the last non-hole extent of a (sparse) file; ``size`` when holes are unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return size
+    try:
+        end, pos = 0, 0
+        while pos < size:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+            end, pos = hole, hole
+        return min(end, size)
+    except (AttributeError, OSError):
+        return size
+    finally:
+        os.close(fd)
+
+
+def classic_write_end(layout: StoreLayout) -> int | None:
+    """Absolute end of the records in the last old file (its blank or first zero byte)."""
+    if not layout.old:
+        return None
+    last = layout.old[-1]
+    if last.size == 0:
+        return last.start
+    with open(last.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        _starts, _kind, end = walk_classic(mm, 0, last.size, last.size)
+    return last.start + end
+
+
+def _grid(f: FileRef, limit: int, step: int) -> list[tuple[int, int]]:
+    return [(s, min(s + step, limit)) for s in range(0, limit, step)]
+
+
+def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check_crc: bool = True) -> Plan:
+    if range_size < 4096:
+        raise ValueError("range size must be at least 4096 bytes")
+    out = Plan(range_size=range_size)
+    replicas = len(layouts) > 1
+    if replicas:
+        ends = []
+        for lay in layouts:
+            ends.append(lay.divided_offset if lay.divided_offset is not None and lay.old else classic_write_end(lay))
+        out.old_limit = min((e for e in ends if e is not None), default=None)
+        dls = [lay.dledger for lay in layouts if lay.dledger is not None]
+        if len(dls) > 1:
+            out.dl_limit = min(d.committed_pos for d in dls)
+            out.idx_limit = (min(d.committed_index for d in dls) + 1) * 32
+    rid = 0
+    for lay in layouts:
+        dl = lay.dledger
+        ctx = NodeContext(lay.node, lay.old, dl.data if dl else (), dl.index if dl else (), lay.divided_offset,
+                          dl.committed_pos if dl else None, dl.committed_index if dl else -1, check_crc)
+        out.contexts[lay.node] = ctx
+        for f in lay.old:
+            for s, e in _grid(f, f.size, range_size):
+                out.ranges.append(ScanRange(rid, "old", lay.node, f.path, f.start, f.size, s, e, ctx, out.old_limit))
+                rid += 1
+        if dl is not None:
+            for f in dl.data:
+                limit = min(f.size, dl.committed_pos - f.start)
+                for s, e in _grid(f, max(limit, 0), range_size):
+                    out.ranges.append(ScanRange(rid, "dl", lay.node, f.path, f.start, f.size, s, e, ctx, out.dl_limit))
+                    rid += 1
+            step = max(32, range_size // 32 * 32)
+            units_end = (dl.committed_index + 1) * 32
+            for f in dl.index:
+                limit = min(f.size, units_end - f.start)
+                for s, e in _grid(f, max(limit, 0), step):
+                    out.ranges.append(ScanRange(rid, "idx", lay.node, f.path, f.start, f.size, s, e, ctx, out.idx_limit))
+                    rid += 1
+        step = max(20, range_size // 20 * 20)
+        for q in lay.queues:
+            for f in q.files:
+                extent = data_extent_end(f.path, f.size)
+                limit = min(f.size, -(-extent // 20) * 20)
+                for s, e in _grid(f, limit, step):
+                    out.ranges.append(ScanRange(rid, "cq", lay.node, f.path, f.start, f.size, s, e, ctx,
+                                                topic=q.topic, queue_id=q.queue_id))
+                    rid += 1
+    return out

@@ -1,0 +1,470 @@
+"""Per-range tasks (run on executors): parse the records a range owns, return a small summary.
+
+Rules:
+- A task mmaps its own file read-only from the page-aligned range start to the file end (so it
+  can finish the last record it owns) and never writes. It returns one summary dict: counts,
+  the first/next record positions (for chaining ranges on the driver), per-queue runs of queue
+  offsets, entry index/term bounds, a hash for replica comparison, and violation rows
+  ``{check, node, file, offset, file_offset, queue, message}`` (at most MAX_VIOLATIONS per range,
+  the rest counted). Never per-record rows.
+- Offsets in summaries are absolute (physical offset, index-space or CQ-space bytes).
+- Validity comes from the shared codecs (see ``records``); PHY_POS, pos fields, index/term
+  continuity inside the range and CQ-unit matching are checked here; continuity across ranges,
+  files, the divide and replicas is the driver's job (``checks``).
+
+Theory of operation: find the first owned record (file start, a forced start from the driver,
+the DLedger index, or header sync), walk sizes to collect record starts, screen all headers at
+once with numpy, and summarise. CQ tasks read the units vectorised and check each against the
+message it points at through the shared codec.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+
+from broker.store import message as codec
+from upgrade.validate.layout import FileRef
+from upgrade.validate.plan import ScanRange
+from upgrade.validate import records as rec
+
+MAX_VIOLATIONS = 50
+BARRIER_TOPIC = b"RMQ_SYS_DLEDGER_BARRIER"
+_TX_SKIP = (codec.TRANSACTION_PREPARED_TYPE, codec.TRANSACTION_ROLLBACK_TYPE)
+CQ_UNIT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+IDX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+CHECK_FOR_KIND = {"old": "old_continuity", "dl": "dledger_continuity"}
+
+
+class Summary(dict):
+    """A range summary; a dict so it pickles small and serialises to JSON as is."""
+
+    def violation(self, check: str, offset: int, message: str, file: str | None = None,
+                  file_offset: int | None = None, queue: str | None = None) -> None:
+        self["violation_count"] += 1
+        if len(self["violations"]) < MAX_VIOLATIONS:
+            self["violations"].append({
+                "check": check, "node": self["node"], "file": file or self["file"], "offset": int(offset),
+                "file_offset": int(offset - self["file_start"]) if file_offset is None else int(file_offset),
+                "queue": queue, "message": message,
+            })
+
+
+def _summary(r: ScanRange) -> Summary:
+    return Summary(rid=r.rid, kind=r.kind, node=r.node, file=r.name, path=r.path, file_start=r.file_start,
+                   file_size=r.file_size, start=r.abs_start, end=r.abs_end, forced=r.forced_start is not None,
+                   first=None, next=None, end_kind="empty", end_pos=None, records=0, messages=0,
+                   dispatchable=0, tx_skipped=0, barriers=0, bytes=0, runs=[], violations=[],
+                   violation_count=0, hash=None, first_index=None, last_index=None, first_term=None,
+                   last_term=None, screen_disagreements=0)
+
+
+class _Mapped:
+    """Read-only mmap of ``path`` from the page-aligned ``start`` to the file end."""
+
+    def __init__(self, path: str, start: int = 0) -> None:
+        self.base = start - start % mmap.ALLOCATIONGRANULARITY
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            self.limit = size - self.base  # buffer length
+            self.mm = mmap.mmap(fh.fileno(), self.limit, offset=self.base, access=mmap.ACCESS_READ) if self.limit > 0 else b""
+        self.a = np.frombuffer(self.mm, dtype=np.uint8) if self.limit > 0 else np.zeros(0, np.uint8)
+
+    def close(self) -> None:
+        del self.a
+        if isinstance(self.mm, mmap.mmap):
+            self.mm.close()
+
+
+def _hash(m: _Mapped, r: ScanRange, s: Summary) -> None:
+    if r.hash_limit is None:
+        return
+    lo = r.start - m.base
+    hi = min(r.end, r.hash_limit - r.file_start) - m.base
+    if hi <= lo:
+        return
+    h = hashlib.sha1()
+    h.update(memoryview(m.mm)[lo:hi])
+    s["hash"] = [r.abs_start, r.abs_start + (hi - lo), h.hexdigest()]
+
+
+def _messages(m: _Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray,
+              phy_expect: np.ndarray, phy_check: str, abs_of: Any) -> None:
+    """Screen the messages at buffer positions ``starts``; count, run-summarise, report."""
+    if len(starts) == 0:
+        return
+    f = rec.message_fields(m.a, starts, ends, r.ctx.check_crc, m.mm)
+    valid = f.valid.copy()
+    for i in np.flatnonzero(~valid).tolist():
+        p = int(starts[i])
+        ok, why = rec.codec_verdict(m.mm, p, r.ctx.check_crc)
+        if ok:  # the codec is the authority
+            valid[i] = True
+            s["screen_disagreements"] += 1
+        else:
+            s.violation("structure", abs_of(p), f"invalid message: {why}")
+    s["messages"] += int(valid.sum())
+    bad_phy = valid & (f.phy != phy_expect)
+    for i in np.flatnonzero(bad_phy).tolist():
+        s.violation(phy_check, abs_of(int(starts[i])),
+                    f"PHY_POS field is {int(f.phy[i])}, expected {int(phy_expect[i])}")
+    rows = np.flatnonzero(valid)
+    topics = rec.topics_of(m.mm, f, rows)
+    tx = (f.sys_flag[rows] & codec.TRANSACTION_ROLLBACK_TYPE)
+    skip = np.isin(tx, _TX_SKIP)
+    barrier = np.array([t == BARRIER_TOPIC for t in topics], dtype=bool)
+    s["tx_skipped"] += int(skip.sum())
+    s["barriers"] += int((barrier & ~skip).sum())
+    disp = ~skip & ~barrier
+    s["dispatchable"] += int(disp.sum())
+    if not disp.any():
+        return
+    key_ids: dict[tuple[bytes, int], int] = {}
+    qids = f.queue_id[rows].tolist()
+    keys = np.array([key_ids.setdefault((t, q), len(key_ids)) for t, q in zip(topics, qids)], dtype=np.int64)
+    names = {v: k for k, v in key_ids.items()}
+    offs = abs_of(starts[rows])
+    for key, q0, q1, n, o0, o1 in rec.runs_by_key(keys[disp], f.queue_offset[rows][disp], offs[disp]):
+        topic, qid = names[key]
+        s["runs"].append([topic.decode("utf-8", "replace"), qid, q0, q1, n, o0, o1])
+
+
+def _walk(m: _Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger: bool) -> list[int]:
+    """Collect owned record starts from ``p``; resync after unparseable bytes."""
+    starts: list[int] = []
+    walk = rec.walk_dledger if dledger else rec.walk_classic
+    abs0 = r.file_start + m.base
+    while p is not None and p < stop:
+        got, kind, q = walk(m.mm, p, stop, m.limit)
+        starts.extend(got)
+        s["end_kind"], s["end_pos"] = kind, abs0 + q
+        if kind in ("break", "overrun"):
+            if dledger:
+                _ok, why = rec.entry_verdict(m.mm, q, abs0)
+            else:
+                why = codec.explain_invalid_record(m.mm, q) if q + 8 <= m.limit else "fewer than 8 bytes before the file end"
+            s.violation("structure", abs0 + q, f"unparseable record header: {why}")
+            nxt = (rec.sync_dledger(m.mm, q + 1, stop, m.limit, abs0) if dledger
+                   else rec.sync_classic(m.mm, q + 1, stop, m.limit))
+            if nxt is None:
+                s["next"] = None
+                return starts
+            s.violation(CHECK_FOR_KIND["dl" if dledger else "old"], abs0 + q,
+                        f"{nxt - q} unparseable bytes before the next record at {abs0 + nxt}")
+            p = nxt
+            continue
+        if kind == "blank":
+            size_or_magic = rec._II.unpack_from(m.mm, q)
+            remaining = size_or_magic[1] if dledger else size_or_magic[0]
+            if q + remaining != m.limit:
+                s.violation("structure", abs0 + q,
+                            f"end-of-file blank says {remaining} bytes remain, the file has {m.limit - q}")
+            s["next"] = abs0 + m.limit
+        else:
+            s["next"] = abs0 + q
+        return starts
+    if p is not None:
+        s["next"] = abs0 + p
+    return starts
+
+
+def scan_old(r: ScanRange) -> Summary:
+    s = _summary(r)
+    m = _Mapped(r.path, r.start)
+    try:
+        abs0 = r.file_start + m.base
+        lo, hi = r.start - m.base, r.end - m.base
+        if r.forced_start is not None:
+            p = r.forced_start - m.base
+        elif r.start == 0:
+            p = 0
+        else:
+            p = rec.sync_classic(m.mm, lo, hi, m.limit)
+        s["first"] = None if p is None else abs0 + p
+        starts = np.array(_walk(m, r, s, p, hi, dledger=False), dtype=np.int64)
+        s["records"] = len(starts)
+        if len(starts):
+            s["bytes"] = int(starts[-1] - starts[0])
+            _messages(m, r, s, starts, m.limit, abs0 + starts, "old_continuity", lambda x: abs0 + x)
+        _hash(m, r, s)
+    finally:
+        m.close()
+    return s
+
+
+def _first_entry_from_index(r: ScanRange, at: int) -> int | None:
+    """Absolute pos of the first committed entry at or after ``at``, by binary search of the index."""
+    units = r.ctx.index
+    n = r.ctx.committed_index + 1
+    if not units or n <= 0:
+        return None
+
+    def unit(i: int) -> tuple[int, ...] | None:
+        from upgrade.validate.layout import read_index_unit
+        return read_index_unit(units, i)
+
+    lo, hi = 0, n
+    first = unit(0)
+    if first is not None and first[1] > at:  # entries cleaned before: find the begin
+        lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        u = unit(mid)
+        if u is None or u[0] != rec.DL_MAGIC or u[1] < at:
+            if u is not None and u[0] == rec.DL_MAGIC and u[1] < at:
+                lo = mid + 1
+            else:
+                return None
+        else:
+            hi = mid
+    if lo >= n:
+        return None
+    u = unit(lo)
+    return None if u is None else u[1]
+
+
+def scan_dl(r: ScanRange) -> Summary:
+    s = _summary(r)
+    m = _Mapped(r.path, r.start)
+    try:
+        abs0 = r.file_start + m.base
+        climit = min(m.limit, (r.ctx.committed_pos or 0) - abs0)
+        lo, hi = r.start - m.base, min(r.end - m.base, climit)
+        if r.forced_start is not None:
+            p: int | None = r.forced_start - m.base
+        elif r.start == 0:
+            p = 0
+        else:
+            hint = _first_entry_from_index(r, r.abs_start)
+            p = hint - abs0 if hint is not None and r.abs_start <= hint < r.abs_end else None
+            if p is None or rec._II.unpack_from(m.mm, p)[0] != rec.DL_MAGIC:
+                p = rec.sync_dledger(m.mm, lo, hi, m.limit, abs0)
+        s["first"] = None if p is None else abs0 + p
+        starts = np.array(_walk(m, r, s, p, hi, dledger=True), dtype=np.int64)
+        if s["end_kind"] == "range" and s["next"] is not None and s["next"] >= abs0 + climit:
+            s["end_kind"] = "committed"
+        if s["end_kind"] == "zeros" and s["end_pos"] < abs0 + climit:
+            s.violation("dledger_continuity", s["end_pos"],
+                        f"data ends (zeros) at {s['end_pos']} but the committed prefix "
+                        f"(committedIndex {r.ctx.committed_index}) ends at {r.ctx.committed_pos}")
+        s["records"] = len(starts)
+        if len(starts):
+            e = rec.entry_fields(m.a, starts, m.limit, r.ctx.check_crc, m.mm)
+            for i in np.flatnonzero(~e.valid).tolist():
+                _ok, why = rec.entry_verdict(m.mm, int(starts[i]), abs0, r.ctx.check_crc)
+                s.violation("structure", abs0 + int(starts[i]), f"invalid DLedger entry: {why}")
+            for i in np.flatnonzero(e.epos != abs0 + starts).tolist():
+                s.violation("dledger_continuity", abs0 + int(starts[i]),
+                            f"entry pos field is {int(e.epos[i])}, entry is at {abs0 + int(starts[i])}")
+            di = np.flatnonzero(np.diff(e.index) != 1)
+            for i in di.tolist():
+                s.violation("dledger_continuity", abs0 + int(starts[i + 1]),
+                            f"entry index {int(e.index[i + 1])} follows {int(e.index[i])}")
+            for i in np.flatnonzero(np.diff(e.term) < 0).tolist():
+                s.violation("dledger_continuity", abs0 + int(starts[i + 1]),
+                            f"term went backwards: {int(e.term[i + 1])} after {int(e.term[i])}")
+            s["first_index"], s["last_index"] = int(e.index[0]), int(e.index[-1])
+            s["first_term"], s["last_term"] = int(e.term[0]), int(e.term[-1])
+            s["bytes"] = int(starts[-1] + e.size[-1] - starts[0])
+            mstart = starts + rec.DL_HEADER
+            size_bad = e.valid & (e.body_size != rec.gather(m.a, np.where(e.valid, mstart, 0), 4))
+            for i in np.flatnonzero(size_bad).tolist():
+                s.violation("structure", abs0 + int(starts[i]), "entry bodySize differs from the message TOTALSIZE")
+            _messages(m, r, s, mstart, starts + e.size, abs0 + mstart, "dledger_continuity",
+                      lambda x: abs0 + x)
+        _hash(m, r, s)
+    finally:
+        m.close()
+    return s
+
+
+def _file_of(files: tuple[FileRef, ...], off: int) -> FileRef | None:
+    i = bisect.bisect_right([f.start for f in files], off) - 1
+    if i >= 0 and off < files[i].end:
+        return files[i]
+    return None
+
+
+def scan_idx(r: ScanRange) -> Summary:
+    s = _summary(r)
+    m = _Mapped(r.path, r.start)
+    opened: dict[str, _Mapped] = {}
+    try:
+        lo, hi = r.start - m.base, r.end - m.base
+        units = np.frombuffer(m.mm, dtype=IDX_UNIT, count=(hi - lo) // 32, offset=lo).copy()
+        numbers = (r.abs_start // 32) + np.arange(len(units), dtype=np.int64)
+        s["records"] = len(units)
+        begin = _begin_index(r)
+        keep = numbers >= begin
+        units, numbers = units[keep], numbers[keep]
+
+        def where(i: int) -> int:
+            return int(numbers[i]) * 32
+
+        for i in np.flatnonzero((units["magic"] != rec.DL_MAGIC) | (units["index"] != numbers)).tolist():
+            s.violation("dledger_continuity", where(i),
+                        f"index unit {int(numbers[i])}: magic {int(units['magic'][i])}, index field {int(units['index'][i])}")
+        for i in np.flatnonzero(np.diff(units["term"]) < 0).tolist():
+            s.violation("dledger_continuity", where(i + 1), f"index unit {int(numbers[i + 1])}: term went backwards")
+        if len(units):
+            s["first_index"], s["last_index"] = int(numbers[0]), int(numbers[-1])
+            s["first_term"], s["last_term"] = int(units["term"][0]), int(units["term"][-1])
+            s["first"], s["next"] = int(units["pos"][0]), int(units["pos"][-1] + units["size"][-1])
+        pos = units["pos"].astype(np.int64)
+        matched = np.zeros(len(units), dtype=bool)
+        for f in r.ctx.data:
+            sel = np.flatnonzero((pos >= f.start) & (pos + 48 <= f.end))
+            if len(sel) == 0:
+                continue
+            dm = opened.setdefault(f.path, _Mapped(f.path, 0))
+            p = pos[sel] - f.start
+            fields = [rec.gather(dm.a, p + k, w) for k, w in ((0, 4), (4, 4), (8, 8), (16, 8), (24, 8))]
+            want = [units["magic"][sel], units["size"][sel], units["index"][sel], units["term"][sel], pos[sel]]
+            bad = np.zeros(len(sel), dtype=bool)
+            for got, exp in zip(fields, want):
+                bad |= got != exp.astype(np.int64)
+            matched[sel] = True
+            for j in np.flatnonzero(bad).tolist():
+                i = int(sel[j])
+                s.violation("dledger_continuity", where(i),
+                            f"index unit {int(numbers[i])} (pos {int(pos[i])}, size {int(units['size'][i])}, "
+                            f"term {int(units['term'][i])}) does not match the data entry there "
+                            f"(magic {int(fields[0][j])}, size {int(fields[1][j])}, index {int(fields[2][j])}, "
+                            f"term {int(fields[3][j])}, pos {int(fields[4][j])}) in {f.name}")
+        for i in np.flatnonzero(~matched).tolist():
+            s.violation("dledger_continuity", where(i), f"index unit {int(numbers[i])} points at {int(pos[i])}, in no data file")
+        _hash(m, r, s)
+    finally:
+        for dm in opened.values():
+            dm.close()
+        m.close()
+    return s
+
+
+def _begin_index(r: ScanRange) -> int:
+    """Index of the first entry of the first data file (``reviseLedgerBeginIndex``)."""
+    if not r.ctx.data:
+        return 0
+    f = r.ctx.data[0]
+    with open(f.path, "rb") as fh:
+        raw = fh.read(48)
+    if len(raw) < 48:
+        return 0
+    magic, _size, index = rec.struct.unpack_from(">iiq", raw)
+    return index if magic == rec.DL_MAGIC else 0
+
+
+def scan_cq(r: ScanRange) -> Summary:
+    s = _summary(r)
+    queue = f"{r.topic}:{r.queue_id}"
+    s["topic"], s["queue_id"] = r.topic, r.queue_id
+    s["prefill"] = s["beyond_committed"] = 0
+    m = _Mapped(r.path, r.start)
+    opened: dict[str, _Mapped] = {}
+    try:
+        lo, hi = r.start - m.base, r.end - m.base
+        units = np.frombuffer(m.mm, dtype=CQ_UNIT, count=(hi - lo) // 20, offset=lo).copy()
+        q0 = r.abs_start // 20
+        off = units["off"].astype(np.int64)
+        size = units["size"].astype(np.int64)
+        tags = units["tags"].astype(np.int64)
+        zero = (off == 0) & (size == 0) & (tags == 0)
+        prefill = (off == 0) & (size == 0x7FFFFFFF) & (tags == 0)
+        live = ~zero & ~prefill
+        s["prefill"] = int(prefill.sum())
+        nz = np.flatnonzero(live)
+        if len(nz) == 0:
+            return s
+        last = int(nz[-1])
+        for i in np.flatnonzero(zero[:last] | (prefill[:last] & (np.arange(last) > int(nz[0])))).tolist():
+            s.violation("consumequeue", r.abs_start + 20 * i, f"hole at queue offset {q0 + i} (empty unit before unit {q0 + last})",
+                        queue=queue)
+        s["first_index"], s["last_index"] = q0 + int(nz[0]), q0 + last
+        ctx = r.ctx
+        topic = r.topic
+        cut = ctx.divided if ctx.divided is not None else None
+        for i in nz.tolist():
+            o = int(off[i])
+            qo = q0 + i
+            where = r.abs_start + 20 * i
+            if cut is not None and o >= cut:
+                if ctx.committed_pos is not None and o >= ctx.committed_pos:
+                    s["beyond_committed"] += 1
+                    continue
+                files = ctx.data
+            else:
+                files = ctx.old
+            f = _file_of(files, o)
+            if f is None:
+                s.violation("consumequeue", where, f"unit at queue offset {qo} points at {o}, in no commitlog file", queue=queue)
+                continue
+            dm = opened.get(f.path)
+            if dm is None:
+                dm = opened[f.path] = _Mapped(f.path, 0)
+            p = o - f.start
+            req = codec.check_message_and_return_size(dm.mm, p, False)
+            s["records"] += 1
+            if not req.success or req.msg_size <= 0:
+                s.violation("consumequeue", where, f"unit at queue offset {qo} points at {o} ({f.name}+{p}): no valid message "
+                            f"there ({codec.explain_invalid_record(dm.mm, p)})", queue=queue)
+                continue
+            diffs = []
+            if req.msg_size != int(size[i]):
+                diffs.append(f"size {int(size[i])} != message size {req.msg_size}")
+            if req.topic != topic:
+                diffs.append(f"topic {topic!r} != message topic {req.topic!r}")
+            if req.queue_id != r.queue_id:
+                diffs.append(f"queue {r.queue_id} != message queue {req.queue_id}")
+            if req.tags_code != int(tags[i]):
+                diffs.append(f"tags code {int(tags[i])} != message tags code {req.tags_code}")
+            if req.consume_queue_offset != qo:
+                diffs.append(f"message queue offset is {req.consume_queue_offset}")
+            if (req.sys_flag & codec.TRANSACTION_ROLLBACK_TYPE) in _TX_SKIP or req.topic.encode() == BARRIER_TOPIC:
+                diffs.append("message is transactional PREPARED/ROLLBACK or a barrier and must not be dispatched")
+            if diffs:
+                s.violation("consumequeue", where, f"unit at queue offset {qo} -> {o}: " + "; ".join(diffs), queue=queue)
+            else:
+                s["messages"] += 1
+    finally:
+        for dm in opened.values():
+            dm.close()
+        m.close()
+    return s
+
+
+SCANNERS = {"old": scan_old, "dl": scan_dl, "idx": scan_idx, "cq": scan_cq}
+
+
+def run_range(r: ScanRange) -> Summary:
+    """Entry point for executors."""
+    try:
+        return SCANNERS[r.kind](r)
+    except Exception as exc:  # noqa: BLE001 - a task must report, not kill the job
+        s = _summary(r)
+        s.violation("structure", r.abs_start, f"cannot scan range: {type(exc).__name__}: {exc}")
+        s["end_kind"] = "error"
+        return s
+
+
+def diff_bytes(a_path: str, a_start: int, b_path: str, b_start: int, length: int) -> int | None:
+    """First differing byte (relative) between two file ranges, None when identical."""
+    chunk = 8 << 20
+    with open(a_path, "rb") as fa, open(b_path, "rb") as fb:
+        fa.seek(a_start)
+        fb.seek(b_start)
+        done = 0
+        while done < length:
+            n = min(chunk, length - done)
+            x, y = fa.read(n), fb.read(n)
+            if x != y:
+                xa, ya = np.frombuffer(x, np.uint8), np.frombuffer(y, np.uint8)
+                k = min(len(xa), len(ya))
+                d = np.flatnonzero(xa[:k] != ya[:k])
+                return done + (int(d[0]) if len(d) else k)
+            done += n
+    return None
+
