@@ -78,6 +78,7 @@ class BrokerController:
         self.cluster_name: str = _cfg(broker_config, "broker_cluster_name", "DefaultCluster")
         self.broker_ip: str = _cfg(broker_config, "broker_ip1", "127.0.0.1")
         self.listen_port: int = int(_cfg(broker_config, "listen_port", 10911))
+        self.http_port: int = int(_cfg(broker_config, "api_listen_port", self.listen_port))
         self.ha_listen_port: int = int(_cfg(store_config, "ha_listen_port", self.listen_port + 1))
         self.root_dir = Path(_cfg(store_config, "store_path_root_dir", os.path.expanduser("~/store")))
         self.max_message_size: int = int(_cfg(store_config, "max_message_size", 4 * 1024 * 1024))
@@ -104,15 +105,15 @@ class BrokerController:
 
     @classmethod
     def from_conf_file(cls, path: str) -> "BrokerController":
-        from broker.config import load_broker_config  # noqa: WPS433 (config errors surface at the CLI)
+        from broker.config import load_conf  # noqa: WPS433 (config errors surface at the CLI)
 
-        broker_config, store_config = load_broker_config(path)
-        return cls(broker_config, store_config, conf_path=path)
+        conf = load_conf(path)
+        return cls(conf.broker, conf.store, conf_path=path)
 
     # ------------------------------------------------------------------ addresses and role
     @property
     def api_address(self) -> str:
-        return f"{self.broker_ip}:{self.listen_port}"
+        return f"{self.broker_ip}:{self.http_port}"
 
     @property
     def master_api_address(self) -> Optional[str]:
@@ -195,12 +196,12 @@ class BrokerController:
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host=_cfg(self.broker_config, "listen_host", "0.0.0.0"), port=self.listen_port,
+        site = web.TCPSite(self._runner, host=_cfg(self.broker_config, "listen_host", "0.0.0.0"), port=self.http_port,
                            reuse_address=True)
         try:
             await site.start()
         except OSError as exc:
-            raise BrokerStartError(f"cannot listen on HTTP port {self.listen_port} (listenPort): {exc.strerror}") from None
+            raise BrokerStartError(f"cannot listen on HTTP port {self.http_port} (httpListenPort/listenPort): {exc.strerror}") from None
         if self.broker_role == SLAVE and not self.dledger_enabled:
             self.slave_sync = self._make_slave_sync()
             self.slave_sync.start()

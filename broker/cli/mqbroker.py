@@ -14,7 +14,7 @@ Rules:
 - Logs go to stderr, one line per state change, ``time level logger message``; ``--log-level``
   (or ``$RMQ_LOG_LEVEL``) picks the level.
 
-Theory of operation: parse args -> ``broker.config.load_broker_config`` -> ``BrokerController``
+Theory of operation: parse args -> ``broker.config.load_conf`` -> ``BrokerController``
 -> ``asyncio.run(controller.run_until_signal())``.
 """
 from __future__ import annotations
@@ -39,9 +39,9 @@ def _config_items(*objs: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for obj in objs:
         if dataclasses.is_dataclass(obj):
-            out.update({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+            out.update({f.metadata.get("key") or _camel(f.name): getattr(obj, f.name) for f in dataclasses.fields(obj)})
         else:
-            out.update({k: v for k, v in vars(obj).items() if not k.startswith("_")})
+            out.update({_camel(k): v for k, v in vars(obj).items() if not k.startswith("_")})
     return out
 
 
@@ -61,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
 
-    from broker.config import ConfigError, load_broker_config  # noqa: WPS433
+    from broker.config import ConfigError, load_conf  # noqa: WPS433
 
     try:
-        broker_config, store_config = load_broker_config(args.config_file)
+        conf = load_conf(args.config_file)
+        broker_config, store_config = conf.broker, conf.store
     except ConfigError as exc:
         _err(str(exc))
         return 2
@@ -74,11 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.print_config or args.print_important:
         items = _config_items(broker_config, store_config)
-        for name in sorted(items):
-            key = _camel(name)
-            if args.print_important and key not in IMPORTANT_KEYS and name not in IMPORTANT_KEYS:
+        for key in sorted(items):
+            if args.print_important and key not in IMPORTANT_KEYS:
                 continue
-            value = items[name]
+            value = items[key]
             print(f"{key}={getattr(value, 'name', value) if value is not None else ''}")
         return 0
 
