@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Stops the classic pair started by scripts/classic-start.sh (SIGTERM = clean shutdown; SIGKILL
+# after 15 s).
+set -uo pipefail
+RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
+for name in broker-a-s broker-a; do
+  pidfile="$RUN/$name.pid"
+  [ -f "$pidfile" ] || continue
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "$name (pid $pid) did not stop in 15 s; killing" >&2
+      kill -KILL "$pid"
+    fi
+    echo "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+done
