@@ -285,6 +285,7 @@ class RaftCore:
         self.role, self.leader_id = Role.LEADER, self.id
         self._reset_timers()
         nxt = self.log.last_index + 1
+        self.sendable_last = self.log.last_index
         self.prs = {p: Progress(nxt) for p in self.others}
         for pr in self.prs.values():
             pr.recent_active = True
