@@ -1,0 +1,183 @@
+"""Test helpers: real ``mqbroker`` processes on 127.0.0.1 free ports, conf files from conf/classic.
+
+Every test that uses :class:`BrokerProc` must stop/kill it in a ``finally`` (or use the
+``procs`` list pattern: append, then ``kill_all(procs)`` in ``finally``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from broker.api.client import BrokerClientError, SyncBrokerClient
+
+REPO = Path(__file__).resolve().parents[3]
+CONF_DIR = REPO / "conf" / "classic"
+
+
+def port_pair() -> int:
+    """A port p with p and p+1 free (listenPort and haListenPort = listenPort + 1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p >= 65535:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+def write_conf(template: str, out: Path, **overrides: Any) -> Path:
+    """Copy ``conf/classic/<template>`` to ``out`` with keys replaced/added (RocketMQ key names)."""
+    lines = []
+    seen = set()
+    for line in (CONF_DIR / template).read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key in overrides and not line.lstrip().startswith("#"):
+            lines.append(f"{key}={overrides[key]}")
+            seen.add(key)
+        else:
+            lines.append(line)
+    for key, value in overrides.items():
+        if key not in seen:
+            lines.append(f"{key}={value}")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+class BrokerProc:
+    def __init__(self, conf: Path, api_port: int, name: str, log_dir: Path) -> None:
+        self.conf = conf
+        self.api_port = api_port
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_fh: Any = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.api_port}"
+
+    def client(self, timeout: float = 15.0) -> SyncBrokerClient:
+        return SyncBrokerClient(self.address, timeout=timeout)
+
+    def start(self, wait: bool = True, timeout: float = 30.0) -> "BrokerProc":
+        self._log_fh = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)],
+                                     stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with self.client(timeout=2.0) as c:
+                    if c.status().get("writable") is not None:
+                        return
+            except BrokerClientError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait (clean shutdown); SIGKILL if it hangs."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._close_log()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._close_log()
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def _close_log(self) -> None:
+        if self._log_fh is not None:
+            self._log_fh.close()
+            self._log_fh = None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except FileNotFoundError:
+            return ""
+
+
+def kill_all(procs: Iterable[BrokerProc]) -> None:
+    for p in procs:
+        try:
+            p.kill9()  # SIGKILL also ends a SIGSTOPped process
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+
+
+def master_conf(tmp: Path, role: str = "SYNC_MASTER", **extra: Any) -> tuple[Path, int]:
+    port = port_pair()
+    conf = write_conf("broker-a.conf", tmp / "broker-a.conf", brokerRole=role, listenPort=port, haListenPort=port + 1,
+                      storePathRootDir=tmp / "broker-a", storePathCommitLog=tmp / "broker-a" / "commitlog",
+                      mappedFileSizeCommitLog=1 << 20, **extra)
+    return conf, port
+
+
+def slave_conf(tmp: Path, master_port: int, **extra: Any) -> tuple[Path, int]:
+    port = port_pair()
+    conf = write_conf("broker-a-s.conf", tmp / "broker-a-s.conf", listenPort=port, haListenPort=port + 1,
+                      haMasterAddress=f"127.0.0.1:{master_port + 1}", storePathRootDir=tmp / "broker-a-s",
+                      storePathCommitLog=tmp / "broker-a-s" / "commitlog", mappedFileSizeCommitLog=1 << 20, **extra)
+    return conf, port
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def commitlog_bytes(root: Path, upto: int) -> bytes:
+    """The first ``upto`` bytes of the commitlog under ``root`` (files concatenated in order)."""
+    out = bytearray()
+    for f in sorted((root / "commitlog").iterdir()):
+        if len(out) >= upto:
+            break
+        out += f.read_bytes()
+    return bytes(out[:upto])
