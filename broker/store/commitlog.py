@@ -1,0 +1,396 @@
+"""CommitLog (classic): the single append-only log every message of a broker goes into.
+
+Rules:
+- Records are RocketMQ commitlog records (``message.py``) in 20-digit-named files of
+  ``mappedFileSizeCommitLog`` bytes. A record never straddles files: if ``msgLen + 8`` exceeds
+  what is left, the 8-byte blank ``[remaining][0xCBD43194]`` is written and the record goes to
+  the next file (so every full file ends in a blank).
+- Under one put lock a put (one message or a batch, any mix of topics) gets, per message, its
+  queue offset from ``topic_queue_table`` (``(topic, queueId) -> next offset``; PREPARED and
+  ROLLBACK transactional messages get 0 and do not advance it), its PHYSICALOFFSET (where it
+  lands) and, unless the caller keeps its own (tests, replication), its STORETIMESTAMP = now.
+  A batch is an atomic run of single puts: byte-identical to putting the messages one by one.
+- Readers only see committed bytes; ``get_data`` returns a zero-copy view from an offset to
+  the end of what is readable in that file.
+- Durability per ``flushDiskType`` (``flush.py``); then an optional replica hook (classic HA's
+  GroupTransferService) may turn PUT_OK into FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE.
+- The record parser is the method :meth:`parse_record`; a DLedger commitlog overrides it (and
+  the write path) and keeps reading the old classic files through this class.
+
+Theory of operation: encoding (CRC, struct packing) happens outside the lock into one
+bytearray (``encode_batch``). Inside the lock only the per-message patch of QUEUEOFFSET,
+PHYSICALOFFSET and STORETIMESTAMP is done, then every run of records that fits the current
+file is copied into the mmap with a single slice assignment. Recovery lives in
+``commitlog_recovery.py``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from broker.store.dispatch import DispatchRequest
+from broker.store.errors import MessageFormatError
+from broker.store.flush import FlushRealTimeService, FlushService, GroupCommitService
+from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file_queue import AllocateMappedFileService, MappedFileQueue
+from broker.store.message import (
+    DEFAULT_DELAY_LEVELS, END_FILE_MIN_BLANK_LENGTH, MessageExt, PropertiesSizeExceeded,
+    blank_record, check_message_and_return_size, decode_message, encode_batch,
+    store_timestamp_position,
+)
+from broker.store.put_result import (
+    AppendMessageResult, PutMessageResult, PutMessageStatus,
+)
+
+log = logging.getLogger(__name__)
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+_QP = struct.Struct(">qq")
+_Q = struct.Struct(">q")
+
+ReplicaHook = Callable[[AppendMessageResult], "Future[PutMessageStatus] | None"]
+
+
+@dataclass(slots=True)
+class SelectMappedBufferResult:
+    """A zero-copy view of committed bytes starting at absolute ``start_offset``."""
+
+    start_offset: int
+    buffer: memoryview
+    mapped_file: MappedFile
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+
+class CommitLog:
+    """The classic commitlog: writes, reads, offsets; recovery in ``commitlog_recovery``."""
+
+    def __init__(
+        self,
+        store_path: str | os.PathLike[str],
+        mapped_file_size: int = 1 << 30,
+        *,
+        max_message_size: int = 4 * 1024 * 1024,
+        flush_disk_type: str = ASYNC_FLUSH,
+        flush_interval_ms: int = 500,
+        flush_least_pages: int = 4,
+        flush_thorough_interval_ms: int = 10_000,
+        sync_flush_timeout_ms: int = 5000,
+        checkpoint: object | None = None,
+        warm_mapped_file: bool = True,
+        check_crc_on_recover: bool = True,
+        delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
+    ) -> None:
+        if flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ValueError(f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, got {flush_disk_type!r}")
+        self.store_path = os.fspath(store_path)
+        self.mapped_file_size = mapped_file_size
+        self.max_message_size = max_message_size
+        self.flush_disk_type = flush_disk_type
+        self.check_crc_on_recover = check_crc_on_recover
+        self.delay_levels = tuple(delay_levels)
+        self.checkpoint = checkpoint
+        self.allocate_service = AllocateMappedFileService(warm=warm_mapped_file)
+        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size, self.allocate_service)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self._put_lock = threading.Lock()
+        self._confirm_offset = -1
+        self.replica_hook: ReplicaHook | None = None
+        self.writable = True
+        if flush_disk_type == SYNC_FLUSH:
+            self.flush_service: FlushService = GroupCommitService(
+                self.mapped_file_queue, checkpoint, sync_flush_timeout_ms)
+        else:
+            self.flush_service = FlushRealTimeService(
+                self.mapped_file_queue, checkpoint, flush_interval_ms, flush_least_pages,
+                flush_thorough_interval_ms)
+        self._started = False
+
+    # --- life cycle -------------------------------------------------------------------------
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def start(self) -> None:
+        if not self._started:
+            self.flush_service.start()
+            self._started = True
+
+    def shutdown(self) -> None:
+        """Flush everything (stopping the flush thread) and unmap."""
+        self.writable = False
+        self.flush_service.shutdown()
+        self.allocate_service.shutdown()
+        self.mapped_file_queue.shutdown()
+        self._started = False
+
+    def flush(self) -> int:
+        """Flush everything committed now (caller's thread); returns the flushed offset."""
+        where = self.mapped_file_queue.flush_all()
+        if self.checkpoint is not None and self.mapped_file_queue.store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.mapped_file_queue.store_timestamp  # type: ignore[attr-defined]
+        return where
+
+    # --- offsets ----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        first = self.mapped_file_queue.first()
+        return first.file_from_offset if first is not None else -1
+
+    @property
+    def max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    @property
+    def confirm_offset(self) -> int:
+        """Offset up to which the log is confirmed (HA); the max offset unless set."""
+        return self.max_offset if self._confirm_offset < 0 else self._confirm_offset
+
+    @confirm_offset.setter
+    def confirm_offset(self, value: int) -> None:
+        self._confirm_offset = value
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.mapped_file_size - offset % self.mapped_file_size
+
+    def remain_how_many_data_to_flush(self) -> int:
+        return self.mapped_file_queue.remain_how_many_data_to_flush()
+
+    # --- parsing (pluggable) ----------------------------------------------------------------
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest:
+        """Describe the record at ``pos`` of ``buf`` (``checkMessageAndReturnSize``)."""
+        return check_message_and_return_size(buf, pos, check_crc, self.delay_levels)
+
+    # --- writing ----------------------------------------------------------------------------
+    def put_message(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
+        return self.put_messages([msg], keep_store_timestamp)
+
+    def put_messages(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
+        """Append, then wait for the flush policy and the replica hook (blocking)."""
+        result = self.append_messages(msgs, keep_store_timestamp)
+        if result.status is not PutMessageStatus.PUT_OK or result.append_result is None:
+            return result
+        status = self.wait_for_durability(result.append_result, msgs)
+        if status is not PutMessageStatus.PUT_OK:
+            result.status = status
+        return result
+
+    def wait_for_durability(self, ar: AppendMessageResult, msgs: Sequence[MessageExt] = ()) -> PutMessageStatus:
+        """Block on the flush (SYNC_FLUSH) and replica waits of an appended result."""
+        status = PutMessageStatus.PUT_OK
+        fut = self.submit_flush_request(ar, msgs)
+        if fut is not None:
+            try:
+                status = fut.result(timeout=self._flush_timeout() + 0.05)
+            except TimeoutError:
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        rep = self.submit_replica_request(ar)
+        if rep is not None:
+            rstatus = rep.result()
+            if rstatus is not PutMessageStatus.PUT_OK:
+                status = rstatus
+        return status
+
+    def _flush_timeout(self) -> float:
+        svc = self.flush_service
+        return svc.timeout_ms / 1000.0 if isinstance(svc, GroupCommitService) else 0.0
+
+    def submit_flush_request(self, ar: AppendMessageResult,
+                             msgs: Sequence[MessageExt] = ()) -> "Future[PutMessageStatus] | None":
+        """SYNC_FLUSH: a future completed by the group commit; ASYNC_FLUSH: None (just wake up)."""
+        svc = self.flush_service
+        if isinstance(svc, GroupCommitService):
+            if msgs and all(m.properties.get("WAIT") == "false" for m in msgs):
+                svc.wakeup()
+                return None
+            return svc.put_request(ar.end_offset).future
+        if self.mapped_file_queue.remain_how_many_data_to_flush() > (1 << 20):
+            svc.wakeup()
+        return None
+
+    def submit_replica_request(self, ar: AppendMessageResult) -> "Future[PutMessageStatus] | None":
+        hook = self.replica_hook
+        return hook(ar) if hook is not None else None
+
+    def append_messages(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
+        """Encode and append under the put lock; no durability wait. Never raises for bad input."""
+        if not self.writable:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="commitlog is not writable")
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
+        try:
+            batch = encode_batch(msgs, self.max_message_size)
+        except PropertiesSizeExceeded as exc:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
+        except MessageFormatError as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc))
+        if max(batch.sizes) + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    error=f"record of {max(batch.sizes)} bytes cannot fit a "
+                                          f"{self.mapped_file_size}-byte commitlog file")
+        try:
+            ar = self._append_encoded(msgs, batch.data, batch.starts, batch.sizes, keep_store_timestamp)
+        except OSError as exc:
+            log.error("create/append mapped file failed in %s: %s", self.store_path, exc)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+        return PutMessageResult(PutMessageStatus.PUT_OK, ar)
+
+    def _append_encoded(self, msgs: Sequence[MessageExt], data: bytearray, starts: list[int],
+                        sizes: list[int], keep_ts: bool) -> AppendMessageResult:
+        view = memoryview(data)
+        fsize = self.mapped_file_size
+        n_msgs = len(msgs)
+        phys = [0] * n_msgs
+        qoffs = [0] * n_msgs
+        pack_qp = _QP.pack_into
+        pack_q = _Q.pack_into
+        with self._put_lock:
+            now = int(time.time() * 1000)
+            mfq = self.mapped_file_queue
+            mf = mfq.get_last_mapped_file(0)
+            assert mf is not None
+            table = self.topic_queue_table
+            local: dict[tuple[str, int], int] = {}
+            base = mf.file_from_offset
+            file_pos = mf.wrote_position
+            run_start = 0
+            last_ts = 0
+            for i in range(n_msgs):
+                msg = msgs[i]
+                s = starts[i]
+                n = sizes[i]
+                if file_pos + n + END_FILE_MIN_BLANK_LENGTH > fsize:
+                    if s > run_start:
+                        mf.append(view[run_start:s])
+                        mf.store_timestamp = last_ts
+                    mf.append_end_of_file(blank_record(fsize - file_pos))
+                    table.update(local)
+                    mf = mfq.get_last_mapped_file(0)
+                    assert mf is not None and mf.wrote_position == 0
+                    base = mf.file_from_offset
+                    file_pos = 0
+                    run_start = s
+                key = (msg.topic, msg.queue_id)
+                tran = msg.sys_flag & 0xC
+                if tran == 0x4 or tran == 0xC:
+                    qo = 0
+                else:
+                    qo = local.get(key)
+                    if qo is None:
+                        qo = table.get(key, 0)
+                    local[key] = qo + 1
+                phy = base + file_pos
+                pack_qp(data, s + 20, qo, phy)
+                if keep_ts:
+                    last_ts = msg.store_timestamp
+                else:
+                    pack_q(data, s + (68 if data[s + 39] & 0x10 else 56), now)  # STORETIMESTAMP
+                    last_ts = now
+                phys[i] = phy
+                qoffs[i] = qo
+                file_pos += n
+            mf.append(view[run_start:])
+            mf.store_timestamp = last_ts
+            table.update(local)
+        end = phys[-1] + sizes[-1]
+        return AppendMessageResult(
+            wrote_offset=phys[0], wrote_bytes=len(data), store_timestamp=last_ts,
+            logics_offset=qoffs[0], msg_num=n_msgs, physical_offsets=phys, queue_offsets=qoffs,
+            store_hosts=[m.store_host for m in msgs], end_offset=end,
+        )
+
+    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
+        """HA slave: append raw commitlog bytes that must land exactly at the current max offset."""
+        with self._put_lock:
+            mfq = self.mapped_file_queue
+            if start_offset != mfq.get_max_wrote_position() and mfq.last() is not None:
+                log.error("append_data at %d but commitlog ends at %d", start_offset,
+                          mfq.get_max_wrote_position())
+                return False
+            view = memoryview(data)
+            at = start_offset
+            while view:
+                mf = mfq.get_last_mapped_file(at)
+                if mf is None or mf.file_from_offset + mf.wrote_position != at:
+                    return False
+                take = min(len(view), mf.remaining)
+                mf.append(view[:take])
+                view = view[take:]
+                at += take
+            return True
+
+    # --- reading ----------------------------------------------------------------------------
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
+        """Committed bytes from ``offset`` to the readable end of its file."""
+        if return_first_on_not_found is None:
+            return_first_on_not_found = offset == 0
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, return_first_on_not_found)
+        if mf is None:
+            return None
+        pos = offset % self.mapped_file_size
+        view = mf.select(pos)
+        if view is None:
+            return None
+        return SelectMappedBufferResult(mf.file_from_offset + pos, view, mf)
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset % self.mapped_file_size, size)
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
+        """Decode the message at a physical offset (None if there is no readable record)."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset % self.mapped_file_size
+        view = mf.select(pos)
+        if view is None or len(view) < 8:
+            return None
+        if size is None:
+            size = int.from_bytes(view[:4], "big", signed=True)
+        if size <= 0 or size > len(view):
+            return None
+        return decode_message(view[:size])
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        buf = self.get_message(offset, size)
+        if buf is None:
+            return -1
+        sys_flag = int.from_bytes(buf[36:40], "big")
+        return _Q.unpack_from(buf, store_timestamp_position(sys_flag))[0]
+
+    # --- maintenance ------------------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        with self._put_lock:
+            self.mapped_file_queue.truncate_dirty_files(offset)
+
+    def reset_offset(self, offset: int) -> bool:
+        with self._put_lock:
+            return self.mapped_file_queue.reset_offset(offset)
+
+    def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,
+                             clean_immediately: bool = False) -> int:
+        return self.mapped_file_queue.delete_expired_file_by_time(
+            expired_seconds, max_delete, clean_immediately=clean_immediately)
+
+    def topic_queue_table_as_keys(self) -> dict[str, int]:
+        """RocketMQ's ``topicQueueTable`` form: ``"topic-queueId" -> next offset``."""
+        return {f"{t}-{q}": v for (t, q), v in self.topic_queue_table.items()}
+
+    def remove_queue_from_topic_queue_table(self, topic: str, queue_id: int) -> None:
+        with self._put_lock:
+            self.topic_queue_table.pop((topic, queue_id), None)

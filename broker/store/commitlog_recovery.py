@@ -1,0 +1,170 @@
+"""CommitLog recovery after a clean shutdown (normal) or a crash (abnormal).
+
+Rules:
+- Normal (no ``abort`` file): scan from the 3rd-last file with CRC checks, stop at the first
+  record that is not valid, truncate everything after it (``CommitLog.recoverNormally``).
+- Abnormal (``abort`` left behind): walk back from the newest file to the first whose first
+  message was stored no later than the checkpoint's min timestamp (``isMappedFileMatchedRecover``),
+  re-scan from there with CRC checks and re-dispatch every record (ConsumeQueue and IndexFile
+  writes are idempotent), then truncate after the last valid record.
+- Where RocketMQ would silently truncate at *any* invalid record, we first decide whether the
+  invalid record is a torn tail or damage to acknowledged data:
+    * torn tail: nothing but zeros follows it (in its file and every later file) and it was not
+      stored before the checkpoint's ``physic_msg_timestamp`` (the last flushed message);
+      it is truncated, as RocketMQ does;
+    * otherwise: data follows it, or it must have been flushed already, so it was acknowledged;
+      recovery stops with a StoreCorruptionError naming the file and the offset.
+- Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
+
+Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
+DLedger commitlog's entry parser fits) and an optional dispatch callback, returns the offset
+just after the last valid record.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Protocol
+
+from broker.store.dispatch import DispatchRequest
+from broker.store.errors import StoreCorruptionError
+from broker.store.mapped_file import MappedFile
+from broker.store.message import (
+    BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, explain_invalid_record,
+    record_store_timestamp,
+)
+
+log = logging.getLogger(__name__)
+
+_ZERO_CHUNK = bytes(1 << 20)
+Dispatch = Callable[[DispatchRequest], None]
+
+
+class _Checkpoint(Protocol):
+    physic_msg_timestamp: int
+    min_timestamp: int
+    min_timestamp_index: int
+
+
+def _nonzero_from(mf: MappedFile, start: int) -> int:
+    """File position of the first non-zero byte at or after ``start``, or -1."""
+    view = mf.whole()
+    for begin, stop in mf.data_extents(max(start, 0)):
+        pos = max(begin, start)
+        while pos < stop:
+            end = min(pos + len(_ZERO_CHUNK), stop)
+            chunk = bytes(view[pos:end])
+            if chunk != _ZERO_CHUNK[:end - pos]:
+                return pos + len(chunk) - len(chunk.lstrip(b"\x00"))
+            pos = end
+    return -1
+
+
+def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: int) -> None:
+    """Return if the invalid record at ``pos`` of ``files[index]`` is a torn tail, else raise."""
+    mf = files[index]
+    view = mf.whole()
+    reason = explain_invalid_record(view, pos)
+    total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
+    skip = total if 8 <= total <= len(view) - pos else 8
+    after = _nonzero_from(mf, pos + skip)
+    if after >= 0:
+        raise StoreCorruptionError(
+            str(mf.path), pos, mf.file_from_offset + pos,
+            f"{reason}; valid data follows at file offset {after}, so this is not a torn tail")
+    for later in files[index + 1:]:
+        at = _nonzero_from(later, 0)
+        if at >= 0:
+            raise StoreCorruptionError(
+                str(mf.path), pos, mf.file_from_offset + pos,
+                f"{reason}; later file {later.path.name} holds data at offset {at}")
+    store_ts = record_store_timestamp(view, pos)
+    if store_ts is not None and physic_ts > 0 and 0 < store_ts < physic_ts:
+        raise StoreCorruptionError(
+            str(mf.path), pos, mf.file_from_offset + pos,
+            f"{reason}; stored at {store_ts}, before the last flushed message ({physic_ts}), "
+            "so it was acknowledged")
+    if view[pos:pos + 8] != b"\x00" * min(8, len(view) - pos):
+        log.warning("truncating torn tail of %s at file offset %d: %s", mf.path, pos, reason)
+
+
+def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispatch | None,
+         physic_ts: int) -> int:
+    """Scan from ``files[start_index]``; returns the offset just after the last valid record."""
+    files: list[MappedFile] = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
+    parse = commitlog.parse_record  # type: ignore[attr-defined]
+    index = start_index
+    mf = files[index]
+    view = mf.whole()
+    pos = 0
+    while True:
+        req = parse(view, pos, check_crc)
+        size = req.msg_size
+        if req.success and size > 0:
+            if dispatch is not None:
+                dispatch(req)
+            pos += req.buffer_size if req.buffer_size > 0 else size
+        elif req.success and size == 0:
+            if index + 1 >= len(files):
+                log.info("recovery met the end-of-file blank of the last file %s", mf.path)
+                break
+            index += 1
+            mf = files[index]
+            view = mf.whole()
+            pos = 0
+        else:
+            _classify_failure(files, index, pos, physic_ts)
+            break
+    return mf.file_from_offset + pos
+
+
+def _apply(commitlog: "object", process_offset: int) -> None:
+    mfq = commitlog.mapped_file_queue  # type: ignore[attr-defined]
+    mfq.flushed_where = process_offset
+    mfq.committed_where = process_offset
+    mfq.truncate_dirty_files(process_offset)
+
+
+def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None) -> int:
+    """Recover after a clean shutdown; returns the recovered max offset (0 if no files)."""
+    files = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
+    if not files:
+        _apply(commitlog, 0)
+        return 0
+    physic_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
+    offset = scan(commitlog, max(0, len(files) - 3), commitlog.check_crc_on_recover,  # type: ignore[attr-defined]
+                  None, physic_ts)
+    _apply(commitlog, offset)
+    return offset
+
+
+def is_mapped_file_matched_recover(mf: MappedFile, checkpoint: _Checkpoint, index_safe: bool) -> bool:
+    """Was the first message of this file stored before the checkpoint's safe instant?"""
+    view = mf.whole()
+    magic = int.from_bytes(view[4:8], "big", signed=True)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return False
+    sys_flag = int.from_bytes(view[36:40], "big", signed=True)
+    at = 56 + (12 if sys_flag & BORNHOST_V6_FLAG else 0)
+    store_ts = int.from_bytes(view[at:at + 8], "big", signed=True)
+    if store_ts == 0:
+        return False
+    limit = checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
+    return store_ts <= limit
+
+
+def recover_abnormally(commitlog: "object", checkpoint: _Checkpoint, dispatch: Dispatch | None,
+                       index_safe: bool = False) -> int:
+    """Recover after a crash, re-dispatching from the last file known to be safe."""
+    files = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
+    if not files:
+        _apply(commitlog, 0)
+        return 0
+    index = len(files) - 1
+    while index >= 0 and not is_mapped_file_matched_recover(files[index], checkpoint, index_safe):
+        index -= 1
+    index = max(index, 0)
+    log.info("abnormal recovery starts at %s", files[index].path)
+    offset = scan(commitlog, index, commitlog.check_crc_on_recover, dispatch,  # type: ignore[attr-defined]
+                  checkpoint.physic_msg_timestamp)
+    _apply(commitlog, offset)
+    return offset

@@ -1,0 +1,209 @@
+"""MappedFile: one preallocated, mmapped commitlog file named by its 20-digit start offset.
+
+Rules:
+- The file name is ``UtilAll.offset2FileName(fromOffset)``: the absolute byte offset of byte 0,
+  zero-padded to 20 digits. The file is exactly ``file_size`` bytes from the moment it exists.
+- Three positions, each a byte count from the file start: ``wrote_position`` (bytes appended),
+  ``committed_position`` (visible to readers; equal to wrote here, as RocketMQ without a
+  transient store pool), ``flushed_position`` (known durable). flushed <= committed <= wrote.
+- Writers append under the CommitLog's put lock; readers see ``[0, committed_position)`` only.
+- ``flush`` makes bytes durable with ``os.fdatasync`` on the file descriptor (it releases the
+  GIL, ``mmap.flush`` does not); call it from a worker thread when the caller must not block.
+- A fresh sparse page is slow to touch the first time (DESIGN §6), so a new file can be
+  *warmed* (``warm=True``): zeros are written with ``pwrite`` (GIL released) and the mapping is
+  made with ``MAP_POPULATE``, before the writer needs the file (AllocateMappedFileService).
+
+Theory of operation: a MappedFile is a thin, bounds-checked window on an ``mmap``. Slices are
+handed out as ``memoryview``s so reads copy nothing; because an mmap cannot be closed while a
+view is exported, ``close`` tolerates exported views (the mapping is released when the last view
+dies) and ``destroy`` unlinks the file regardless.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import time
+from pathlib import Path
+
+from broker.store.errors import StoreLayoutError
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = mmap.PAGESIZE
+_WARM_CHUNK = 1 << 20
+_ZEROS = bytes(_WARM_CHUNK)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``."""
+    return f"{offset:020d}"
+
+
+def file_name_to_offset(name: str) -> int:
+    if len(name) != 20 or not name.isdigit():
+        raise StoreLayoutError(f"not a 20-digit offset file name: {name!r}")
+    return int(name)
+
+
+class MappedFile:
+    """A fixed-size file mapped read/write; positions are relative to the file start."""
+
+    def __init__(self, path: str | os.PathLike[str], file_size: int, *, warm: bool = False,
+                 read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.file_size = file_size
+        self.file_from_offset = file_name_to_offset(self.path.name)
+        self.read_only = read_only
+        exists = self.path.exists()
+        if exists:
+            actual = self.path.stat().st_size
+            if actual != file_size:
+                raise StoreLayoutError(
+                    f"{self.path}: length {actual} != configured mapped file size {file_size}")
+        elif read_only:
+            raise StoreLayoutError(f"{self.path}: does not exist (read-only open)")
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+        self._fd = os.open(self.path, flags, 0o644)
+        try:
+            if not exists:
+                os.ftruncate(self._fd, file_size)
+                if warm:
+                    self._warm_pages()
+            map_flags = mmap.MAP_SHARED
+            if warm and hasattr(mmap, "MAP_POPULATE"):
+                map_flags |= mmap.MAP_POPULATE
+            prot = mmap.PROT_READ if read_only else mmap.PROT_READ | mmap.PROT_WRITE
+            self.mm = mmap.mmap(self._fd, file_size, flags=map_flags, prot=prot)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # STORETIMESTAMP of the last appended message
+        self._closed = False
+
+    def _warm_pages(self) -> None:
+        """Make every page resident and allocated before the first append touches it."""
+        pos = 0
+        while pos < self.file_size:
+            n = min(_WARM_CHUNK, self.file_size - pos)
+            os.pwrite(self._fd, _ZEROS[:n], pos)
+            pos += n
+
+    # --- positions --------------------------------------------------------------------------
+    @property
+    def read_position(self) -> int:
+        return self.committed_position
+
+    def set_positions(self, pos: int) -> None:
+        """Set wrote/committed/flushed to ``pos`` (load, recovery, truncation)."""
+        if not 0 <= pos <= self.file_size:
+            raise ValueError(f"{self.path}: position {pos} outside [0, {self.file_size}]")
+        self.wrote_position = self.committed_position = self.flushed_position = pos
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def is_first_create_in_queue(self) -> bool:  # pragma: no cover - RocketMQ parity only
+        return False
+
+    # --- writing ----------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append at the wrote position and publish it; returns the file position written."""
+        pos = self.wrote_position
+        n = len(data)
+        if pos + n > self.file_size:
+            raise ValueError(f"{self.path}: {n} bytes do not fit at {pos} (size {self.file_size})")
+        self._view[pos:pos + n] = data
+        self.wrote_position = self.committed_position = pos + n
+        return pos
+
+    def append_end_of_file(self, record: bytes) -> int:
+        """Write the end-of-file blank at the wrote position and mark the file full.
+
+        Only the 8-byte record is written; the rest of the file stays as it is (zeros), and the
+        positions jump to the file end, exactly as RocketMQ's END_OF_FILE result does.
+        """
+        pos = self.wrote_position
+        self._view[pos:pos + len(record)] = record
+        self.wrote_position = self.committed_position = self.file_size
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Overwrite bytes at ``pos`` (blank records, repair); positions are not moved."""
+        if pos < 0 or pos + len(data) > self.file_size:
+            raise ValueError(f"{self.path}: write of {len(data)} bytes at {pos} outside the file")
+        self._view[pos:pos + len(data)] = data
+
+    # --- reading ----------------------------------------------------------------------------
+    def select(self, pos: int, size: int | None = None) -> memoryview | None:
+        """Committed bytes ``[pos, pos+size)`` (or to the read position); None if not readable."""
+        read = self.committed_position
+        if pos < 0 or pos > read:
+            return None
+        end = read if size is None else pos + size
+        if end > read:
+            return None
+        return self._view[pos:end]
+
+    def data_extents(self, start: int = 0):
+        """(begin, end) file ranges that may hold data (``SEEK_DATA``/``SEEK_HOLE``; holes are zeros)."""
+        pos = start
+        while pos < self.file_size:
+            try:
+                pos = os.lseek(self._fd, pos, os.SEEK_DATA)
+            except OSError:
+                return
+            end = min(os.lseek(self._fd, pos, os.SEEK_HOLE), self.file_size)
+            yield pos, end
+            pos = end
+
+    def whole(self) -> memoryview:
+        """The whole mapping, committed or not (recovery scans past the positions)."""
+        return self._view
+
+    # --- durability -------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Make everything committed so far durable; returns the new flushed position."""
+        target = self.committed_position
+        if target > self.flushed_position and not self._closed:
+            os.fdatasync(self._fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    # --- life cycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._view.release()
+        try:
+            self.mm.close()
+        except BufferError:  # a reader still holds a view; the mapping dies with it
+            log.debug("%s: mapping still referenced, released later", self.path)
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def last_modified(self) -> float:
+        return self.path.stat().st_mtime
+
+    def age_seconds(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.last_modified()
+
+    def __repr__(self) -> str:
+        return (f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+                f"flushed={self.flushed_position})")

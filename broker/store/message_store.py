@@ -1,0 +1,553 @@
+"""DefaultMessageStore: the facade over CommitLog, ConsumeQueues, IndexFile and their services.
+
+Rules:
+- Start-up is RocketMQ's: ``load`` takes the ``lock`` file, reads ``abort`` (present = the last
+  run crashed), maps the checkpoint, ConsumeQueues, IndexFiles and commitlog files, then
+  recovers: ConsumeQueues first (where dispatch had got to), then the commitlog, normally or
+  abnormally; ConsumeQueue units beyond the recovered commitlog end are truncated and the
+  ``topic_queue_table`` is rebuilt from the ConsumeQueues. ``start`` writes ``abort``, starts
+  the flush service and ReputMessageService from the ConsumeQueues' max physical offset and
+  waits until dispatch has caught up. ``shutdown`` stops dispatch after it has caught up,
+  flushes everything, and deletes ``abort`` only if nothing is left undispatched.
+- Input is validated before it touches the log: topic ``^[%|a-zA-Z0-9_-]{1,127}$`` (it becomes a
+  directory name), queue id >= 0, body <= ``maxMessageSize``, properties <= 32767 bytes; a
+  SLAVE refuses puts (SERVICE_NOT_AVAILABLE).
+- Delayed messages (DELAY level > 0, not PREPARED/ROLLBACK) are rewritten as RocketMQ 4.9.8
+  does: level clamped to the max level, topic ``SCHEDULE_TOPIC_XXXX``, queue level-1,
+  ``REAL_TOPIC``/``REAL_QID`` added, properties in Java HashMap order.
+- Pulls go through the ConsumeQueue and answer with RocketMQ's GetMessageStatus.
+
+Theory of operation: the facade owns no format knowledge; it wires the parts, holds the
+lifecycle, and translates between queue offsets and physical offsets. Flushing ConsumeQueues,
+index and checkpoint runs on one background thread (FlushConsumeQueueService).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from broker.store import commitlog_recovery
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commitlog import ASYNC_FLUSH, CommitLog
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.dispatch import DispatchRequest
+from broker.store.index_file import IndexService
+from broker.store.lockfile import AbortFile, StoreLock
+from broker.store.message import (
+    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
+    MessageExt, decode_message, decode_message_id, java_hashmap_order, parse_delay_levels,
+    transaction_value,
+)
+from broker.store.put_result import PutMessageResult, PutMessageStatus
+from broker.store.reput import ReputMessageService
+
+log = logging.getLogger(__name__)
+
+STORE_TAKES_LOCK = True
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)
+    physical_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[MessageExt]:
+        return [decode_message(b) for b in self.buffers]
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+
+@dataclass
+class StoreSettings:
+    """What the store reads from a MessageStoreConfig (snake_case RocketMQ names)."""
+
+    store_path_root_dir: str
+    store_path_commit_log: str | None = None
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    flush_interval_consume_queue: int = 1000
+    sync_flush_timeout: int = 5000
+    max_message_size: int = 4 * 1024 * 1024
+    check_crc_on_recover: bool = True
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    warm_mapped_file_enable: bool = True
+    file_reserved_time: int = 72
+    broker_role: str = "ASYNC_MASTER"
+
+    @classmethod
+    def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
+        """From a ``broker.config.MessageStoreConfig`` (or any object/dict with these names)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if isinstance(config, dict) and f.name in config:
+                values[f.name] = config[f.name]
+            elif config is not None and hasattr(config, f.name):
+                values[f.name] = getattr(config, f.name)
+        values.update(overrides)
+        for key in ("flush_disk_type", "broker_role"):
+            if key in values:
+                values[key] = getattr(values[key], "value", values[key])
+        if "store_path_root_dir" not in values:
+            raise ValueError("store_path_root_dir is required")
+        values["store_path_root_dir"] = os.fspath(values["store_path_root_dir"])
+        return cls(**values)
+
+
+class DefaultMessageStore:
+    """RocketMQ's DefaultMessageStore for the classic commitlog."""
+
+    def __init__(self, config: Any = None, *, broker_config: Any = None, **overrides: Any) -> None:
+        self.settings = s = StoreSettings.from_config(config, **overrides)
+        self.broker_config = broker_config
+        self.root = Path(s.store_path_root_dir)
+        self.store_path_commitlog = Path(s.store_path_commit_log or self.root / "commitlog")
+        self.delay_levels = parse_delay_levels(s.message_delay_level)
+        self.lock = StoreLock(self.root)
+        self.abort_file = AbortFile(self.root)
+        self.last_exit_ok = True
+        self.checkpoint: StoreCheckpoint | None = None
+        self.commitlog: CommitLog | None = None
+        self.consume_queue_store: ConsumeQueueStore | None = None
+        self.index_service: IndexService | None = None
+        self.reput: ReputMessageService | None = None
+        self.arrival_listeners: list[Callable[[list[DispatchRequest]], None]] = []
+        self._cq_flush_stop = threading.Event()
+        self._cq_flush_thread: threading.Thread | None = None
+        self._loaded = self._started = False
+
+    # --- wiring (overridable by a DLedger store) --------------------------------------------
+    def _make_commitlog(self) -> CommitLog:
+        s = self.settings
+        return CommitLog(
+            self.store_path_commitlog, s.mapped_file_size_commit_log,
+            max_message_size=s.max_message_size, flush_disk_type=s.flush_disk_type,
+            flush_interval_ms=s.flush_interval_commit_log,
+            flush_least_pages=s.flush_commit_log_least_pages,
+            flush_thorough_interval_ms=s.flush_commit_log_thorough_interval,
+            sync_flush_timeout_ms=s.sync_flush_timeout, checkpoint=self.checkpoint,
+            warm_mapped_file=s.warm_mapped_file_enable,
+            check_crc_on_recover=s.check_crc_on_recover, delay_levels=self.delay_levels,
+        )
+
+    def _dispatchers(self) -> list[Any]:
+        out: list[Any] = [self.consume_queue_store]
+        if self.settings.message_index_enable and self.index_service is not None:
+            out.append(self.index_service)
+        return out
+
+    def do_dispatch(self, request: DispatchRequest) -> None:
+        for d in self._dispatchers():
+            d.dispatch(request)
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Lock, detect a crash, map everything and recover. Raises on damaged data."""
+        s = self.settings
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            self.last_exit_ok = not self.abort_file.exists
+            self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            self.commitlog = self._make_commitlog()
+            self.commitlog.load()
+            self.consume_queue_store = ConsumeQueueStore(
+                self.root, s.mapped_file_size_consume_queue, checkpoint=self.checkpoint)
+            self.consume_queue_store.load()
+            if s.message_index_enable:
+                self.index_service = IndexService(self.root, s.max_hash_slot_num, s.max_index_num,
+                                                  checkpoint=self.checkpoint)
+                self.index_service.load(self.last_exit_ok)
+            self.recover()
+        except BaseException:
+            self._close_parts()
+            self.lock.release()
+            raise
+        self._loaded = True
+        return True
+
+    def recover(self) -> None:
+        assert self.commitlog is not None and self.consume_queue_store is not None
+        cqs = self.consume_queue_store
+        max_phy_of_cq = cqs.recover()
+        if not self.commitlog.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
+            log.warning("the commitlog files are deleted; deleting the consume queues too")
+            cqs.destroy()
+            max_phy_of_cq = -1
+        if self.last_exit_ok:
+            end = commitlog_recovery.recover_normally(self.commitlog, self.checkpoint)
+        else:
+            assert self.checkpoint is not None
+            end = commitlog_recovery.recover_abnormally(
+                self.commitlog, self.checkpoint, self.do_dispatch, self.settings.message_index_safe)
+        if max_phy_of_cq >= end:  # RocketMQ's condition; equality (a clean stop) truncates nothing
+            if max_phy_of_cq > end:
+                log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
+            cqs.truncate_dirty(end)
+        self.recover_topic_queue_table()
+
+    def recover_topic_queue_table(self) -> None:
+        """``topic_queue_table`` = every ConsumeQueue's max offset (after full dispatch)."""
+        assert self.commitlog is not None and self.consume_queue_store is not None
+        table: dict[tuple[str, int], int] = {}
+        min_phy = self.commitlog.min_offset
+        for cq in self.consume_queue_store.consume_queues():
+            table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+            if min_phy > 0:
+                cq.correct_min_offset(min_phy)
+        self.commitlog.topic_queue_table = table
+
+    def start(self) -> None:
+        assert self._loaded and self.commitlog is not None and self.consume_queue_store is not None
+        self.abort_file.create()
+        self.commitlog.start()
+        reput_from = max(self.consume_queue_store.max_physical_offset(), self.commitlog.min_offset, 0)
+        self.reput = ReputMessageService(self.commitlog, self._dispatchers(), reput_from,
+                                         listeners=[self._notify_arrival])
+        self.reput.do_reput()
+        self.recover_topic_queue_table()
+        self.reput.start()
+        self._cq_flush_thread = threading.Thread(target=self._flush_logics_loop,
+                                                 name="FlushConsumeQueueService", daemon=True)
+        self._cq_flush_thread.start()
+        self._started = True
+
+    def _notify_arrival(self, batch: list[DispatchRequest]) -> None:
+        for listener in self.arrival_listeners:
+            listener(batch)
+
+    def _flush_logics(self) -> None:
+        if self.consume_queue_store is not None:
+            self.consume_queue_store.flush()
+        if self.index_service is not None:
+            self.index_service.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.flush()
+
+    def _flush_logics_loop(self) -> None:
+        interval = self.settings.flush_interval_consume_queue / 1000.0
+        while not self._cq_flush_stop.wait(interval):
+            try:
+                self._flush_logics()
+            except Exception:  # noqa: BLE001
+                log.exception("FlushConsumeQueueService failed")
+
+    def shutdown(self) -> None:
+        """Dispatch what is committed, flush everything, delete ``abort`` if clean, unlock."""
+        if not self._loaded:
+            return
+        clean = True
+        if self.reput is not None:
+            self.reput.shutdown()
+            clean = self.reput.dispatch_behind_bytes() == 0 and self.reput.error is None
+        self._cq_flush_stop.set()
+        if self._cq_flush_thread is not None:
+            self._cq_flush_thread.join()
+        if self.commitlog is not None:
+            self.commitlog.flush_service.shutdown()
+        self._flush_logics()
+        self._close_parts()
+        if self._started and clean:
+            self.abort_file.delete()
+        self.lock.release()
+        self._loaded = self._started = False
+
+    def _close_parts(self) -> None:
+        if self.commitlog is not None:
+            self.commitlog.shutdown()
+        if self.consume_queue_store is not None:
+            self.consume_queue_store.shutdown()
+        if self.index_service is not None:
+            self.index_service.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+
+    def wake_dispatch(self) -> None:
+        if self.reput is not None:
+            self.reput.wakeup()
+
+    # --- writes -----------------------------------------------------------------------------
+    def _check(self, msg: MessageExt) -> str | None:
+        if not TOPIC_PATTERN.match(msg.topic):
+            return f"topic {msg.topic!r} must match {TOPIC_PATTERN.pattern}"
+        if msg.queue_id < 0:
+            return f"queue id {msg.queue_id} must be >= 0"
+        if len(msg.body) > self.settings.max_message_size:
+            return f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.settings.max_message_size}"
+        return None
+
+    def _rewrite_delay(self, msg: MessageExt) -> MessageExt:
+        level_text = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        if not level_text or transaction_value(msg.sys_flag) not in (0x0, 0x8):
+            return msg
+        level = int(level_text)
+        if level <= 0:
+            return msg
+        props = dict(msg.properties)
+        if level > len(self.delay_levels):
+            level = len(self.delay_levels)
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        ordered = {k: props[k] for k in java_hashmap_order(props)}
+        return dataclasses.replace(msg, topic=RMQ_SYS_SCHEDULE_TOPIC, queue_id=level - 1,
+                                   properties=ordered, properties_bytes=None)
+
+    def _prepare(self, msgs: Sequence[MessageExt]) -> tuple[list[MessageExt] | None, PutMessageResult | None]:
+        if self.commitlog is None or not self._started:
+            return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not started")
+        if self.settings.broker_role == "SLAVE":
+            return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="a SLAVE does not accept puts")
+        out = []
+        for msg in msgs:
+            why = self._check(msg)
+            if why is not None:
+                return None, PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=why)
+            out.append(self._rewrite_delay(msg))
+        return out, None
+
+    def put_message(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
+        return self.put_messages([msg], keep_store_timestamp)
+
+    def put_messages(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
+        """Store messages (an atomic run) and wait for the flush/replication policy."""
+        prepared, error = self._prepare(msgs)
+        if error is not None:
+            return error
+        assert self.commitlog is not None and prepared is not None
+        result = self.commitlog.append_messages(prepared, keep_store_timestamp)
+        if result.append_result is not None:
+            self.wake_dispatch()
+            status = self.commitlog.wait_for_durability(result.append_result, prepared)
+            if status is not PutMessageStatus.PUT_OK:
+                result.status = status
+        return result
+
+    async def put_messages_async(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
+        """As :meth:`put_messages`, awaiting flush and replica futures instead of blocking."""
+        prepared, error = self._prepare(msgs)
+        if error is not None:
+            return error
+        assert self.commitlog is not None and prepared is not None
+        result = self.commitlog.append_messages(prepared, keep_store_timestamp)
+        ar = result.append_result
+        if ar is None:
+            return result
+        self.wake_dispatch()
+        status = PutMessageStatus.PUT_OK
+        fut = self.commitlog.submit_flush_request(ar, prepared)
+        if fut is not None:
+            try:
+                status = await asyncio.wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
+            except asyncio.TimeoutError:
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        rep = self.commitlog.submit_replica_request(ar)
+        if rep is not None:
+            rstatus = await asyncio.wrap_future(rep)
+            if rstatus is not PutMessageStatus.PUT_OK:
+                status = rstatus
+        result.status = status
+        return result
+
+    async def put_message_async(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
+        return await self.put_messages_async([msg], keep_store_timestamp)
+
+    # --- reads ------------------------------------------------------------------------------
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        assert self.consume_queue_store is not None
+        return self.consume_queue_store.find_consume_queue(topic, queue_id, create=create)
+
+    def consume_queues_of(self, topic: str) -> list[ConsumeQueue]:
+        assert self.consume_queue_store is not None
+        return sorted((cq for cq in self.consume_queue_store.consume_queues() if cq.topic == topic),
+                      key=lambda cq: cq.queue_id)
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
+                    tags_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
+        """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``)."""
+        assert self.commitlog is not None
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        next_offset = offset
+        missing = False
+        while result.message_count < max_num and next_offset < hi:
+            units = cq.get_units(next_offset, max_num - result.message_count)
+            if not units:
+                break
+            for phy, size, tags_code in units:
+                next_offset += 1
+                if tags_filter is not None and not tags_filter(tags_code):
+                    continue
+                buf = self.commitlog.get_message(phy, size)
+                if buf is None:
+                    missing = True
+                    continue
+                result.buffers.append(buf)
+                result.physical_offsets.append(phy)
+        result.next_begin_offset = next_offset
+        if result.buffers:
+            result.status = GetMessageStatus.FOUND
+        elif missing:
+            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
+        assert self.commitlog is not None
+        return self.commitlog.look_message_by_offset(commitlog_offset, size)
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """The message an offset msgId names (the store host part is not checked)."""
+        _host, offset = decode_message_id(msg_id)
+        return self.look_message_by_offset(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """Messages indexed under ``key`` (a KEYS token or the UNIQ_KEY) of ``topic``."""
+        if self.index_service is None:
+            return []
+        end = int(time.time() * 1000) + 1 if end is None else end
+        out = []
+        for phy in self.index_service.query_offset(topic, key, max_num, begin, end):
+            msg = self.look_message_by_offset(phy)
+            if msg is not None and msg.topic == topic:
+                out.append(msg)
+        return out
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.min_offset_in_queue if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        unit = cq.get(queue_offset) if cq is not None else None
+        return unit[0] if unit is not None else 0
+
+    def get_max_phy_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.min_offset
+
+    def get_confirm_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.confirm_offset
+
+    def get_flushed_where(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.flushed_offset
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        return self.reput.wait_dispatched(timeout) if self.reput is not None else True
+
+    # --- HA slave ---------------------------------------------------------------------------
+    def append_to_commitlog(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
+        """HA slave path: raw commitlog bytes at exactly the current max offset, then dispatch."""
+        assert self.commitlog is not None
+        ok = self.commitlog.append_data(start_offset, data)
+        if ok:
+            self.wake_dispatch()
+        return ok
+
+    def delete_expired_files(self, clean_immediately: bool = False) -> int:
+        """Delete commitlog files older than ``fileReservedTime`` hours, then their CQ/index."""
+        assert self.commitlog is not None and self.consume_queue_store is not None
+        n = self.commitlog.delete_expired_files(self.settings.file_reserved_time * 3600,
+                                                clean_immediately=clean_immediately)
+        if n:
+            min_phy = self.commitlog.min_offset
+            self.consume_queue_store.delete_expired_files(min_phy)
+            if self.index_service is not None:
+                self.index_service.delete_expired_file(min_phy)
+        return n
+
+    def __enter__(self) -> "DefaultMessageStore":
+        self.load()
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def open_store(root: str | os.PathLike[str], **settings: Any) -> DefaultMessageStore:
+    """Convenience for tools and tests: load + start a store at ``root``."""
+    store = DefaultMessageStore(store_path_root_dir=os.fspath(root), **settings)
+    store.load()
+    store.start()
+    return store
+
+
+def iter_messages(store: DefaultMessageStore, start: int = 0) -> Iterable[tuple[int, MessageExt]]:
+    """(physical offset, message) for every committed record from ``start`` (tools, tests)."""
+    assert store.commitlog is not None
+    offset = max(start, store.commitlog.min_offset)
+    while offset < store.commitlog.max_offset:
+        res = store.commitlog.get_data(offset, True)
+        if res is None:
+            return
+        pos = 0
+        while pos < len(res.buffer):
+            req = store.commitlog.parse_record(res.buffer, pos, False)
+            if not req.success or req.msg_size == 0:
+                break
+            yield res.start_offset + pos, decode_message(res.buffer[pos:pos + req.msg_size])
+            pos += req.msg_size
+        offset = store.commitlog.roll_next_file(res.start_offset) if pos < len(res.buffer) else res.start_offset + pos
+        if pos == 0 and offset <= res.start_offset:
+            return

@@ -1,0 +1,164 @@
+"""ReputMessageService: turns committed commitlog bytes into ConsumeQueue units and index keys.
+
+Rules:
+- It reads from ``reput_from_offset`` only what the commitlog says is committed (classic:
+  written; DLedger: below committedPos, via ``limit_offset``), never beyond.
+- Each wakeup processes whole ``get_data`` slices (everything readable in a file) before it
+  sleeps again, so dispatch keeps up with batched puts.
+- A record is described by the commitlog's ``parse_record`` (pluggable: a DLedger commitlog's
+  parser skips the 48-byte entry header and reports ``buffer_size``); the scan advances by
+  ``buffer_size`` when set, else ``msg_size``. An end-of-file blank moves to the next file.
+- A record that cannot be parsed stops dispatch at that offset (``error`` says where and why);
+  dispatch never skips over bytes it does not understand.
+- ``dispatch_behind_bytes = max_offset - reput_from_offset``: 0 means everything committed is
+  in the ConsumeQueues (used by shutdown and by the DLedger role change).
+
+Theory of operation: :meth:`do_reput` is a pure pass over the available bytes (tests and
+recovery call it directly); :meth:`start` runs it on a thread that sleeps until woken by a put
+(or 50 ms).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Iterable, Protocol
+
+from broker.store.dispatch import CommitLogDispatcher, DispatchRequest
+from broker.store.message import explain_invalid_record
+
+log = logging.getLogger(__name__)
+
+
+class _CommitLogReader(Protocol):
+    @property
+    def max_offset(self) -> int: ...
+
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> object: ...
+
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest: ...
+
+    def roll_next_file(self, offset: int) -> int: ...
+
+
+class ReputMessageService:
+    """Dispatches committed records to every CommitLogDispatcher, in commitlog order."""
+
+    def __init__(self, commitlog: _CommitLogReader, dispatchers: Iterable[CommitLogDispatcher],
+                 reput_from_offset: int = 0,
+                 limit_offset: Callable[[], int] | None = None,
+                 listeners: Iterable[Callable[[list[DispatchRequest]], None]] = ()) -> None:
+        self.commitlog = commitlog
+        self.dispatchers = list(dispatchers)
+        self.reput_from_offset = reput_from_offset
+        self.limit_offset = limit_offset or (lambda: commitlog.max_offset)
+        self.listeners = list(listeners)
+        self.error: str | None = None
+        self.dispatched = 0
+        self._stop = threading.Event()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def dispatch_behind_bytes(self) -> int:
+        return max(0, self.limit_offset() - self.reput_from_offset)
+
+    def is_commitlog_available(self) -> bool:
+        return self.reput_from_offset < self.limit_offset()
+
+    def do_reput(self) -> int:
+        """Dispatch everything available now; returns the number of records dispatched."""
+        with self._lock:
+            return self._do_reput()
+
+    def _do_reput(self) -> int:
+        count = 0
+        dispatchers = [d.dispatch for d in self.dispatchers]
+        parse = self.commitlog.parse_record
+        while True:
+            limit = self.limit_offset()
+            if self.reput_from_offset >= limit:
+                break
+            result = self.commitlog.get_data(self.reput_from_offset)
+            if result is None:
+                break
+            base = result.start_offset  # type: ignore[attr-defined]
+            buf = result.buffer  # type: ignore[attr-defined]
+            if base != self.reput_from_offset:
+                log.warning("reput offset %d not readable, moved to %d", self.reput_from_offset, base)
+                self.reput_from_offset = base
+            end = min(len(buf), limit - base)
+            buf = buf[:end]
+            pos = 0
+            batch: list[DispatchRequest] = []
+            rolled = False
+            while pos < end:
+                req = parse(buf, pos, False)
+                size = req.buffer_size if req.buffer_size > 0 else req.msg_size
+                if req.success and req.msg_size > 0:
+                    for dispatch in dispatchers:
+                        dispatch(req)
+                    batch.append(req)
+                    pos += size
+                elif req.success:
+                    rolled = True
+                    break
+                else:
+                    self.error = (f"cannot dispatch the record at commitlog offset {base + pos}: "
+                                  f"{explain_invalid_record(buf, pos)}")
+                    log.error(self.error)
+                    break
+            self.reput_from_offset = self.commitlog.roll_next_file(base + pos) if rolled else base + pos
+            count += len(batch)
+            if batch:
+                for listener in self.listeners:
+                    listener(batch)
+            if self.error is not None or (not rolled and pos == 0):
+                break
+        self.dispatched += count
+        return count
+
+    # --- thread -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
+            self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.do_reput() == 0:
+                    self._wakeup.wait(0.05)
+                    self._wakeup.clear()
+            except Exception:  # noqa: BLE001 - keep dispatching alive, but say why it stalled
+                log.exception("reput failed at %d", self.reput_from_offset)
+                self._wakeup.wait(0.1)
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Block until ``dispatch_behind_bytes() == 0`` (or timeout / a dispatch error)."""
+        import time
+        deadline = time.monotonic() + timeout
+        while self.dispatch_behind_bytes() > 0 and self.error is None:
+            if self._thread is None:
+                self.do_reput()
+                if self.dispatch_behind_bytes() > 0 and self.error is None:
+                    return False
+                break
+            if time.monotonic() >= deadline:
+                return False
+            self.wakeup()
+            time.sleep(0.001)
+        return self.dispatch_behind_bytes() == 0
+
+    def shutdown(self) -> None:
+        """Stop after dispatching what is committed (RocketMQ waits up to 50 x 100 ms)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._wakeup.set()
+            self._thread.join()
+            self._thread = None
+        if self.error is None:
+            self.do_reput()
