@@ -98,6 +98,7 @@ class BrokerController:
         self.slave_sync: SlaveSynchronize | None = None
         self._lock: StoreLock | None = None
         self._runner: web.AppRunner | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
         self.writable = False  # False until started, and while shutting down
@@ -205,6 +206,7 @@ class BrokerController:
         if self.broker_role == SLAVE and not self.dledger_enabled:
             self.slave_sync = self._make_slave_sync()
             self.slave_sync.start()
+        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(), name="broker-housekeeping")
         self.started_ms = int(time.time() * 1000)
         self.writable = True
         log.info(
@@ -263,8 +265,21 @@ class BrokerController:
         log.info("broker %s stopped cleanly", self.broker_name)
         self._stopped.set()
 
+    async def _housekeeping_loop(self) -> None:
+        """flushConsumerOffsetInterval: persist committed consumer offsets when they changed."""
+        interval = max(0.1, float(_cfg(self.broker_config, "flush_consumer_offset_interval", 5000)) / 1000.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.metadata.persist_offsets_if_dirty()
+            except Exception:  # noqa: BLE001 - retried next round
+                log.exception("persisting consumerOffset.json failed")
+
     async def _teardown(self) -> None:
         self.writable = False
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            self._housekeeping = None
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting; in-flight requests finish
             self._runner = None

@@ -6,9 +6,10 @@ Rules:
   module only adapts them to what the broker needs: topic lookup/creation, offset commit/query,
   and the "content + dataVersion" pair of each file that SlaveSynchronize moves.
 - Every change made through the broker (topic create, offset commit) bumps the manager's
-  ``dataVersion`` and is persisted at once for topics/groups (rare, must survive a crash) and by
-  the periodic flush for consumer offsets (frequent; RocketMQ flushes every 5 s), plus at
-  shutdown.
+  ``dataVersion``; topics/groups are persisted at once (rare, must survive a crash), consumer
+  offsets by the controller's ``flushConsumerOffsetInterval`` timer (frequent; 5 s as in
+  RocketMQ) and at shutdown. The system topics of RocketMQ 4.9.8 are added at load
+  (``ensure_system_topics``), as ``TopicConfigManager``'s constructor does in Java.
 - On a slave, :meth:`sync_access` gives SlaveSynchronize a replace function per file that
   decodes the master's content, adopts the master's ``dataVersion`` and persists.
 
@@ -18,11 +19,15 @@ not depend on the managers' method names.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from broker.metadata.consumer_offset import ConsumerOffsetManager
+from broker.metadata.data_version import DataVersion
+from broker.metadata.delay_offset import DelayOffsetManager
+from broker.metadata.subscription_group import SubscriptionGroupManager
+from broker.metadata.topic_config import TopicConfig, TopicConfigManager
 from broker.slave_sync import MetadataAccess
 
 log = logging.getLogger("broker.metadata")
@@ -57,34 +62,38 @@ class MetadataAccessor:
         self.store_config = store_config
         self.managers: dict[str, Any] = {}
         self._offsets_dirty = False
-        self._last_offsets_persist = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
-        from broker import metadata as md  # noqa: WPS433
-
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.managers = {
-            "topics": md.TopicConfigManager(self.config_dir / FILE_NAMES["topics"]),
-            "consumerOffset": md.ConsumerOffsetManager(self.config_dir / FILE_NAMES["consumerOffset"]),
-            "delayOffset": md.DelayOffsetManager(self.config_dir / FILE_NAMES["delayOffset"]),
-            "subscriptionGroup": md.SubscriptionGroupManager(self.config_dir / FILE_NAMES["subscriptionGroup"]),
+            "topics": TopicConfigManager(self.config_dir / FILE_NAMES["topics"]),
+            "consumerOffset": ConsumerOffsetManager(self.config_dir / FILE_NAMES["consumerOffset"]),
+            "delayOffset": DelayOffsetManager(self.config_dir / FILE_NAMES["delayOffset"]),
+            "subscriptionGroup": SubscriptionGroupManager(
+                self.config_dir / FILE_NAMES["subscriptionGroup"],
+                auto_create_subscription_group=bool(getattr(self.broker_config, "auto_create_subscription_group", True)),
+            ),
         }
         for mgr in self.managers.values():
             mgr.load()
+        b = self.broker_config
+        self.managers["topics"].ensure_system_topics(
+            getattr(b, "broker_cluster_name", "DefaultCluster"), getattr(b, "broker_name", "broker-a"),
+            auto_create_topic_enable=bool(getattr(b, "auto_create_topic_enable", True)),
+            default_topic_queue_nums=int(getattr(b, "default_topic_queue_nums", 8)),
+        )
 
     def persist_all(self) -> None:
         for mgr in self.managers.values():
             mgr.persist()
         self._offsets_dirty = False
 
-    def maybe_persist_offsets(self, interval_s: float = 5.0) -> None:
-        """flushConsumerOffsetInterval: persist committed offsets at most every ``interval_s``."""
-        now = time.monotonic()
-        if self._offsets_dirty and now - self._last_offsets_persist >= interval_s:
-            self.managers["consumerOffset"].persist()
+    def persist_offsets_if_dirty(self) -> None:
+        """Called every ``flushConsumerOffsetInterval`` (5 s) by the controller, and at shutdown."""
+        if self._offsets_dirty and "consumerOffset" in self.managers:
             self._offsets_dirty = False
-            self._last_offsets_persist = now
+            self.managers["consumerOffset"].persist()
 
     # ------------------------------------------------------------------ topics
     @staticmethod
@@ -104,8 +113,8 @@ class MetadataAccessor:
 
     def create_topic(self, topic: str, read_q: int, write_q: int, perm: int) -> TopicView:
         mgr = self.managers["topics"]
-        tc = mgr.update_topic_config(topic, read_queue_nums=read_q, write_queue_nums=write_q, perm=perm)
-        mgr.persist()
+        tc = TopicConfig(topic_name=topic, read_queue_nums=read_q, write_queue_nums=write_q, perm=perm)
+        mgr.update_topic_config(tc)  # bumps dataVersion, persists
         log.info("topic %s created/updated: readQueueNums %d writeQueueNums %d perm %d", topic, read_q, write_q, perm)
         return self._view(tc)
 
@@ -113,7 +122,6 @@ class MetadataAccessor:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.managers["consumerOffset"].commit_offset(group, topic, queue_id, offset)
         self._offsets_dirty = True
-        self.maybe_persist_offsets()
 
     def offsets(self, group: Optional[str], topic: Optional[str]) -> dict[str, dict[str, int]]:
         table = self.managers["consumerOffset"].offset_table
@@ -126,21 +134,21 @@ class MetadataAccessor:
 
     # ------------------------------------------------------------------ files for SlaveSynchronize
     def data_version(self, name: str) -> Optional[dict[str, Any]]:
-        dv = getattr(self.managers[name], "data_version", None)
-        if dv is None:
-            return None
-        return dv.to_json() if hasattr(dv, "to_json") else dict(dv)
+        return self.managers[name].data_version.to_json()
 
     def file_content(self, name: str) -> tuple[str, Optional[dict[str, Any]]]:
         mgr = self.managers[name]
         return mgr.encode(), self.data_version(name)
 
     def _replace(self, name: str, content: str, version: Optional[dict[str, Any]]) -> None:
+        """SlaveSynchronize: take the master's file (its content carries its dataVersion)."""
         mgr = self.managers[name]
-        mgr.decode(content)
-        if version is not None and getattr(mgr, "data_version", None) is not None:
-            mgr.data_version.assign_new_one(version)
+        mgr.decode(content, f"master's {FILE_NAMES[name]}")
+        if version is not None:
+            mgr.data_version.assign_new_one(DataVersion.from_json(version))
         mgr.persist()
+        if name == "consumerOffset":
+            self._offsets_dirty = False
 
     def sync_access(self) -> dict[str, MetadataAccess]:
         def make(name: str) -> MetadataAccess:
