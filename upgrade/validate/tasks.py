@@ -46,6 +46,7 @@ class Summary(dict):
     def violation(self, check: str, offset: int, message: str, file: str | None = None,
                   file_offset: int | None = None, queue: str | None = None) -> None:
         self["violation_count"] += 1
+        self["by_check"][check] = self["by_check"].get(check, 0) + 1
         if len(self["violations"]) < MAX_VIOLATIONS:
             self["violations"].append({
                 "check": check, "node": self["node"], "file": file or self["file"], "offset": int(offset),
@@ -59,7 +60,7 @@ def _summary(r: ScanRange) -> Summary:
                    file_size=r.file_size, start=r.abs_start, end=r.abs_end, forced=r.forced_start is not None,
                    first=None, next=None, end_kind="empty", end_pos=None, records=0, messages=0,
                    dispatchable=0, tx_skipped=0, barriers=0, bytes=0, runs=[], violations=[],
-                   violation_count=0, hash=None, first_index=None, last_index=None, first_term=None,
+                   violation_count=0, by_check={}, hash=None, first_index=None, last_index=None, first_term=None,
                    last_term=None, screen_disagreements=0)
 
 

@@ -1,0 +1,368 @@
+"""Driver-side reduction: range summaries -> the six named checks and the store numbers.
+
+Rules:
+- Input is only per-range summaries (a few KiB each), never per-record rows; everything here
+  is ordering and arithmetic over them.
+- Chaining: within a file, range k+1 must start its walk exactly where range k's walk ended.
+  :func:`reconcile` finds ranges whose own start (header sync) disagrees with the chain and asks
+  for a rescan from the chained position (the job runs those on the executors), or drops a
+  range that lies wholly inside a record owned by its predecessor.
+- The checks (names as in the report):
+  1 ``structure``          codec verdicts on every record/entry; every full file ends in a blank.
+  2 ``old_continuity``     old files contiguous and equal-sized; records tile; PHY_POS == offset.
+  3 ``divide``             old region ends at divided_commitlog_offset, blank-filled; the first
+                           DLedger data file starts there with an entry (n/a for classic stores).
+  4 ``dledger_continuity`` pos fields tile; indexes contiguous up to committedIndex; terms never
+                           decrease; PHY_POS == pos + 48; index units match entries.
+  5 ``consumequeue``       units match their messages; per queue the offsets of dispatchable
+                           messages form one +1 run across the divide and the CQ covers it.
+  6 ``replicas``           same bytes per range on every node up to the common limits; same divide.
+- Every violation row carries check, node, file, offset (absolute) and file_offset; queue rows
+  also carry ``topic:queueId``.
+
+Theory of operation: ``reconcile`` then ``evaluate``; evaluate walks summaries per node in
+offset order once per concern and appends violation rows to the check they belong to.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from typing import Any, Iterable
+
+from upgrade.validate.layout import FileRef, StoreLayout
+from upgrade.validate.plan import Plan, ScanRange
+
+CHECKS = ("structure", "old_continuity", "divide", "dledger_continuity", "consumequeue", "replicas")
+MAX_ROWS_PER_CHECK = 200
+
+
+def _by_file(summaries: Iterable[dict], kind: str) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for s in summaries:
+        if s["kind"] == kind:
+            out[(s["node"], s["path"])].append(s)
+    for v in out.values():
+        v.sort(key=lambda s: s["start"])
+    return out
+
+
+def reconcile(plan: Plan, summaries: dict[int, dict]) -> list[ScanRange]:
+    """Chain ranges within each file; returns ranges to rescan from their chained start."""
+    ranges = {r.rid: r for r in plan.ranges}
+    rescans: list[ScanRange] = []
+    for kind in ("old", "dl"):
+        for _key, sums in _by_file(summaries.values(), kind).items():
+            cursor: int | None = sums[0]["start"]
+            for s in sums:
+                s["discarded"] = False
+                if cursor is None:  # after a blank, zeros or a break: accept what the sync found
+                    cursor = s["next"] if s["end_kind"] in ("range", "committed") else None
+                    continue
+                if cursor >= s["end"]:  # wholly inside a record owned by an earlier range
+                    s["discarded"] = s["first"] is not None
+                    continue
+                if s["first"] != cursor:  # the sync disagrees with the chain: rescan from it
+                    rescans.append(ranges[s["rid"]].forced(cursor))
+                    cursor = None
+                    continue
+                cursor = s["next"] if s["end_kind"] in ("range", "committed") else None
+    return rescans
+
+
+class Findings:
+    """Violation rows per check plus the numbers of the report."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict]] = {c: [] for c in CHECKS}
+        self.counts: Counter[str] = Counter()
+        self.not_applicable: set[str] = set()
+
+    def add(self, check: str, node: str, file: str | None, offset: int | None, message: str,
+            file_offset: int | None = None, queue: str | None = None) -> None:
+        self.counts[check] += 1
+        if len(self.rows[check]) < MAX_ROWS_PER_CHECK:
+            self.rows[check].append({"check": check, "node": node, "file": file, "offset": offset,
+                                     "file_offset": file_offset, "queue": queue, "message": message})
+
+    def add_row(self, row: dict) -> None:
+        self.counts[row["check"]] += 1
+        if len(self.rows[row["check"]]) < MAX_ROWS_PER_CHECK:
+            self.rows[row["check"]].append(row)
+
+
+def locate(files: tuple[FileRef, ...], offset: int) -> tuple[str | None, int | None]:
+    i = bisect.bisect_right([f.start for f in files], offset) - 1
+    if i >= 0 and offset < files[i].end:
+        return files[i].name, offset - files[i].start
+    return None, None
+
+
+def _locate_any(lay: StoreLayout, offset: int) -> tuple[str | None, int | None]:
+    name, fo = locate(lay.dledger.data if lay.dledger else (), offset)
+    if name is None:
+        name, fo = locate(lay.old, offset)
+    return name, fo
+
+
+def _file_terminals(sums: list[dict]) -> tuple[str, int | None]:
+    """How a file's record walk ended: (kind, absolute position)."""
+    live = [s for s in sums if not s.get("discarded")]
+    for s in reversed(live):
+        if s["end_kind"] in ("blank", "zeros", "break", "overrun", "committed", "error"):
+            return s["end_kind"], s["end_pos"]
+        if s["end_kind"] == "range":
+            if s["next"] is not None and s["next"] >= s["file_start"] + s["file_size"]:
+                return "exact-end", s["next"]
+            return "range", s["next"]
+    return "empty", None
+
+
+def _old_region(f: Findings, lay: StoreLayout, sums_by_file: dict, info: dict) -> None:
+    node, old, size = lay.node, lay.old, lay.old_file_size
+    mixed = lay.divided_offset is not None
+    for a, b in zip(old, old[1:]):
+        if b.start > a.end:
+            missing = [f"{o:020d}" for o in range(a.end, b.start, size or (b.start - a.end))]
+            f.add("old_continuity", node, missing[0], a.end,
+                  f"gap in the old commitlog: {b.start - a.end} bytes missing between {a.name} and {b.name} "
+                  f"(missing file{'s' if len(missing) > 1 else ''} {', '.join(missing[:5])})", 0)
+        elif b.start < a.end:
+            f.add("old_continuity", node, b.name, b.start, f"{b.name} overlaps {a.name} by {a.end - b.start} bytes", 0)
+    for fr in old:
+        if fr.size != size:
+            f.add("old_continuity", node, fr.name, fr.start, f"file size {fr.size} differs from the others' {size}", 0)
+    write_end = None
+    for i, fr in enumerate(old):
+        kind, pos = _file_terminals(sums_by_file.get((node, fr.path), []))
+        last = i == len(old) - 1
+        if kind == "blank":
+            write_end = pos
+            continue
+        if last and not mixed and kind in ("zeros", "exact-end", "empty", "range"):
+            write_end = pos if pos is not None else fr.start
+            continue
+        where = pos if pos is not None else fr.start
+        what = {"zeros": f"records stop at {where} (zeros)", "exact-end": "records run to the file end",
+                "empty": "no records"}.get(kind, f"record walk ended with {kind} at {where}")
+        f.add("structure", node, fr.name, where, f"file does not end in an end-of-file blank record: {what}",
+              where - fr.start)
+    info["write_end"] = write_end
+    info["min_offset"] = old[0].start if old else None
+
+
+def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: list[dict],
+                    idx_sums: list[dict], info: dict) -> None:
+    node, dl = lay.node, lay.dledger
+    assert dl is not None
+    for a, b in zip(dl.data, dl.data[1:]):
+        if b.start != a.end:
+            f.add("dledger_continuity", node, b.name, a.end,
+                  f"DLedger data files not contiguous: {a.name} ends at {a.end}, next file starts at {b.start}", 0)
+    committed_files = [fr for fr in dl.data if fr.start < dl.committed_pos]
+    for i, fr in enumerate(committed_files):
+        kind, pos = _file_terminals(sums_by_file.get((node, fr.path), []))
+        if i < len(committed_files) - 1 and kind != "blank":
+            where = pos if pos is not None else fr.start
+            f.add("structure", node, fr.name, where, f"DLedger data file does not end in a DLedger blank ({kind} at {where})",
+                  where - fr.start)
+    if not dl.committed_unit_ok and dl.committed_index >= 0:
+        f.add("dledger_continuity", node, locate(dl.index, dl.committed_index * 32)[0], dl.committed_index * 32,
+              f"checkpoint committedIndex {dl.committed_index} has no valid index unit", None)
+    entries = [s for s in dl_sums if not s.get("discarded") and s["first_index"] is not None]
+    prev = None
+    for s in entries:
+        if prev is not None:
+            if s["first_index"] != prev["last_index"] + 1:
+                f.add("dledger_continuity", node, s["file"], s["first"],
+                      f"entry index {s['first_index']} follows {prev['last_index']}", s["first"] - s["file_start"])
+            if s["first_term"] < prev["last_term"]:
+                f.add("dledger_continuity", node, s["file"], s["first"],
+                      f"term went backwards: {s['first_term']} after {prev['last_term']}", s["first"] - s["file_start"])
+        prev = s
+    n_entries = sum(s["records"] for s in dl_sums if not s.get("discarded"))
+    info["entries"] = n_entries
+    last_index = prev["last_index"] if prev else None
+    if dl.committed_unit_ok and dl.committed_index >= 0 and last_index != dl.committed_index:
+        end = max((s["next"] or 0) for s in dl_sums) if dl_sums else lay.divided_offset
+        name, fo = _locate_any(lay, end) if end is not None else (None, None)
+        f.add("dledger_continuity", node, name, end,
+              f"committed entries missing: data holds entries up to index {last_index}, "
+              f"checkpoint committedIndex is {dl.committed_index} (committed prefix ends at {dl.committed_pos})", fo)
+    idx_live = sorted((s for s in idx_sums if s["first_index"] is not None), key=lambda s: s["start"])
+    for a, b in zip(idx_live, idx_live[1:]):
+        if b["first_term"] < a["last_term"]:
+            f.add("dledger_continuity", node, b["file"], b["start"], "index unit term went backwards", b["start"] - b["file_start"])
+    info["first_index"] = entries[0]["first_index"] if entries else None
+    info["last_index"] = last_index
+
+
+def _divide(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_by_file: dict, info: dict) -> None:
+    node, div = lay.node, lay.divided_offset
+    if div is None or not lay.old:
+        return
+    last = lay.old[-1]
+    if last.end != div:
+        f.add("divide", node, last.name, last.end,
+              f"old region ends at {last.end} but divided_commitlog_offset (first DLedger data file) is {div}",
+              last.size)
+    for fr in lay.old:
+        if fr.end > div:
+            f.add("divide", node, fr.name, max(fr.start, div), f"old commitlog file {fr.name} reaches past the divide {div}", 0)
+    kind, pos = _file_terminals(sums_by_file.get((node, last.path), []))
+    if kind != "blank":
+        f.add("divide", node, last.name, pos, f"the last old file is not blank-filled up to the divide ({kind})",
+              None if pos is None else pos - last.start)
+    else:
+        info["blank_at"] = pos
+    first = lay.dledger.data[0] if lay.dledger else None
+    if first is not None:
+        heads = [s for s in dl_by_file.get((node, first.path), []) if s["start"] == first.start]
+        if not heads or heads[0]["first"] != div:
+            if lay.dledger.committed_index >= 0:
+                f.add("divide", node, first.name, div, f"the first DLedger data file does not start with an entry at {div}", 0)
+
+
+def _queues(f: Findings, lay: StoreLayout, data_sums: list[dict], cq_sums: list[dict], info: dict) -> None:
+    node = lay.node
+    runs: dict[tuple[str, int], list[list]] = defaultdict(list)
+    for s in data_sums:
+        if s.get("discarded"):
+            continue
+        for topic, qid, q0, q1, n, o0, o1 in s["runs"]:
+            runs[(topic, qid)].append([q0, q1, n, o0, o1])
+    per_queue: dict[str, dict[str, Any]] = {}
+    for key in sorted(runs):
+        topic, qid = key
+        qname = f"{topic}:{qid}"
+        rs = sorted(runs[key], key=lambda r: r[3])
+        merged = [list(rs[0])]
+        for q0, q1, n, o0, o1 in rs[1:]:
+            cur = merged[-1]
+            if q0 == cur[1] + 1:
+                cur[1], cur[2], cur[4] = q1, cur[2] + n, o1
+                continue
+            name, fo = _locate_any(lay, o0)
+            kind = "skip" if q0 > cur[1] + 1 else "duplicate or backwards"
+            f.add("consumequeue", node, name, o0,
+                  f"queue offset {kind}: message at {o0} has queue offset {q0}, previous message of the queue "
+                  f"(at {cur[4]}) has {cur[1]}", fo, qname)
+            merged.append([q0, q1, n, o0, o1])
+        total = sum(r[2] for r in rs)
+        per_queue[qname] = {"messages": total, "min_queue_offset": min(r[0] for r in rs),
+                            "max_queue_offset": max(r[1] for r in rs), "cq_units": 0}
+    cq_by_q: dict[str, list[dict]] = defaultdict(list)
+    for s in cq_sums:
+        cq_by_q[f"{s['topic']}:{s['queue_id']}"].append(s)
+    for qname, sums in sorted(cq_by_q.items()):
+        live = [s for s in sums if s["first_index"] is not None]
+        units = sum(s["last_index"] - s["first_index"] + 1 for s in live)
+        entry = per_queue.setdefault(qname, {"messages": 0, "min_queue_offset": None, "max_queue_offset": None})
+        entry["cq_units"] = units
+        entry["cq_beyond_committed"] = sum(s.get("beyond_committed", 0) for s in sums)
+        if not live:
+            continue
+        live.sort(key=lambda s: s["start"])
+        for a, b in zip(live, live[1:]):
+            if b["first_index"] != a["last_index"] + 1:
+                f.add("consumequeue", node, b["file"], b["first_index"] * 20,
+                      f"hole in the ConsumeQueue: units {a['last_index'] + 1}..{b['first_index'] - 1} empty",
+                      b["first_index"] * 20 - b["file_start"], qname)
+        lo, hi = live[0]["first_index"], live[-1]["last_index"] - entry["cq_beyond_committed"]
+        if entry["max_queue_offset"] is not None and (hi < entry["max_queue_offset"] or lo > entry["min_queue_offset"]):
+            f.add("consumequeue", node, live[-1]["file"], (hi + 1) * 20,
+                  f"ConsumeQueue covers queue offsets {lo}..{hi} but the commitlog holds "
+                  f"{entry['min_queue_offset']}..{entry['max_queue_offset']}", None, qname)
+    for qname, entry in per_queue.items():
+        if entry["messages"] and qname not in cq_by_q:
+            f.add("consumequeue", node, None, None, f"{entry['messages']} messages but no ConsumeQueue directory", None, qname)
+    info["per_queue"] = per_queue
+
+
+def replica_mismatches(plan: Plan, summaries: dict[int, dict], node_order: list[str]) -> list[dict]:
+    """Ranges whose hash differs from the majority (ties: the first node's); one row per node."""
+    groups: dict[tuple[str, int, int], dict[str, dict]] = defaultdict(dict)
+    for s in summaries.values():
+        if s.get("hash") and s["kind"] in ("old", "dl", "idx"):
+            groups[(s["kind"], s["hash"][0], s["hash"][1])][s["node"]] = s
+    out = []
+    for (kind, lo, hi), by_node in sorted(groups.items()):
+        hashes = Counter(s["hash"][2] for s in by_node.values())
+        best = max(hashes.values())
+        ref_node = next(n for n in node_order if n in by_node and hashes[by_node[n]["hash"][2]] == best)
+        ref = by_node[ref_node]
+        for node, s in by_node.items():
+            if s["hash"][2] != ref["hash"][2]:
+                out.append({"kind": kind, "node": node, "ref_node": ref_node, "path": s["path"], "ref_path": ref["path"],
+                            "file": s["file"], "file_start": s["file_start"], "lo": lo, "hi": hi})
+    return out
+
+
+def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
+             mismatches: list[dict] | None = None) -> tuple[Findings, dict[str, dict]]:
+    f = Findings()
+    nodes: dict[str, dict] = {}
+    for s in summaries.values():
+        if s.get("discarded"):
+            continue
+        for row in s["violations"]:
+            f.add_row(row)
+        stored = Counter(row["check"] for row in s["violations"])
+        for check, n in s["by_check"].items():
+            f.counts[check] += n - stored[check]
+    by_kind: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for s in summaries.values():
+        by_kind[s["node"]][s["kind"]].append(s)
+    old_files = _by_file(summaries.values(), "old")
+    dl_files = _by_file(summaries.values(), "dl")
+    any_dledger = False
+    for lay in layouts:
+        k = by_kind[lay.node]
+        live = lambda kind: [s for s in k[kind] if not s.get("discarded")]  # noqa: E731
+        info: dict[str, Any] = {"root": lay.root, "mode": "mixed" if lay.dledger else "classic"}
+        old_info: dict[str, Any] = {"files": len(lay.old), "file_size": lay.old_file_size}
+        _old_region(f, lay, old_files, old_info)
+        for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records"):
+            old_info[key] = sum(s[key] for s in live("old"))
+        info["old"] = old_info
+        info["divided_offset"] = lay.divided_offset
+        if lay.dledger is not None:
+            any_dledger = True
+            dl = lay.dledger
+            dl_info: dict[str, Any] = {"data_files": len(dl.data), "committed_index": dl.committed_index,
+                                       "end_index": dl.end_index, "committed_pos": dl.committed_pos,
+                                       "checkpoint": dl.checkpoint_source}
+            _dledger_region(f, lay, dl_files, live("dl"), k["idx"], dl_info)
+            for key in ("messages", "dispatchable", "tx_skipped", "barriers"):
+                dl_info[key] = sum(s[key] for s in live("dl"))
+            info["dledger"] = dl_info
+            _divide(f, lay, old_files, dl_files, info)
+            info["max_offset"] = dl.committed_pos
+        else:
+            info["max_offset"] = old_info.get("write_end")
+        _queues(f, lay, live("old") + live("dl"), k["cq"], info)
+        info["messages"] = old_info["messages"] + info.get("dledger", {}).get("messages", 0)
+        info["dispatchable"] = old_info["dispatchable"] + info.get("dledger", {}).get("dispatchable", 0)
+        info["tx_skipped"] = old_info["tx_skipped"] + info.get("dledger", {}).get("tx_skipped", 0)
+        info["barriers"] = old_info["barriers"] + info.get("dledger", {}).get("barriers", 0)
+        info["cq_units_checked"] = sum(s["messages"] for s in k["cq"])
+        nodes[lay.node] = info
+    if not any(lay.divided_offset is not None and lay.old for lay in layouts):
+        f.not_applicable.add("divide")
+    if not any_dledger:
+        f.not_applicable.add("dledger_continuity")
+    if len(layouts) < 2:
+        f.not_applicable.add("replicas")
+    else:
+        divs = {lay.node: lay.divided_offset for lay in layouts}
+        if len(set(divs.values())) > 1:
+            ref = layouts[0]
+            for lay in layouts[1:]:
+                if lay.divided_offset != ref.divided_offset:
+                    f.add("replicas", lay.node, None, lay.divided_offset,
+                          f"divided offset {lay.divided_offset} differs from {ref.node}'s {ref.divided_offset}")
+        for m in mismatches or []:
+            at = m.get("at", m["lo"])
+            f.add("replicas", m["node"], m["file"], at,
+                  f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})",
+                  at - m["file_start"])
+    return f, nodes

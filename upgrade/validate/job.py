@@ -1,0 +1,121 @@
+"""The validation job: plan on the driver, scan ranges on the executors, reduce on the driver.
+
+Rules:
+- Only range descriptors go to the executors and only range summaries come back (DESIGN §6);
+  the driver never reads record bytes except a short walk of a classic last file when replicas
+  must be compared (``plan``).
+- Rescans asked for by ``checks.reconcile`` and exact-byte diffs of mismatching replica ranges
+  run as further (small) Spark jobs on the same session.
+- Progress goes to stderr: a tqdm bar over the tasks of each job, fed by polling Spark's status
+  tracker from the driver while a helper thread runs the job.
+- ``run_validation`` returns the report dict (see ``report``); it raises ``UnusableInput`` for
+  inputs that are not stores, before any Spark work.
+
+Theory of operation: ``sc.parallelize(ranges, n).map(run_range).collect()`` with ``n`` a few
+times the default parallelism so slow ranges do not leave cores idle; the same for rescans and
+diffs. Bytes scanned / wall time of the scan job is the reported throughput.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+from upgrade.validate import checks
+from upgrade.validate.layout import discover_all
+from upgrade.validate.plan import DEFAULT_RANGE_SIZE, Plan, ScanRange, plan
+from upgrade.validate.report import build_report
+from upgrade.validate.tasks import diff_bytes, run_range
+
+
+def _diff(m: dict) -> dict:
+    lo, hi = m["lo"], m["hi"]
+    rel = diff_bytes(m["path"], lo - m["file_start"], m["ref_path"], lo - m["file_start"], hi - lo)
+    out = dict(m)
+    out["at"] = lo + rel if rel is not None else lo
+    return out
+
+
+def run_spark(sc: Any, items: Sequence[Any], fn: Callable[[Any], Any], label: str, progress: bool = True) -> list[Any]:
+    """``map(fn).collect()`` over ``items`` with a progress bar on stderr."""
+    if not items:
+        return []
+    slices = max(1, min(len(items), sc.defaultParallelism * 4))
+    group = f"mqvalidate-{label}-{uuid.uuid4().hex[:8]}"
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        sc.setJobGroup(group, f"mqupgrade validate: {label}")
+        try:
+            result["rows"] = sc.parallelize(list(items), slices).map(fn).collect()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            result["error"] = exc
+
+    t = threading.Thread(target=work, name=group, daemon=True)
+    t.start()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=slices, desc=f"validate {label}", unit="task", file=sys.stderr, leave=False)
+    tracker = sc.statusTracker()
+    while t.is_alive():
+        t.join(0.2)
+        if bar is not None:
+            done = 0
+            for job_id in tracker.getJobIdsForGroup(group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in (job.stageIds if job else []):
+                    st = tracker.getStageInfo(stage_id)
+                    if st:
+                        done += st.numCompletedTasks
+            bar.n = min(done, slices)
+            bar.refresh()
+    if bar is not None:
+        bar.n = slices
+        bar.close()
+    if "error" in result:
+        raise result["error"]
+    return result["rows"]
+
+
+def run_validation(roots: Sequence[str], spark: Any = None, master: str = "local[*]",
+                   range_size: int = DEFAULT_RANGE_SIZE, progress: bool = True, check_crc: bool = True,
+                   max_rescan_rounds: int = 20) -> dict:
+    started = time.time()
+    layouts = discover_all(list(roots))
+    pl: Plan = plan(layouts, range_size, check_crc)
+    own = spark is None
+    if own:
+        from upgrade.validate.session import make_spark_session
+
+        spark = make_spark_session(master)
+    try:
+        sc = spark.sparkContext
+        t0 = time.time()
+        rows = run_spark(sc, pl.ranges, run_range, "scan", progress)
+        scan_seconds = time.time() - t0
+        summaries = {s["rid"]: s for s in rows}
+        rescanned = 0
+        for _ in range(max_rescan_rounds):
+            todo: list[ScanRange] = checks.reconcile(pl, summaries)
+            if not todo:
+                break
+            rescanned += len(todo)
+            for s in run_spark(sc, todo, run_range, "rescan", progress):
+                summaries[s["rid"]] = s
+        order = [lay.node for lay in layouts]
+        mismatches = checks.replica_mismatches(pl, summaries, order)
+        if mismatches:
+            mismatches = run_spark(sc, mismatches[:200], _diff, "replica-diff", progress)
+        findings, nodes = checks.evaluate(pl, layouts, summaries, mismatches)
+        params = {"master": sc.master, "range_size": range_size, "ranges": len(pl.ranges), "rescans": rescanned,
+                  "bytes_planned": pl.total_bytes, "scan_seconds": round(scan_seconds, 3),
+                  "elapsed_seconds": round(time.time() - started, 3), "check_crc": check_crc}
+        params["scan_gb_per_s"] = round(pl.total_bytes / scan_seconds / 1e9, 3) if scan_seconds > 0 else None
+        return build_report(layouts, findings, nodes, params, summaries)
+    finally:
+        if own:
+            spark.stop()

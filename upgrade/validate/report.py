@@ -1,0 +1,99 @@
+"""The validation report: a JSON-able dict, a readable text summary, and the exit code.
+
+Rules:
+- ``ok`` is true iff every applicable check passed; the CLI exits 0 iff ``ok`` (2 otherwise).
+- Each check is ``{"status": "pass"|"fail"|"n/a", "violations": [...], "violation_count": n}``;
+  violation rows are ``{check, node, file, offset, file_offset, queue, message}``, sorted by
+  node and offset, capped per check (the count is exact).
+- ``nodes`` holds the numbers: messages per region and per queue, divided offset, max offsets,
+  committed index, transactional and barrier counts (not in ConsumeQueues, counted apart).
+- ``segments`` per node (for the picture): ``old``, ``blank``, ``dledger`` spans and gaps.
+
+Theory of operation: pure formatting over ``checks.evaluate``'s output.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from upgrade.validate.checks import CHECKS, Findings
+from upgrade.validate.layout import StoreLayout
+
+TITLES = {
+    "structure": "1 structure (magic, sizes, CRCs, file-end blanks)",
+    "old_continuity": "2 old-region continuity (tiling, PHY_POS)",
+    "divide": "3 the divide (divided_commitlog_offset)",
+    "dledger_continuity": "4 DLedger-region continuity (pos, index, term, index units)",
+    "consumequeue": "5 ConsumeQueues (units, queue offsets across the divide)",
+    "replicas": "6 replicas (byte-identical ranges, committed indexes)",
+}
+
+
+def _segments(lay: StoreLayout, info: dict) -> list[dict]:
+    segs: list[dict] = []
+    for a, b in zip(lay.old, lay.old[1:]):
+        if b.start > a.end:
+            segs.append({"kind": "gap", "start": a.end, "end": b.start})
+    if lay.old:
+        we = info["old"].get("write_end")
+        end_old = lay.old[-1].end
+        segs.append({"kind": "old", "start": lay.old[0].start, "end": we if we is not None else end_old})
+        if lay.divided_offset is not None and we is not None and we < end_old:
+            segs.append({"kind": "blank", "start": we, "end": end_old})
+    if lay.dledger is not None and lay.dledger.data:
+        segs.append({"kind": "dledger", "start": lay.dledger.data[0].start, "end": lay.dledger.committed_pos})
+    return segs
+
+
+def build_report(layouts: list[StoreLayout], findings: Findings, nodes: dict[str, dict], params: dict,
+                 summaries: dict[int, dict] | None = None) -> dict:
+    checks: dict[str, Any] = {}
+    for name in CHECKS:
+        rows = sorted(findings.rows[name], key=lambda r: (r["node"] or "", r["offset"] if r["offset"] is not None else -1))
+        if name in findings.not_applicable and not rows:
+            status = "n/a"
+        else:
+            status = "fail" if findings.counts[name] else "pass"
+        checks[name] = {"title": TITLES[name], "status": status, "violation_count": findings.counts[name], "violations": rows}
+    for lay in layouts:
+        nodes[lay.node]["segments"] = _segments(lay, nodes[lay.node])
+    ok = all(c["status"] != "fail" for c in checks.values())
+    return {"ok": ok, "nodes": nodes, "checks": checks, "params": params}
+
+
+def exit_code(report: dict) -> int:
+    return 0 if report["ok"] else 2
+
+
+def _fmt(n: Any) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def summary_text(report: dict, max_rows: int = 10) -> str:
+    lines = [f"mqupgrade validate: {'OK - all checks hold' if report['ok'] else 'VIOLATIONS FOUND'}"]
+    for node, info in report["nodes"].items():
+        lines.append(f"node {node} ({info['mode']}) {info['root']}")
+        old = info["old"]
+        lines.append(f"  old commitlog: {old['files']} files, {_fmt(old['messages'])} messages, "
+                     f"write end {_fmt(old.get('write_end'))}")
+        if "dledger" in info:
+            dl = info["dledger"]
+            lines.append(f"  divided_commitlog_offset {_fmt(info['divided_offset'])}; DLedger: {dl['data_files']} files, "
+                         f"{_fmt(dl['entries'])} entries, {_fmt(dl['messages'])} messages, committedIndex "
+                         f"{_fmt(dl['committed_index'])}, committed pos {_fmt(dl['committed_pos'])}")
+        lines.append(f"  total {_fmt(info['messages'])} messages ({_fmt(info['dispatchable'])} in ConsumeQueues, "
+                     f"{_fmt(info['tx_skipped'])} PREPARED/ROLLBACK, {_fmt(info['barriers'])} barriers), "
+                     f"max offset {_fmt(info['max_offset'])}")
+        pq = info.get("per_queue", {})
+        if pq:
+            counts = sorted({q["messages"] for q in pq.values()})
+            desc = f"{_fmt(counts[0])} each" if len(counts) == 1 else f"{_fmt(counts[0])}..{_fmt(counts[-1])}"
+            lines.append(f"  {len(pq)} queues, {desc}")
+    for name, c in report["checks"].items():
+        lines.append(f"[{c['status'].upper():4}] {c['title']}" + (f": {c['violation_count']} violation(s)" if c["violation_count"] else ""))
+        for row in c["violations"][:max_rows]:
+            q = f" queue {row['queue']}" if row.get("queue") else ""
+            lines.append(f"       {row['node']} {row['file']} @{row['offset']} (file+{row['file_offset']}){q}: {row['message']}")
+    p = report["params"]
+    lines.append(f"scanned {_fmt(p['bytes_planned'])} bytes in {p['ranges']} ranges on {p['master']}: "
+                 f"{p['scan_seconds']} s ({p['scan_gb_per_s']} GB/s), total {p['elapsed_seconds']} s")
+    return "\n".join(lines)
