@@ -21,11 +21,13 @@ import os
 import struct
 from pathlib import Path
 
+from broker.store.errors import StoreError
+
 CHECKPOINT_FILE_SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
 
 
-class CheckpointError(Exception):
+class CheckpointError(StoreError):
     """The checkpoint file cannot be used (names the path)."""
 
 

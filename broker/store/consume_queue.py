@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
+from broker.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ _TRANSACTION_ROLLBACK = 0xC
 CqUnit = tuple[int, int, int]  # (commitlog offset, size, tags code)
 
 
-class ConsumeQueueError(Exception):
+class ConsumeQueueError(StoreError):
     """A ConsumeQueue file on disk is not what RocketMQ would have written."""
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
+from broker.store.errors import StoreError
 from broker.store.java_hash import index_key_hash
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ _NAME_RE = re.compile(r"^\d{17}$")
 _TRANSACTION_ROLLBACK = 0xC
 
 
-class IndexFileError(Exception):
+class IndexFileError(StoreError):
     """An index file on disk does not fit the configured geometry (names the file)."""
 
 

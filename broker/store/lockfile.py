@@ -24,6 +24,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from broker.store.errors import StoreError
+
 LOCK_FILE_NAME = "lock"
 ABORT_FILE_NAME = "abort"
 
@@ -31,7 +33,7 @@ _held: set[str] = set()
 _held_lock = threading.Lock()
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(StoreError, RuntimeError):
     """Another process (or another StoreLock in this process) owns the store."""
 
 
