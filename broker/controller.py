@@ -2,8 +2,9 @@
 
 Rules:
 - Start order (RocketMQ ``BrokerController.initialize/start`` + ``DefaultMessageStore.load/start``):
-  take the store lock (the store's own, or ``StoreLock`` here when the store does not take it) ->
-  load metadata JSON -> load + recover + start the store (which writes ``abort``) -> HA (classic
+  take the store lock and load + recover + start the store (``DefaultMessageStore.load`` takes
+  the lock, ``start`` writes ``abort``; ``StoreLock`` here only if a store does not) -> load the
+  metadata JSON files -> HA (classic
   only: ``HAService`` on a master, ``HAClient`` to ``haMasterAddress`` on a slave) -> HTTP API on
   ``listenPort`` -> SlaveSynchronize (slave only). Any failure undoes what was started and is
   raised as :class:`BrokerStartError` with one clear sentence.
@@ -46,7 +47,7 @@ from broker.slave_sync import SlaveSynchronize
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store_access import StoreAccess
 
-log = logging.getLogger("broker")
+log = logging.getLogger("broker.controller")
 
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 SLAVE = "SLAVE"
@@ -186,12 +187,12 @@ class BrokerController:
                 self._lock = StoreLock(self.root_dir).acquire()
             except StoreLockedError as exc:
                 raise BrokerStartError(str(exc)) from None
-        self.metadata.load()
         try:
-            self.store_access = StoreAccess.open(self)
+            self.store_access = StoreAccess.open(self)  # lock first: nothing is touched before it
         except StoreLockedError as exc:
             raise BrokerStartError(str(exc)) from None
         self.store = self.store_access.store
+        self.metadata.load()
         if not self.dledger_enabled:
             await self._start_classic_ha()
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)

@@ -70,7 +70,7 @@ class StoreAccess:
         from broker.store.message_store import DefaultMessageStore  # noqa: WPS433
 
         store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config)
-        ok = store.load()
+        ok = store.load()  # takes the lock (StoreLockedError), recovers
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
         store.start()
@@ -96,9 +96,9 @@ class StoreAccess:
 
     # ------------------------------------------------------------------ writes
     async def put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
-        result = self.store.put_messages(list(msgs)) if len(msgs) > 1 else self.store.put_message(msgs[0])
-        if inspect.isawaitable(result):
-            result = await result
+        # put_messages_async awaits the SYNC_FLUSH group commit without blocking the loop; the
+        # store's replica hook is left unset: the controller does the SYNC_MASTER wait itself.
+        result = await self.store.put_messages_async(list(msgs))
         status = getattr(result.status, "value", str(result.status))
         ar = result.append_result
         if ar is None or status in _NOT_STORED_CODES or status == "UNKNOWN_ERROR":
