@@ -227,3 +227,28 @@ def test_consume_queue_direct_api(tmp_path):
     assert cq.max_offset_in_queue == 1 and cq.get(0) == (64, 8, -5) and cq.get_last_offset() == 72
     assert cq.roll_next_file(7) == 10
     cq.close()
+
+
+def test_truncate_fixture_at_the_divide(fixture_set, manifests, store_copy):
+    """Cutting the upgraded store's CQs at dividedCommitlogOffset leaves exactly the classic units."""
+    root = store_copy(fixture_set.mixed)
+    rows = cq_rows(manifests(fixture_set.mixed))
+    below = [r for r in rows if r["commitLogOffset"] < fixture_set.divided_offset]
+    expected: dict[str, int] = defaultdict(int)
+    for r in below:
+        expected[f"{r['topic']}-{r['queueId']}"] += 1
+    store = ConsumeQueueStore(root)
+    store.load()
+    store.recover()
+    store.truncate_dirty(fixture_set.divided_offset)
+    assert {k: v for k, v in store.queue_offset_table().items() if v} == expected
+    last = max(below, key=lambda r: r["commitLogOffset"])
+    assert store.max_physical_offset() == last["commitLogOffset"] + last["storeSize"]
+    store.shutdown()
+    again = ConsumeQueueStore(root)  # the cut survives a restart
+    again.load()
+    again.recover()
+    assert {k: v for k, v in again.queue_offset_table().items() if v} == expected
+    if fixture_set.name == "plain":
+        assert set(expected.values()) == {625}
+    again.shutdown()
