@@ -61,7 +61,7 @@ def _post(broker: BrokerProc, path: str, raw: bytes) -> tuple[int, dict]:
     ("/messages/batch", b'{"topic":"T1","messages":[{"body":"' + b"x" * 3000 + b'"},{"body":"' + b"y" * 3000 + b'"}]}',
      "MESSAGE_ILLEGAL"),
     ("/messages", b"x" * (3 * MAX + 70 * 1024), "REQUEST_TOO_LARGE"),
-    ("/topics", b'{"topic":"a/b"}', "BAD_REQUEST"),
+    ("/topics", b'{"topic":"a/b"}', "MESSAGE_ILLEGAL"),
     ("/topics", b'{"topic":"T2","readQueueNums":0}', "BAD_REQUEST"),
     ("/consumer-offsets", b'{"group":"g","topic":"T1","queueId":0,"offset":-5}', "BAD_REQUEST"),
     ("/consumer-offsets", b'{"group":"g h","topic":"T1","queueId":0,"offset":5}', "BAD_REQUEST"),
