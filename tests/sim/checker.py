@@ -17,7 +17,7 @@ Any violation raises :class:`InvariantViolation`; the cluster adds seed and trac
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from tests.sim.cluster import SimNode
@@ -28,7 +28,8 @@ class InvariantViolation(AssertionError):
 
 
 class Checker:
-    def __init__(self) -> None:
+    def __init__(self, context: "Callable[[], str] | None" = None) -> None:
+        self.context = context
         self.leaders: dict[int, str] = {}
         self.by_pos: dict[tuple[int, int], int] = {}
         self.committed: list[int] = []          # prefix hash per committed index
@@ -37,7 +38,7 @@ class Checker:
         self.acked = 0
 
     def fail(self, msg: str) -> None:
-        raise InvariantViolation(msg)
+        raise InvariantViolation(msg + ("\n" + self.context() if self.context else ""))
 
     # ---- hooks called by the cluster
     def on_append(self, node: str, index: int, term: int, h: int) -> None:

@@ -71,7 +71,7 @@ class Cluster:
         self.net: list[tuple[int, int, Message]] = []
         self.cut: set[tuple[str, str]] = set()
         self.filters: list[Callable[[Message], bool]] = []   # True => drop
-        self.checker = Checker()
+        self.checker = Checker(self.describe_failure)
         self.trace: deque[str] = deque(maxlen=60)
         self._hash = hashlib.sha256()
         self.steps = 0
@@ -182,7 +182,7 @@ class Cluster:
     def _send(self, m: Message) -> None:
         if self.wire:
             m = from_dict(m.to_dict())
-        if self.drop_p and self.rng.random() < self.drop_p:
+        if (m.src, m.dst) in self.cut or (self.drop_p and self.rng.random() < self.drop_p):
             return
         copies = 2 if self.dup_p and self.rng.random() < self.dup_p else 1
         for _ in range(copies):
@@ -295,6 +295,14 @@ class Cluster:
         c = self.nodes[nid].core
         assert c is not None, f"{nid} is down"
         return c
+
+    def elect(self, nid: str, attempts: int = 4) -> None:
+        """Make ``nid`` campaign (repeatedly: a first pre-vote may only teach it the term)."""
+        for _ in range(attempts):
+            self.campaign(nid)
+            if self.core(nid).role is Role.LEADER:
+                return
+        raise AssertionError(f"{nid} could not win an election\n" + self.describe_failure())
 
     def wait_leader(self, max_ticks: int = 200) -> str:
         for _ in range(max_ticks):

@@ -41,7 +41,7 @@ class SimResult:
 
 
 class SimFailure(AssertionError):
-    pass
+    """Liveness failure or core assertion, with seed and trace tail in the message."""
 
 
 class Simulation:
@@ -133,7 +133,9 @@ class Simulation:
             while c.steps < steps:
                 self.step()
             self.converge()
-        except (InvariantViolation, AssertionError) as e:
+        except InvariantViolation:
+            raise
+        except AssertionError as e:
             raise SimFailure(f"{e}\n{c.describe_failure()}") from e
         dt = time.perf_counter() - t0
         terms = [n.core.term for n in c.nodes.values() if n.core is not None]
