@@ -146,7 +146,7 @@ class MappedFile:
     def select(self, pos: int, size: int | None = None) -> memoryview | None:
         """Committed bytes ``[pos, pos+size)`` (or to the read position); None if not readable."""
         read = self.committed_position
-        if pos < 0 or pos > read:
+        if pos < 0 or pos >= read:
             return None
         end = read if size is None else pos + size
         if end > read:
