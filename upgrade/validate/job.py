@@ -81,21 +81,36 @@ def run_spark(sc: Any, items: Sequence[Any], fn: Callable[[Any], Any], label: st
     return result["rows"]
 
 
+def local_map(items: Sequence[Any], fn: Callable[[Any], Any], label: str) -> list[Any]:
+    """The same work in this process, one item after the other (tests, the bench's baseline)."""
+    return [fn(x) for x in items]
+
+
+class _Local:
+    master = "single-process"
+
+
 def run_validation(roots: Sequence[str], spark: Any = None, master: str = "local[*]",
                    range_size: int = DEFAULT_RANGE_SIZE, progress: bool = True, check_crc: bool = True,
-                   max_rescan_rounds: int = 20) -> dict:
+                   max_rescan_rounds: int = 20, local: bool = False) -> dict:
+    """Validate the stores at ``roots`` (one per replica); ``local=True`` runs without Spark."""
     started = time.time()
     layouts = discover_all(list(roots))
     pl: Plan = plan(layouts, range_size, check_crc)
-    own = spark is None
+    own = spark is None and not local
     if own:
         from upgrade.validate.session import make_spark_session
 
         spark = make_spark_session(master)
     try:
-        sc = spark.sparkContext
+        if local:
+            sc: Any = _Local()
+            mapper: Callable[..., list[Any]] = lambda items, fn, label: local_map(items, fn, label)  # noqa: E731
+        else:
+            sc = spark.sparkContext
+            mapper = lambda items, fn, label: run_spark(sc, items, fn, label, progress)  # noqa: E731
         t0 = time.time()
-        rows = run_spark(sc, pl.ranges, run_range, "scan", progress)
+        rows = mapper(pl.ranges, run_range, "scan")
         scan_seconds = time.time() - t0
         summaries = {s["rid"]: s for s in rows}
         rescanned = 0
@@ -104,12 +119,12 @@ def run_validation(roots: Sequence[str], spark: Any = None, master: str = "local
             if not todo:
                 break
             rescanned += len(todo)
-            for s in run_spark(sc, todo, run_range, "rescan", progress):
+            for s in mapper(todo, run_range, "rescan"):
                 summaries[s["rid"]] = s
         order = [lay.node for lay in layouts]
         mismatches = checks.replica_mismatches(pl, summaries, order)
         if mismatches:
-            mismatches = run_spark(sc, mismatches[:200], _diff, "replica-diff", progress)
+            mismatches = mapper(mismatches[:200], _diff, "replica-diff")
         findings, nodes = checks.evaluate(pl, layouts, summaries, mismatches)
         params = {"master": sc.master, "range_size": range_size, "ranges": len(pl.ranges), "rescans": rescanned,
                   "bytes_planned": pl.total_bytes, "scan_seconds": round(scan_seconds, 3),
