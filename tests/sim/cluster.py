@@ -304,6 +304,15 @@ class Cluster:
                 return
         raise AssertionError(f"{nid} could not win an election\n" + self.describe_failure())
 
+    def wait_new_leader(self, old: str, max_ticks: int = 200) -> str:
+        """Tick until a leader other than ``old`` (e.g. an isolated old leader) exists."""
+        for _ in range(max_ticks):
+            ld = self.leader()
+            if ld is not None and ld != old:
+                return ld
+            self.tick_all()
+        raise AssertionError("no new leader elected\n" + self.describe_failure())
+
     def wait_leader(self, max_ticks: int = 200) -> str:
         for _ in range(max_ticks):
             ld = self.leader()
