@@ -1,0 +1,491 @@
+"""DLedgerServer: drives the pure consensus core with the real clock, the file store and the RPC.
+
+Rules
+-----
+* One asyncio event loop owns everything. The core is fed only from the loop thread; the only
+  work done in a worker thread is the durable flush (``fsync``), so the loop never blocks on the
+  disk for appends.
+* The driver contract of ``dledger.core.ready`` is followed literally. For every ``Ready``:
+  truncate the store, append follower entries as received, append the leader barrier (through
+  the append hooks), persist the hard state (``currterm``, fsynced) **before** sending any
+  message, send messages, apply the commit index to the store, complete append futures, notify
+  role listeners, then ``advance``.
+* Durability: entries count towards a quorum only once flushed. A flusher task groups every
+  append made while the previous flush ran into the next one (group commit); before a flush it
+  captures ``(ledger_end_index, ledger_end_term)`` and reports exactly that pair afterwards, so a
+  truncation racing the flush makes the report stale and the core ignores it.
+* ``append(body)`` / ``append_batch(bodies)`` are synchronous up to the local append: the
+  returned :class:`AppendFuture` already carries ``index`` and ``pos`` (and ``positions`` for a
+  batch) when the call returns, as RocketMQ needs ``pos + 48`` for its msgId before the quorum
+  ack. The future resolves after quorum commit, or fails with :class:`DLedgerError`
+  (``NOT_LEADER`` with the leader id/address, ``LEADER_PENDING_FULL``,
+  ``WAIT_QUORUM_ACK_TIMEOUT``, ``LEADER_TRANSFERRING``, ``TERM_CHANGED``...). A refused append
+  returns an already-failed future with ``index == pos == -1``.
+* Append hooks ``hook(entry, buffer, body_offset)`` run on the leader only, after ``entry.pos``
+  is known and before the bytes are written; followers receive the patched bytes.
+* ``leader_barrier_body`` (DESIGN §4.1): if given, a new leader appends one entry with that body
+  so earlier-term entries commit promptly under the current-term commit rule.
+* Client requests (``dledger.rpc.client``) arrive on the same port with handshake role
+  ``client``; see that module for operations and fields.
+
+Theory of operation
+-------------------
+Inputs (peer messages, ticks, proposals, flush reports) are fed to the core as they happen and a
+single ``_drive`` callback, scheduled at most once per loop iteration, drains ``core.ready()``.
+Because nothing between ``ready()`` and ``advance()`` awaits, no input can sneak in. The store
+sits behind :class:`~dledger.storelog.StoreLog`, the core's read-only ``LogView``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from .config import DLedgerConfig
+from .core.codes import Code, Role
+from .core.messages import MessageError, from_dict
+from .errors import DLedgerError
+from .rpc import transport as tp
+from .entry import BODY_OFFSET
+from .store.file_store import MAX_ENTRY_SIZE
+from .storelog import StoreLog, open_store
+
+log = logging.getLogger("dledger.server")
+
+RoleListener = Callable[[int, Role], None]
+AppendHook = Callable[[Any, Any, int], None]
+
+
+class AppendFuture(asyncio.Future):
+    """Future of one append (or batch). ``index``/``pos`` are the first entry's, set at once."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.index = -1
+        self.pos = -1
+        self.last_index = -1
+        self.positions: list[int] = []
+        self.code = Code.SUCCESS
+        self.batch = False
+
+    def results(self) -> list[tuple[int, int]]:
+        return [(self.index + i, p) for i, p in enumerate(self.positions)]
+
+
+class DLedgerServer:
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        *,
+        leader_barrier_body: Optional[Callable[[], bytes]] = None,
+        seed: Optional[int] = None,
+    ) -> None:
+        self.config = config.validate()
+        self.peer_map = config.peer_map
+        self.leader_barrier_body = leader_barrier_body
+        self._rng = random.Random(seed)
+        self._role_listeners: list[RoleListener] = []
+        self._pending: dict[int, AppendFuture] = {}  # first index -> future
+        self._transfers: dict[str, asyncio.Future] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._drive_scheduled = False
+        self._started = False
+        self._stopping = False
+        self._tasks: list[asyncio.Task] = []
+        self._flush_wakeup: Optional[asyncio.Event] = None
+        self._flushing = False
+        self.fatal_error: Optional[str] = None
+        self.stopped = asyncio.Event()
+        self.role = Role.FOLLOWER
+        self.term = 0
+        self.leader_id: Optional[str] = None
+        self.counters = {
+            "appends": 0, "append_batches": 0, "append_refused": 0, "committed_entries": 0,
+            "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flushed_entries": 0, "ticks": 0,
+            "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
+        }
+        self.store = open_store(config)
+        self.log_view = StoreLog(self.store)
+        self.core = self.log_view.make_core(config, self._rng, barrier=leader_barrier_body is not None)
+        self.transport = tp.PeerTransport(
+            config.group, config.self_id, self.peer_map,
+            on_peer_message=self._on_peer_message,
+            on_client_request=self._on_client_request,
+            secret=config.auth_token,
+            max_frame_size=config.max_frame_size,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._flush_wakeup = asyncio.Event()
+        await self.transport.start()
+        self._started = True
+        self._tasks = [
+            self._loop.create_task(self._tick_loop(), name=f"dledger-tick-{self.config.self_id}"),
+            self._loop.create_task(self._flush_loop(), name=f"dledger-flush-{self.config.self_id}"),
+            self._loop.create_task(self._checkpoint_loop(), name=f"dledger-ckpt-{self.config.self_id}"),
+        ]
+        self._kick()
+
+    async def shutdown(self) -> None:
+        """Stop ticking and serving, flush, write the checkpoint, close files. Idempotent."""
+        if not self._started or self._stopping:
+            return
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.transport.stop()
+        err = DLedgerError(Code.INTERNAL_ERROR, "server shut down")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for fut in self._transfers.values():
+            if not fut.done():
+                fut.set_result(Code.INTERNAL_ERROR)
+        try:
+            self.log_view.close()  # flush + checkpoint + close files
+        finally:
+            self._started = False
+            self.stopped.set()
+
+    def _fatal(self, reason: str) -> None:
+        """Stop this member: something happened that the core cannot be told about."""
+        if self.fatal_error is None:
+            self.fatal_error = reason
+            log.critical("%s: fatal: %s; shutting down", self.config.self_id, reason)
+            if self._loop is not None:
+                self._loop.create_task(self.shutdown())
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def leader_address(self) -> Optional[str]:
+        return self.config.address_of(self.leader_id)
+
+    def add_role_change_listener(self, cb: RoleListener) -> None:
+        self._role_listeners.append(cb)
+
+    def add_append_hook(self, hook: AppendHook) -> None:
+        self.log_view.add_append_hook(hook)
+
+    def append(self, body: bytes) -> AppendFuture:
+        """Append one entry as leader; see the module rules for the future's contract."""
+        return self._append([body], batch=False)
+
+    def append_batch(self, bodies: Iterable[bytes]) -> AppendFuture:
+        """Append many entries, each its own entry; completes when the last one commits."""
+        return self._append(list(bodies), batch=True)
+
+    def _append(self, bodies: list[bytes], batch: bool) -> AppendFuture:
+        loop = self._loop or asyncio.get_running_loop()
+        fut = AppendFuture(loop=loop)
+        fut.batch = batch
+        if not bodies:
+            return self._refuse(fut, Code.REQUEST_WITH_EMPTY_BODYS, "no bodies")
+        if not self._started or self._stopping or self.fatal_error:
+            return self._refuse(fut, Code.LEADER_NOT_READY, "server not running")
+        if self.log_view.store.disk_full:
+            return self._refuse(fut, Code.DISK_FULL, "store is full")
+        for b in bodies:
+            if BODY_OFFSET + len(b) > MAX_ENTRY_SIZE:
+                return self._refuse(fut, Code.UNEXPECTED_ARGUMENT, f"entry of {BODY_OFFSET + len(b)} bytes "
+                                    f"exceeds the {MAX_ENTRY_SIZE}-byte limit")
+        d = self.core.propose(len(bodies))
+        if d.code is not Code.SUCCESS:
+            leader = d.leader_id if d.code is Code.NOT_LEADER else None
+            return self._refuse(fut, d.code, f"{self.config.self_id} cannot append", leader or self.leader_id)
+        try:
+            positions = self.log_view.append_as_leader(bodies, d.first_index, d.term)
+        except Exception as exc:
+            # The core already reserved these indexes and cannot take them back: the member's
+            # log and its core now disagree, so it stops instead of serving a wrong log.
+            self._fatal(f"local append of {d.first_index}..{d.last_index} failed: {exc}")
+            return self._refuse(fut, Code.DISK_ERROR, f"local append failed: {exc}")
+        fut.index, fut.last_index, fut.positions = d.first_index, d.last_index, positions
+        fut.pos = positions[0]
+        self._pending[d.first_index] = fut
+        self.counters["appends"] += len(bodies)
+        self.counters["append_batches"] += 1
+        self._flush_wakeup.set()  # type: ignore[union-attr]
+        self._kick()
+        return fut
+
+    def _refuse(self, fut: AppendFuture, code: Code, msg: str, leader_id: Optional[str] = None) -> AppendFuture:
+        self.counters["append_refused"] += 1
+        fut.code = code
+        addr = self.config.address_of(leader_id) if code is Code.NOT_LEADER else None
+        fut.set_exception(DLedgerError(code, msg, leader_id if code is Code.NOT_LEADER else None, addr))
+        fut.exception()  # mark retrieved: a refused future nobody awaits is not an error
+        return fut
+
+    async def transfer_leadership(self, to_id: str, timeout: Optional[float] = None) -> Code:
+        """Ask the core to hand leadership to ``to_id``; returns SUCCESS or the failure code."""
+        if to_id not in self.peer_map:
+            return Code.UNKNOWN_MEMBER
+        if to_id == self.config.self_id and self.is_leader:
+            return Code.SUCCESS
+        if not self.is_leader:
+            return Code.NOT_LEADER
+        code = self.core.transfer_leadership(to_id)
+        if code is not None and code is not Code.SUCCESS:
+            return code
+        fut = self._transfers.get(to_id)
+        if fut is None or fut.done():
+            fut = self._loop.create_future()  # type: ignore[union-attr]
+            self._transfers[to_id] = fut
+        self._kick()
+        wait = timeout if timeout is not None else 3 * (self.config.election_timeout_max_ms +
+                                                        self.config.leadership_transfer_wait_timeout_ms) / 1000
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), wait)
+        except asyncio.TimeoutError:
+            return Code.TAKE_LEADERSHIP_FAILED
+
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        peers = {
+            p.peer: {"match_index": p.match_index, "next_index": p.next_index, "lag": p.lag, "state": p.state,
+                     "inflight": p.inflight, "recent_active": p.recent_active}
+            for p in st.peers
+        }
+        return {
+            "group": self.config.group,
+            "self_id": self.config.self_id,
+            "role": st.role.dledger_name() if hasattr(st.role, "dledger_name") else st.role.value,
+            "term": st.term,
+            "leader_id": st.leader_id,
+            "leader_addr": self.config.address_of(st.leader_id),
+            "vote": st.vote,
+            "begin_index": self.log_view.ledger_begin_index,
+            "end_index": self.log_view.ledger_end_index,
+            "end_term": self.log_view.ledger_end_term,
+            "committed_index": st.committed_index,
+            "persisted_index": st.persisted_index,
+            "pending": st.pending,
+            "transferee": st.transferee,
+            "peers": peers,
+            "counters": dict(self.counters),
+            "transport": self.transport.stats(),
+        }
+
+    # ------------------------------------------------------------------ the drive loop
+    def _kick(self) -> None:
+        if not self._drive_scheduled and self._loop is not None:
+            self._drive_scheduled = True
+            self._loop.call_soon(self._drive)
+
+    def _drive(self) -> None:
+        self._drive_scheduled = False
+        if not self._started or self.fatal_error:
+            return
+        core = self.core
+        while core.has_ready():
+            rd = core.ready()
+            self.counters["readies"] += 1
+            try:
+                self._handle_ready(rd)
+            except Exception as exc:  # store refused what the core decided: logs would diverge
+                log.exception("%s: applying a Ready failed", self.config.self_id)
+                self._fatal(f"applying a Ready failed: {exc}")
+                return
+            core.advance(rd)
+
+    def _handle_ready(self, rd: Any) -> None:
+        lv = self.log_view
+        wrote = False
+        if rd.truncate_from is not None:
+            lv.truncate(rd.truncate_from)
+            wrote = True
+        if rd.entries:
+            lv.append_as_follower(rd.entries)
+            wrote = True
+        if rd.append_barrier is not None:
+            d = rd.append_barrier
+            body = self.leader_barrier_body() if self.leader_barrier_body else b""
+            lv.append_as_leader([body], d.first_index, d.term)
+            wrote = True
+        if rd.hard_state is not None:
+            lv.persist_hard_state(rd.hard_state.term, rd.hard_state.vote)
+        if wrote:
+            self._flush_wakeup.set()  # type: ignore[union-attr]
+        send = self.transport.send
+        for m in rd.messages:
+            send(m.dst, m.to_dict())
+        if rd.committed_index is not None:
+            lv.update_committed_index(self.core.status().term if rd.role_change is None else rd.role_change.term,
+                                      rd.committed_index)
+        for c in rd.completions:
+            self._complete(c)
+        if rd.role_change is not None:
+            self._role_changed(rd.role_change)
+        if rd.transfer_result is not None:
+            to, code = rd.transfer_result
+            fut = self._transfers.pop(to, None)
+            if fut is not None and not fut.done():
+                fut.set_result(code)
+
+    def _complete(self, c: Any) -> None:
+        fut = self._pending.pop(c.first_index, None)
+        if fut is None or fut.done():
+            return
+        if c.code is Code.SUCCESS:
+            self.counters["committed_entries"] += c.last_index - c.first_index + 1
+            fut.set_result(fut.results() if fut.batch else (fut.index, fut.pos))
+            return
+        if c.code is Code.WAIT_QUORUM_ACK_TIMEOUT:
+            self.counters["ack_timeouts"] += 1
+        fut.code = c.code
+        leader = self.leader_id if c.code is Code.NOT_LEADER else None
+        fut.set_exception(DLedgerError(c.code, f"append of index {c.first_index}..{c.last_index} term {c.term}",
+                                       leader, self.config.address_of(leader)))
+
+    def _role_changed(self, rc: Any) -> None:
+        old = self.role
+        self.role, self.term, self.leader_id = rc.role, rc.term, rc.leader_id
+        self.counters["role_changes"] += 1
+        if old is not rc.role or rc.role is not Role.FOLLOWER or rc.leader_id is not None:
+            log.info("%s: role %s term %d leader %s", self.config.self_id, rc.role.value, rc.term, rc.leader_id)
+        for cb in list(self._role_listeners):
+            try:
+                cb(rc.term, rc.role)
+            except Exception:
+                log.exception("%s: role change listener failed", self.config.self_id)
+
+    # ------------------------------------------------------------------ inputs
+    def _on_peer_message(self, src: str, payload: Any) -> None:
+        if self._stopping or self.fatal_error:
+            return
+        try:
+            msg = from_dict(payload)
+        except MessageError as exc:
+            self.counters["bad_peer_messages"] += 1
+            log.warning("%s: bad message from %s: %s", self.config.self_id, src, exc)
+            return
+        if msg.src != src:  # the handshake authenticated `src`; a frame may not claim another id
+            self.counters["bad_peer_messages"] += 1
+            return
+        self.core.step(msg)
+        self._kick()
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = self.config.tick_ms / 1000.0
+        next_at = loop.time() + period
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            now = loop.time()
+            due = 1 + int((now - next_at) / period)
+            # A stalled loop catches up a little, but never fires a burst of election timeouts.
+            if self.fatal_error:
+                return
+            for _ in range(min(due, 3)):
+                self.core.tick()
+                self.counters["ticks"] += 1
+            next_at = max(next_at + due * period, now)
+            self._kick()
+
+    async def _flush_loop(self) -> None:
+        ev = self._flush_wakeup
+        assert ev is not None
+        while True:
+            await ev.wait()
+            ev.clear()
+            end_index, end_term = self.log_view.ledger_end_index, self.log_view.ledger_end_term
+            t0 = time.perf_counter()
+            self._flushing = True
+            try:
+                await asyncio.to_thread(self.log_view.flush)
+            finally:
+                self._flushing = False
+            self.counters["flushes"] += 1
+            self.counters["flush_seconds"] += time.perf_counter() - t0
+            if end_index >= 0:
+                self.core.on_persisted(end_index, end_term)
+                self._kick()
+
+    async def _checkpoint_loop(self) -> None:
+        period = self.config.checkpoint_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.log_view.persist_checkpoint()
+            except OSError:
+                log.exception("%s: checkpoint write failed", self.config.self_id)
+
+    # ------------------------------------------------------------------ client channel
+    def _on_client_request(self, session: tp.ClientSession, req: dict) -> None:
+        rid = req.get("rid")
+        op = req.get("op")
+        try:
+            if op == "append":
+                bodies = req.get("bodies")
+                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+                    session.reply(self._error(rid, Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes"))
+                    return
+                fut = self.append_batch(bodies)
+                if fut.done():
+                    session.reply(self._future_reply(rid, fut))
+                else:
+                    fut.add_done_callback(lambda f: session.reply(self._future_reply(rid, f)))
+            elif op == "get":
+                session.reply(self._get(rid, req.get("index")))
+            elif op == "status":
+                session.reply({"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "status": self.status()})
+            elif op == "transfer":
+                to = req.get("to")
+                if not isinstance(to, str):
+                    session.reply(self._error(rid, Code.UNEXPECTED_ARGUMENT, "'to' must be a peer id"))
+                    return
+                task = self._loop.create_task(self.transfer_leadership(to))  # type: ignore[union-attr]
+                task.add_done_callback(lambda t: session.reply(self._transfer_reply(rid, to, t)))
+            else:
+                session.reply(self._error(rid, Code.UNSUPPORTED, f"unknown op {op!r}"))
+        except Exception as exc:  # never let a client kill the server
+            log.exception("%s: client request %r failed", self.config.self_id, op)
+            session.reply(self._error(rid, Code.INTERNAL_ERROR, str(exc)))
+
+    def _error(self, rid: Any, code: Code, msg: str, leader_id: Optional[str] = None) -> dict:
+        out = {"t": "resp", "rid": rid, "code": int(code), "error": msg}
+        if code is Code.NOT_LEADER or leader_id:
+            lid = leader_id or self.leader_id
+            out["leader_id"] = lid
+            out["leader_addr"] = self.config.address_of(lid)
+        return out
+
+    def _future_reply(self, rid: Any, fut: AppendFuture) -> dict:
+        exc = fut.exception()
+        if exc is None:
+            return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "results": fut.results()}
+        if isinstance(exc, DLedgerError):
+            out = {"t": "resp", "rid": rid, "code": int(exc.code), "error": exc.message}
+            if exc.leader_id:
+                out["leader_id"], out["leader_addr"] = exc.leader_id, exc.leader_addr
+            return out
+        return self._error(rid, Code.INTERNAL_ERROR, str(exc))
+
+    def _transfer_reply(self, rid: Any, to: str, task: asyncio.Task) -> dict:
+        if task.cancelled() or task.exception() is not None:
+            return self._error(rid, Code.INTERNAL_ERROR, "transfer failed")
+        code = task.result()
+        if code is Code.SUCCESS:
+            return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "leader": to}
+        return self._error(rid, code, f"transfer to {to} failed")
+
+    def _get(self, rid: Any, index: Any) -> dict:
+        if type(index) is not int:
+            return self._error(rid, Code.UNEXPECTED_ARGUMENT, "'index' must be an integer")
+        committed = self.core.status().committed_index
+        if index < self.log_view.ledger_begin_index or index > committed:
+            return self._error(rid, Code.INDEX_OUT_OF_RANGE,
+                               f"index {index} outside [{self.log_view.ledger_begin_index}, {committed}] (committed)")
+        return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "entry": self.log_view.get_entry(index)}

@@ -1,0 +1,143 @@
+"""StoreLog: the DLedger file store seen as the consensus core's ``LogView``, plus core set-up.
+
+Rules
+-----
+* Translates between the core's conventions and the store's: the core's ``get_raw(lo, hi,
+  max_bytes)`` is inclusive of ``hi``, the store's is exclusive; the core's ``truncate_from``
+  (drop indexes >= n) is the store's ``truncate(n - 1)`` (keep up to n - 1).
+* Leader appends go through ``append_batch_as_leader`` so the append hooks run; the store must
+  assign exactly the indexes the core reserved (checked: a mismatch means the two disagree about
+  the log and is a bug, raised as ``AssertionError``).
+* Follower entries are written as received (the raw encoded bytes the leader read from its own
+  disk, hooks already applied).
+* Timing in milliseconds (``DLedgerConfig``) becomes whole core ticks of ``tick_ms``.
+
+Theory of operation
+-------------------
+The server owns one :class:`StoreLog`; it is the only object that touches the store, which keeps
+the driver code in ``server.py`` free of store details. ``flush`` may run in a worker thread (the
+store supports one concurrent flusher); everything else runs on the event loop.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Optional, Sequence
+
+from .config import DLedgerConfig
+from .core.config import Config as CoreConfig
+from .core.messages import Entry
+from .core.raft import RaftCore
+from .core.ready import HardState
+from .entry import DLedgerEntry
+from .store.file_store import DLedgerMmapFileStore
+
+
+def open_store(cfg: DLedgerConfig) -> DLedgerMmapFileStore:
+    store = DLedgerMmapFileStore(
+        cfg.store_base_dir, cfg.self_id,
+        data_file_size=cfg.mapped_file_size_for_entry_data,
+        index_file_size=cfg.mapped_file_size_for_entry_index,
+        data_store_path=cfg.data_store_path,
+        entry_crc=cfg.entry_crc,
+        first_data_file_offset=max(cfg.first_data_offset, 0),
+    )
+    return store.startup()
+
+
+def _ticks(ms: int, tick_ms: int, minimum: int = 1) -> int:
+    return max(minimum, -(-ms // tick_ms))
+
+
+def core_config(cfg: DLedgerConfig) -> CoreConfig:
+    t = cfg.tick_ms
+    hb = _ticks(cfg.heartbeat_interval_ms, t)
+    emin = max(_ticks(cfg.election_timeout_min_ms, t), hb + 1)
+    emax = max(_ticks(cfg.election_timeout_max_ms, t), emin + 1)
+    return CoreConfig(
+        self_id=cfg.self_id,
+        peers=tuple(cfg.peer_ids),
+        election_ticks_min=emin,
+        election_ticks_max=emax,
+        heartbeat_ticks=hb,
+        pre_vote=cfg.pre_vote,
+        max_inflight=cfg.max_inflight_pushes,
+        max_batch_bytes=cfg.max_batch_push_bytes,
+        max_batch_entries=1024 if cfg.enable_batch_push else 1,
+        push_timeout_ticks=max(_ticks(300, t), 3 * hb),
+        max_pending=cfg.max_pending_requests,
+        max_wait_ack_ticks=_ticks(cfg.max_wait_ack_ms, t),
+        preferred_leaders=tuple(cfg.preferred_leaders),
+        preferred_check_ticks=_ticks(cfg.preferred_leader_check_ms, t),
+        max_transfer_lag=cfg.max_leadership_transfer_wait_index,
+        transfer_timeout_ticks=_ticks(cfg.leadership_transfer_wait_timeout_ms, t),
+    )
+
+
+class StoreLog:
+    """``LogView`` over a :class:`DLedgerMmapFileStore` (see module rules)."""
+
+    def __init__(self, store: DLedgerMmapFileStore) -> None:
+        self.store = store
+
+    # -- LogView
+    @property
+    def ledger_begin_index(self) -> int:
+        return self.store.ledger_begin_index
+
+    @property
+    def ledger_end_index(self) -> int:
+        return self.store.ledger_end_index
+
+    @property
+    def ledger_end_term(self) -> int:
+        return self.store.ledger_end_term
+
+    def term_at(self, index: int) -> int:
+        return self.store.term_at(index)
+
+    def get_raw(self, lo: int, hi: int, max_bytes: int) -> list[Any]:
+        # memoryviews: the transport packs them before any await, so no copy is needed
+        return self.store.get_raw(lo, hi + 1, max_bytes)  # type: ignore[return-value]
+
+    # -- core construction
+    def make_core(self, cfg: DLedgerConfig, rng: random.Random, barrier: bool) -> RaftCore:
+        term, vote = self.store.member_state_file.load()
+        ccfg = core_config(cfg)
+        if barrier:
+            ccfg = CoreConfig(**{**ccfg.__dict__, "leader_barrier": True})
+        return RaftCore(ccfg, self, rng, HardState(term, vote), committed_index=self.store.committed_index)
+
+    # -- writes
+    def add_append_hook(self, hook: Callable[[DLedgerEntry, memoryview, int], None]) -> None:
+        self.store.add_append_hook(hook)
+
+    def append_as_leader(self, bodies: Sequence[bytes], first_index: int, term: int) -> list[int]:
+        entries = self.store.append_batch_as_leader(bodies, term)
+        if entries[0].index != first_index:
+            raise AssertionError(f"store appended index {entries[0].index}, core reserved {first_index}")
+        return [e.pos for e in entries]
+
+    def append_as_follower(self, entries: list[Entry]) -> None:
+        self.store.append_batch_as_follower([e.data for e in entries])
+
+    def truncate(self, truncate_from: int) -> None:
+        self.store.truncate(truncate_from - 1)
+
+    def persist_hard_state(self, term: int, vote: Optional[str]) -> None:
+        self.store.member_state_file.save(term, vote)
+
+    def update_committed_index(self, term: int, index: int) -> None:
+        self.store.update_committed_index(term, index)
+
+    def flush(self) -> int:
+        return self.store.flush()
+
+    def persist_checkpoint(self) -> None:
+        self.store.persist_checkpoint()
+
+    def get_entry(self, index: int) -> dict[str, Any]:
+        e = self.store.get(index)
+        return {"index": e.index, "term": e.term, "pos": e.pos, "magic": e.magic, "body": bytes(e.body)}
+
+    def close(self) -> None:
+        self.store.shutdown()
