@@ -446,11 +446,17 @@ class MmapFileList:
                 self._dir_dirty = True
 
     def delete_expired_files_by_time(self, expired_ms: float, *, now_ms: float | None = None,
-                                     force: bool = False, max_files: int = DELETE_FILES_BATCH_MAX) -> int:
-        """Delete leading files not modified for ``expired_ms`` (never the last one)."""
+                                     force: bool = False, max_files: int = DELETE_FILES_BATCH_MAX,
+                                     below_offset: int | None = None) -> int:
+        """Delete leading files not modified for ``expired_ms`` (never the last one).
+
+        ``force`` ignores the age; ``below_offset`` protects files that end after it.
+        """
         now_ms = time.time() * 1000 if now_ms is None else now_ms
         victims: list[MmapFile] = []
         for f in self.files[:-1]:
+            if below_offset is not None and f.end_offset > below_offset:
+                break
             if not force and os.stat(f.path).st_mtime * 1000 + expired_ms > now_ms:
                 break  # never delete files in the middle
             victims.append(f)
@@ -530,7 +536,7 @@ def _pwritev_all(fd: int, bufs: list[Buffer], offset: int) -> None:
 def _zero_if_nonzero(f: MmapFile, rel: int) -> None:
     """Zero up to 8 bytes at ``rel`` unless already zero (a hole must not be allocated)."""
     n = min(MIN_BLANK_LEN, f.file_size - rel)
-    if n > 0 and f.fd >= 0 and f.mm[rel:rel + n] != bytes(n):
+    if n > 0 and f.fd >= 0 and os.pread(f.fd, n, rel) != bytes(n):  # pread: never faults a hole in
         try:
             os.pwrite(f.fd, bytes(n), rel)
         except OSError as exc:  # pragma: no cover - overwriting allocated blocks

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
 import threading
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.dledger.store.diskfull import small_ext4
 from dledger.store.errors import DiskFullError, DLedgerStoreError, StoreLayoutError
 from dledger.store.mmap_file_list import MIN_BLANK_LEN, MmapFileList, offset_to_file_name
 
@@ -237,16 +237,7 @@ def test_reads_are_zero_copy_and_read_only(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                         capture_output=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from small_ext4(tmp_path)
 
 
 def test_disk_full_leaves_list_consistent(tiny_fs: Path) -> None:

@@ -1,0 +1,204 @@
+"""Recovery of a DLedger file store, exactly as DLedger 0.3.1.2 ``DLedgerMmapFileStore.recover``.
+
+Rules
+-----
+1. Both file lists must be well-formed (``check_self``). No data files: the index list is
+   truncated to 0 and the ledger is empty.
+2. Pre-check, from the third-last data file downwards: the first entry of the file must have a
+   magic other than the blank's and >= 1, ``size > 44``, ``pos == file start``,
+   ``body_size + 48 == size``, and its index unit must agree on magic, size, index, term and
+   pos. The first file that passes is where the scan starts (the first file when none does).
+3. Sequential scan: a blank magic moves to the next file; ``size == 0`` is the clean end. Each
+   entry must satisfy ``pos == its absolute position``, ``body_size + 48 == size``,
+   ``1 <= magic <= CURRENT_MAGIC``, ``index == previous + 1``, ``term >= previous term``,
+   ``size > 44``, fit in its file, and (ours, DESIGN §4.3) a non-zero body CRC must match. The
+   first failure ends the scan at the last good entry. Each entry is compared with its index
+   unit until the first mismatch; from there the index list is truncated (rebuilt if needed)
+   and every later unit is rewritten from the data.
+4. ``last file start - end of scan > file size`` means whole files would be dropped: error.
+5. Data is truncated at the end of the scan, the index list at ``(last index + 1) * 32``; the
+   begin index is read from the first entry of the first data file; the committed index comes
+   from the ``checkpoint`` file (capped at the end index).
+
+Where we differ, deliberately (DESIGN §7): DLedger calls ``System.exit`` for (4) and silently
+truncates whatever the scan did not accept. We raise :class:`StoreLayoutError` for (4), and
+if the scan ends (cleanly or not) *below the committed index recorded in the checkpoint* we
+raise :class:`EntryCorruptionError` naming the file and offset instead of truncating committed
+data, unless the operator passes ``allow_truncate_committed=True``. I/O errors (a full disk
+while rewriting index units) propagate; they never shorten the log.
+
+Theory of operation: the scan reads headers straight from the read-only mappings with
+``struct.unpack_from`` (no copies), and rewritten index units are batched into one write per
+few thousand entries.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from dledger.entry import (BODY_OFFSET, CURRENT_MAGIC, HEADER, HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE,
+                           MAGIC_1, EntryCorruptionError, body_crc32)
+from dledger.store.errors import StoreLayoutError
+from dledger.store.mmap_file_list import BLANK_MAGIC_CODE, MmapFile, MmapFileList
+
+log = logging.getLogger(__name__)
+
+_INDEX_BATCH = 4096
+
+
+class _CheckFailed(Exception):
+    """An entry failed a recovery check: the scan ends before it."""
+
+
+@dataclass
+class RecoveryResult:
+    ledger_end_index: int
+    ledger_end_term: int
+    process_offset: int  # end of the last good entry (where data is truncated)
+    first_scanned_index: int  # pre-check result (-1 if none passed)
+    stop_reason: str | None  # None: clean end; else why the scan stopped
+    stop_pos: int  # absolute position where the scan stopped
+    stop_file: str
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise _CheckFailed(msg)
+
+
+def _index_unit(index_list: MmapFileList, entry_index: int) -> tuple[int, int, int, int, int] | None:
+    off = entry_index * INDEX_UNIT_SIZE
+    f = index_list.find_file(off) if entry_index >= 0 else None
+    if f is None or off - f.from_offset + INDEX_UNIT_SIZE > f.wrote:
+        return None
+    return INDEX_UNIT.unpack_from(f.mm, off - f.from_offset)
+
+
+def _precheck(f: MmapFile, index_list: MmapFileList) -> int:
+    """Check the first entry of ``f`` against its index unit; returns its index."""
+    magic, size, entry_index, term, pos, _c, _cc, _bc, body_size = HEADER.unpack_from(f.mm, 0)
+    _check(magic != BLANK_MAGIC_CODE and magic >= MAGIC_1, f"unknown magic={magic}")
+    _check(size > HEADER_SIZE, f"size {size} should > {HEADER_SIZE}")
+    _check(pos == f.from_offset, f"pos {pos} != {f.from_offset}")
+    _check(body_size + BODY_OFFSET == size, f"size {size} != {body_size} + {BODY_OFFSET}")
+    unit = _index_unit(index_list, entry_index)
+    _check(unit is not None, f"no index unit for index={entry_index}")
+    assert unit is not None
+    _check(unit == (magic, f.from_offset, size, entry_index, term), f"index unit {unit} disagrees")
+    return entry_index
+
+
+def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool = True,
+                  checkpoint_committed: int | None = None,
+                  allow_truncate_committed: bool = False) -> RecoveryResult:
+    """Scan ``data``, repair ``index``, truncate both; see the module rules."""
+    data.check_self()
+    index.check_self()
+    files = data.files
+    if not files:
+        index.update_where_position(0)
+        index.truncate_offset(0)
+        return RecoveryResult(-1, -1, 0, -1, None, 0, "")
+    fs = data.file_size
+    last_file = files[-1]
+    start = max(len(files) - 3, 0)
+    first_entry_index = -1
+    for i in range(start, -1, -1):
+        start = i
+        try:
+            first_entry_index = _precheck(files[i], index)
+            break
+        except _CheckFailed as exc:
+            log.warning("pre-check of data and index failed for %s: %s", files[i].path, exc)
+    i = start
+    f = files[i]
+    log.info("recovering from entry index %d, file %s (%d of %d)", first_entry_index, f.path.name, i, len(files))
+    rel = 0
+    process = f.from_offset
+    last_index = last_term = -1
+    need_write_index = False
+    pending = bytearray()
+    pending_first = -1
+    stop_reason: str | None = None
+
+    def flush_units() -> None:
+        nonlocal pending, pending_first
+        if pending:
+            plan = index.plan_append([INDEX_UNIT_SIZE] * (len(pending) // INDEX_UNIT_SIZE), use_blank=False)
+            if plan.start != pending_first * INDEX_UNIT_SIZE:
+                raise StoreLayoutError(f"index list {index.store_path} ends at {plan.start}, "
+                                       f"expected {pending_first * INDEX_UNIT_SIZE} while rewriting units")
+            index.commit_stream(plan, pending)
+            pending = bytearray()
+
+    while True:
+        abs_pos = f.from_offset + rel
+        try:
+            _check(rel + 8 <= fs, "header beyond file end")
+            magic = int.from_bytes(f.mm[rel:rel + 4], "big", signed=True)
+            if magic == BLANK_MAGIC_CODE:
+                process = f.end_offset
+                i += 1
+                if i >= len(files):
+                    break
+                f, rel = files[i], 0
+                process = f.from_offset
+                continue
+            size = int.from_bytes(f.mm[rel + 4:rel + 8], "big", signed=True)
+            if size == 0:
+                break
+            _check(rel + BODY_OFFSET <= fs, "header beyond file end")
+            magic, size, entry_index, term, pos, _c, _cc, body_crc, body_size = HEADER.unpack_from(f.mm, rel)
+            _check(pos == abs_pos, f"pos {pos} != {abs_pos}")
+            _check(body_size + BODY_OFFSET == size, f"size {size} != {body_size} + {BODY_OFFSET}")
+            _check(rel + size <= fs, f"entry of {size} bytes overruns the file")
+            _check(MAGIC_1 <= magic <= CURRENT_MAGIC, f"magic={magic} index={entry_index} currMagic={CURRENT_MAGIC}")
+            if last_index != -1:
+                _check(entry_index == last_index + 1, f"index={entry_index} lastEntryIndex={last_index}")
+            _check(entry_index >= 0, f"index={entry_index}")
+            _check(term >= last_term, f"term={term} lastEntryTerm={last_term}")
+            _check(size > HEADER_SIZE, f"size {size} should > {HEADER_SIZE}")
+            if verify_crc and body_crc != 0:
+                actual = body_crc32(f.mm[rel + BODY_OFFSET:rel + size])
+                _check(actual == body_crc, f"body CRC mismatch for index {entry_index}: stored {body_crc}, "
+                                           f"computed {actual}")
+        except _CheckFailed as exc:
+            stop_reason = str(exc)
+            break
+        unit = (magic, abs_pos, size, entry_index, term)
+        if not need_write_index and _index_unit(index, entry_index) != unit:
+            log.warning("data and index disagree at index %d (%s): rewriting index units from data",
+                        entry_index, f.path)
+            off = entry_index * INDEX_UNIT_SIZE
+            index.truncate_offset(off)
+            if index.max_wrote_position != off and not index.rebuild_with_pos(off):
+                raise StoreLayoutError(f"could not rebuild index list {index.store_path} at {off}")
+            need_write_index = True
+            pending_first = entry_index
+        if need_write_index:
+            pending += INDEX_UNIT.pack(*unit)
+            if len(pending) >= _INDEX_BATCH * INDEX_UNIT_SIZE:
+                flush_units()
+                pending_first = entry_index + 1
+        last_index, last_term = entry_index, term
+        process += size
+        rel += size
+    flush_units()
+
+    stop_file = f.path.name
+    stop_pos = f.from_offset + rel
+    if stop_reason is not None:
+        log.warning("recovery stopped at pos %d of %s: %s", stop_pos, f.path, stop_reason)
+    if last_file.from_offset - process > fs:
+        raise StoreLayoutError(
+            f"recovery of {data.store_path} ended at {process}, more than a file before the last file "
+            f"{last_file.path.name}; check the data manually before truncating ({stop_reason or 'clean end'})")
+    if (checkpoint_committed is not None and checkpoint_committed > last_index
+            and not allow_truncate_committed):
+        failing = last_index + 1 if last_index != -1 else max(first_entry_index, 0)
+        raise EntryCorruptionError(
+            f"committed entry {failing} (checkpoint committedIndex={checkpoint_committed}) is "
+            f"{'unreadable: ' + stop_reason if stop_reason else 'missing'}; refusing to truncate committed "
+            "data (pass allow_truncate_committed=True to override)",
+            pos=stop_pos, path=str(f.path))
+    return RecoveryResult(last_index, last_term, process, first_entry_index, stop_reason, stop_pos, stop_file)
