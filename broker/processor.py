@@ -8,9 +8,11 @@ Rules:
   ``defaultTopicQueueNums`` queues); an explicit ``queueId`` must be ``< writeQueueNums``;
   otherwise queues are chosen round-robin per topic. The broker sets ``UNIQ_KEY``/``TAGS``/
   ``KEYS``/``WAIT`` as the Java producer would (``views.to_message_ext``).
-- After a PUT_OK on a SYNC_MASTER the put waits for a slave ack (GroupTransferService); the
-  outcome ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` is returned as an error *with* the
-  msgId and offsets, because the message is stored on the master (RocketMQ does not roll back).
+- On a SYNC_MASTER the put waits for a slave ack (GroupTransferService) — inside the store put
+  when HAService is wired as the CommitLog's replica hook, else through
+  ``controller.wait_for_replication``. ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` (and
+  ``FLUSH_DISK_TIMEOUT``) are returned as errors *with* the msgId and offsets, because the
+  message is stored on the master (RocketMQ does not roll back either).
 - Pull never blocks (no long polling): ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG``,
   ``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_ONE``, ``OFFSET_OVERFLOW_BADLY``, ``NO_MESSAGE_IN_QUEUE``
   with ``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as RocketMQ's GetMessageResult.
@@ -83,8 +85,10 @@ class BrokerProcessor:
         return n % write_queue_nums
 
     async def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
-                          result: dict[str, Any], next_offset: int) -> dict[str, Any]:
-        status = await self.c.wait_for_replication(next_offset)
+                          result: dict[str, Any], outcome: Any) -> dict[str, Any]:
+        status = outcome.status
+        if status == "PUT_OK":
+            status = await self.c.wait_for_replication(outcome.next_offset)
         m = self.c.metrics
         m.put_latency.observe(time.perf_counter() - t0, kind)
         m.put_messages.inc(topic, status, amount=count)
@@ -107,7 +111,7 @@ class BrokerProcessor:
             "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic, "queueId": queue_id,
             "queueOffset": r.queue_offsets[0], "commitLogOffset": r.physical_offsets[0], "storeSize": r.wrote_bytes,
         }
-        return await self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r.next_offset)
+        return await self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r)
 
     async def put_messages(self, msgs: list[ProduceMessage], born_host: tuple[str, int]) -> dict[str, Any]:
         self.c.check_writable()
@@ -124,7 +128,7 @@ class BrokerProcessor:
             "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],
             "queueOffsets": r.queue_offsets, "commitLogOffsets": r.physical_offsets,
         }
-        return await self._finish_put("batch", topic, len(msgs), sum(len(m.body) for m in msgs), t0, result, r.next_offset)
+        return await self._finish_put("batch", topic, len(msgs), sum(len(m.body) for m in msgs), t0, result, r)
 
     # ------------------------------------------------------------------ pull and lookups
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:

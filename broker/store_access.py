@@ -4,10 +4,10 @@ Rules:
 - Opening = ``DefaultMessageStore(store_config)`` -> ``load()`` (recovery, normal or abnormal
   from the ``abort`` file) -> ``start()`` (which writes ``abort``). A ``load()`` that fails is a
   start error naming the store path.
-- A put returns :class:`PutOutcome` (ids, offsets, and ``next_offset`` = the physical offset
-  just after the put, the target of the SYNC_MASTER wait). A store status that means "not
-  stored" raises the matching API error; ``FLUSH_DISK_TIMEOUT`` (stored, flush late) is raised
-  with the ids and offsets attached.
+- A put returns :class:`PutOutcome` (ids, offsets, ``next_offset`` = the physical offset just
+  after the put, and the store's status when the bytes are stored: PUT_OK, FLUSH_DISK_TIMEOUT,
+  FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). A status that means "not stored" raises the
+  matching API error.
 - Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
 
 Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
@@ -46,6 +46,7 @@ class PutOutcome:
     physical_offsets: list[int]
     wrote_bytes: int
     next_offset: int
+    status: str = "PUT_OK"  # or a stored-but-not-durable status (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, ...)
 
 
 def _value(x: Any) -> Any:
@@ -107,13 +108,16 @@ class StoreAccess:
         outcome = PutOutcome(
             msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
             wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,
+            status=status,
         )
         for hook in self._put_hooks:
             hook(outcome.next_offset)
-        if status != "PUT_OK":
-            raise BrokerApiError(status, f"stored, but {status}", msgIds=outcome.msg_ids,
-                                 queueOffsets=outcome.queue_offsets, commitLogOffsets=outcome.physical_offsets)
         return outcome
+
+    @property
+    def store_waits_for_replica(self) -> bool:
+        """True when the CommitLog's replica hook (HAService) does the SYNC_MASTER wait in the put."""
+        return getattr(self.store.commitlog, "replica_hook", None) is not None
 
     # ------------------------------------------------------------------ reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
