@@ -36,7 +36,7 @@ first report, or by the machine's next heartbeat/housekeeping deadline.
 from __future__ import annotations
 
 import asyncio
-import enum
+import concurrent.futures
 import heapq
 import itertools
 import logging
@@ -44,25 +44,17 @@ import time
 from typing import Any, Callable
 
 from broker.ha.protocol import (
-    REPORT_SIZE,
     HAError,
     MasterConnection,
     SlaveReport,
     TransferStarted,
 )
 from broker.ha.settings import HASettings
+from broker.store.put_result import PutMessageStatus
 
 log = logging.getLogger("broker.ha")
 
 READ_CHUNK = 64 * 1024
-
-
-class HAAckStatus(str, enum.Enum):
-    """Outcome of a SYNC_MASTER wait; names (and values) are RocketMQ's ``PutMessageStatus``."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
 def _now_ms() -> float:
@@ -76,13 +68,32 @@ def commitlog_max_offset(commitlog: Any) -> int:
 
 
 def commitlog_min_offset(commitlog: Any) -> int:
+    """``commitlog.min_offset`` (-1 or 0 for an empty commitlog)."""
     value = getattr(commitlog, "min_offset", 0)
     return int(value() if callable(value) else value)
 
 
-def _expire(fut: "asyncio.Future[HAAckStatus]") -> None:
-    if not fut.done():
-        fut.set_result(HAAckStatus.FLUSH_SLAVE_TIMEOUT)
+def _committed_bytes(commitlog: Any, offset: int) -> memoryview | None:
+    """Non-empty committed bytes starting exactly at ``offset``, or None.
+
+    Accepts both shapes of ``get_data``: a ``SelectMappedBufferResult`` (``start_offset``,
+    ``buffer``) or a bare buffer.
+    """
+    result = commitlog.get_data(offset)
+    if result is None:
+        return None
+    buffer = getattr(result, "buffer", result)
+    start = getattr(result, "start_offset", offset)
+    if start != offset or not len(buffer):
+        return None
+    return memoryview(buffer)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 class HAConnection:
@@ -225,8 +236,8 @@ class HAConnection:
                         log.warning("HA connection %s dropped: %s", self.address, msg)
                         self.close(msg)
                         return
-                    data = commitlog.get_data(nxt)
-                    if data is not None and len(data):
+                    data = _committed_bytes(commitlog, nxt)
+                    if data is not None:
                         frames = machine.frames_for(data, now, max_bytes=max_bytes)
                         del data
                         writer.writelines(frames)
@@ -265,6 +276,7 @@ class HAService:
         mapped_file_size: int | None = None,
         poll_interval_ms: float = 100.0,
         max_write_bytes: int = 1024 * 1024,
+        wire_replica_hook: bool = True,
         clock: Callable[[], float] = _now_ms,
     ) -> None:
         self.commitlog = commitlog
@@ -278,10 +290,11 @@ class HAService:
         )
         self.poll_interval_ms = poll_interval_ms
         self.max_write_bytes = max_write_bytes
+        self.wire_replica_hook = wire_replica_hook
         self.clock = clock
         self.connections: list[HAConnection] = []
         self._push2slave_max_offset = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[HAAckStatus]]] = []
+        self._waiters: list[tuple[int, int, asyncio.Future[PutMessageStatus]]] = []
         self._seq = itertools.count()
         self._stale = 0
         self._server: asyncio.base_events.Server | None = None
@@ -293,9 +306,13 @@ class HAService:
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("HAService listening on %s:%d", self.host, self.port)
+        if self.wire_replica_hook and getattr(self.commitlog, "replica_hook", False) is None:
+            self.commitlog.replica_hook = self.replica_hook
+        log.info("HAService listening on %s:%d (%s)", self.host, self.port, self.settings.broker_role)
 
     async def shutdown(self) -> None:
+        if getattr(self.commitlog, "replica_hook", None) == self.replica_hook:
+            self.commitlog.replica_hook = None
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -306,7 +323,7 @@ class HAService:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for _, _, fut in self._waiters:
             if not fut.done():
-                fut.set_result(HAAckStatus.FLUSH_SLAVE_TIMEOUT)
+                fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
         self._waiters.clear()
         log.info("HAService stopped")
 
@@ -366,11 +383,7 @@ class HAService:
         loop = self._loop
         if loop is None:
             return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if _on_loop(loop):
             for conn in self.connections:
                 conn.wake()
         else:
@@ -384,27 +397,63 @@ class HAService:
         while waiters and waiters[0][0] <= offset:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
-                fut.set_result(HAAckStatus.PUT_OK)
+                fut.set_result(PutMessageStatus.PUT_OK)
 
-    async def wait_for_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> HAAckStatus:
-        """GroupTransferService: wait until a slave acked ``next_offset`` (end of the put)."""
-        if not self.is_slave_ok(next_offset):
-            return HAAckStatus.SLAVE_NOT_AVAILABLE
-        if self._push2slave_max_offset >= next_offset:
-            return HAAckStatus.PUT_OK
-        timeout = self.settings.sync_flush_timeout if timeout_ms is None else timeout_ms
+    def request_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> "asyncio.Future[PutMessageStatus]":
+        """GroupTransferService request (call on the loop): a future resolved with the outcome."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[HAAckStatus] = loop.create_future()
+        fut: asyncio.Future[PutMessageStatus] = loop.create_future()
+        if not self.is_slave_ok(next_offset):
+            fut.set_result(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+            return fut
+        if self._push2slave_max_offset >= next_offset:
+            fut.set_result(PutMessageStatus.PUT_OK)
+            return fut
+        timeout = self.settings.sync_flush_timeout if timeout_ms is None else timeout_ms
         heapq.heappush(self._waiters, (next_offset, next(self._seq), fut))
         self.notify_put(next_offset)  # RocketMQ: getWaitNotifyObject().wakeupAll()
-        handle = loop.call_later(timeout / 1000.0, _expire, fut)
-        try:
-            return await fut
-        finally:
-            handle.cancel()
-            if not fut.done() or fut.cancelled() or fut.result() is not HAAckStatus.PUT_OK:
-                self._stale += 1  # its heap entry stays until an ack passes it
-                self._prune_waiters()
+        handle = loop.call_later(timeout / 1000.0, self._expire, fut)
+        fut.add_done_callback(lambda _f: handle.cancel())
+        return fut
+
+    async def wait_for_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> PutMessageStatus:
+        """Wait until a slave acked ``next_offset`` (the end offset of the put).
+
+        PUT_OK, FLUSH_SLAVE_TIMEOUT after ``timeout_ms`` (default ``sync_flush_timeout``), or
+        SLAVE_NOT_AVAILABLE at once when :meth:`is_slave_ok` is false.
+        """
+        return await self.request_slave_ack(next_offset, timeout_ms)
+
+    def replica_hook(self, append_result: Any) -> "concurrent.futures.Future[PutMessageStatus] | None":
+        """``CommitLog.replica_hook``: wake the senders; on a SYNC_MASTER, a future for the ack.
+
+        Called by the store after every append (any role); thread-safe. ``append_result`` is an
+        ``AppendMessageResult`` (its ``end_offset``, or ``wrote_offset + wrote_bytes``, is the
+        offset the slave must reach).
+        """
+        end = getattr(append_result, "end_offset", 0) or (
+            append_result.wrote_offset + append_result.wrote_bytes
+        )
+        self.notify_put(end)
+        if self.settings.broker_role != "SYNC_MASTER" or self._loop is None:
+            return None
+        out: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
+
+        def submit() -> None:
+            fut = self.request_slave_ack(end)
+            fut.add_done_callback(lambda f: out.set_result(f.result()) if not f.cancelled() else out.cancel())
+
+        if _on_loop(self._loop):
+            submit()
+        else:
+            self._loop.call_soon_threadsafe(submit)
+        return out
+
+    def _expire(self, fut: "asyncio.Future[PutMessageStatus]") -> None:
+        if not fut.done():
+            fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            self._stale += 1  # its heap entry stays until an ack passes it
+            self._prune_waiters()
 
     def _prune_waiters(self) -> None:
         if self._stale > 256 and self._stale * 2 > len(self._waiters):
@@ -413,4 +462,4 @@ class HAService:
             self._stale = 0
 
 
-__all__ = ["HAAckStatus", "HAConnection", "HAService", "REPORT_SIZE"]
+__all__ = ["HAConnection", "HAService", "PutMessageStatus", "commitlog_max_offset"]
