@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import struct
 import threading
+import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, Union
 
-from dledger.entry import (BODY_OFFSET, CURRENT_MAGIC, HEADER, INDEX_UNIT, INDEX_UNIT_SIZE, DLedgerEntry,
-                           EntryCorruptionError, EntryHeader, check_contiguous, check_header, set_body_crc,
+from dledger.entry import (BODY_CRC_OFFSET, BODY_OFFSET, CURRENT_MAGIC, HEADER, INDEX_UNIT, INDEX_UNIT_SIZE, DLedgerEntry,
+                           EntryCorruptionError, EntryHeader, check_contiguous, check_header,
                            split_entries)
 from dledger.store.errors import (AppendMismatchError, CommittedTruncationError, DiskFullError, DLedgerStoreError,
                                   IndexOutOfRangeError, StoreLayoutError)
@@ -57,6 +59,7 @@ AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024  # 167,772,160
 MAX_ENTRY_SIZE = 4 * 1024 * 1024  # DLedger's thread-local encode buffer
+_INT = struct.Struct(">i")
 
 
 class DLedgerMmapFileStore:
@@ -191,7 +194,7 @@ class DLedgerMmapFileStore:
         units = bytearray(INDEX_UNIT_SIZE * len(bodies))
         hooks, crc, base = self.append_hooks, self.entry_crc, dplan.start
         entries: list[DLedgerEntry] = []
-        pack_header, pack_unit = HEADER.pack_into, INDEX_UNIT.pack_into
+        pack_header, pack_unit, pack_int, crc32 = HEADER.pack_into, INDEX_UNIT.pack_into, _INT.pack_into, zlib.crc32
         for i, (body, pos, size) in enumerate(zip(bodies, dplan.positions, sizes)):
             off, index = pos - base, first + i
             pack_header(stream, off, CURRENT_MAGIC, size, index, term, pos, 0, 0, 0, size - BODY_OFFSET)
@@ -199,8 +202,10 @@ class DLedgerMmapFileStore:
             entry = DLedgerEntry(body=body, index=index, term=term, pos=pos, size=size)  # type: ignore[arg-type]
             for hook in hooks:
                 hook(entry, view[off:off + size], BODY_OFFSET)
-            if crc:
-                entry.body_crc = set_body_crc(stream, off)
+            if crc:  # after the hooks: the CRC covers the stored bytes
+                value = crc32(view[off + BODY_OFFSET:off + size])
+                entry.body_crc = value = value - 0x1_0000_0000 if value >= 0x8000_0000 else value
+                pack_int(stream, off + BODY_CRC_OFFSET, value)
             pack_unit(units, i * INDEX_UNIT_SIZE, CURRENT_MAGIC, pos, size, index, term)
             entries.append(entry)
         self._write(dplan, iplan, stream, units, None)

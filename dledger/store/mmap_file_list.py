@@ -314,6 +314,16 @@ class MmapFileList:
         return [_BLANK.pack(BLANK_MAGIC_CODE, n) + bytes(n - 8) for _, n in plan.blanks] + ([data] if data else [])
 
     def _commit(self, plan: AppendPlan, iov: list[Buffer]) -> None:
+        last = self.files[-1] if self.files else None
+        if (last is not None and not plan.new_files and len(iov) == 1
+                and plan.start == last.from_offset + last.wrote and plan.end <= last.end_offset):
+            try:  # fast path: one buffer inside the current file
+                _pwritev_all(last.fd, iov, last.wrote)
+            except OSError as exc:
+                self._rollback([], [(last, last.wrote)])
+                raise self._os_error(exc, f"writing [{plan.start}, {plan.end})") from exc
+            last.wrote = plan.end - last.from_offset
+            return
         if plan.start != self._next_position():
             raise AppendMismatchError(f"stale append plan for {self.store_path}: starts at {plan.start}, "
                                       f"list ends at {self.max_wrote_position}")
@@ -342,27 +352,35 @@ class MmapFileList:
         return last.end_offset if last.full else last.from_offset + last.wrote
 
     def _segments(self, start: int, end: int, iov: list[Buffer]):
-        """Split a contiguous iov at file boundaries: yields (file, rel, buffers)."""
+        """Split a contiguous iov (byte buffers) at file boundaries: yields (file, rel, buffers)."""
         pos = start
-        it = iter(iov)
-        cur: memoryview | None = None
-        while pos < end:
-            f = self.find_file(pos)
-            if f is None:
-                raise DLedgerStoreError(f"no file for offset {pos} in {self.store_path}")
-            rel = pos - f.from_offset
-            room = min(f.end_offset, end) - pos
-            bufs: list[Buffer] = []
-            while room > 0:
-                if cur is None or len(cur) == 0:
-                    cur = memoryview(next(it)).cast("B")
-                    continue
-                take = min(room, len(cur))
-                bufs.append(cur[:take])
-                cur = cur[take:]
-                room -= take
-                pos += take
-            yield f, rel, bufs
+        f = self.find_file(pos)
+        if f is None:
+            raise DLedgerStoreError(f"no file for offset {pos} in {self.store_path}")
+        seg_rel, seg_end, bufs = pos - f.from_offset, min(f.end_offset, end), []
+        for b in iov:
+            n = len(b)
+            while n:
+                room = seg_end - pos
+                if n <= room:
+                    bufs.append(b)
+                    pos += n
+                    n = 0
+                else:  # only a contiguous stream straddles a file boundary; records never do
+                    mv = memoryview(b).cast("B")
+                    bufs.append(mv[:room])
+                    b = mv[room:]
+                    pos += room
+                    n -= room
+                if pos == seg_end and pos < end:
+                    yield f, seg_rel, bufs
+                    f = self.find_file(pos)
+                    if f is None:
+                        raise DLedgerStoreError(f"no file for offset {pos} in {self.store_path}")
+                    seg_rel, seg_end, bufs = 0, min(f.end_offset, end), []
+        if pos != end:
+            raise ValueError(f"buffers cover [{start}, {pos}) but the plan needs [{start}, {end})")
+        yield f, seg_rel, bufs
 
     def _create_file(self, from_offset: int) -> MmapFile:
         if not self.files:
@@ -516,6 +534,12 @@ class MmapFileList:
 
 def _pwritev_all(fd: int, bufs: list[Buffer], offset: int) -> None:
     """Write all buffers at ``offset``, resuming after short writes (<= IOV_MAX per call)."""
+    if len(bufs) == 1:
+        n = os.pwrite(fd, bufs[0], offset)
+        if n == len(bufs[0]):
+            return
+        bufs = [memoryview(bufs[0])[n:]] if n > 0 else bufs
+        offset += max(n, 0)
     pending = [memoryview(b) for b in bufs if len(b)]
     i = 0
     while i < len(pending):
