@@ -1,0 +1,107 @@
+"""Message codec validation, response-code values and the core's term table."""
+from __future__ import annotations
+
+import random
+
+import msgpack
+import pytest
+
+from dledger.core import (AppendRequest, AppendResponse, Code, Config, Entry, MessageError,
+                          RaftCore, TimeoutNow, VoteRequest, VoteResponse, VoteResult, from_dict)
+from dledger.core.log import TermRuns
+from tests.sim.memlog import MemLog
+
+SAMPLES = [
+    VoteRequest("n0", "n1", 3, 10, 2, pre_vote=True, transfer=False),
+    VoteResponse("n1", "n0", 3, True, pre_vote=True, result=VoteResult.ACCEPT),
+    AppendRequest("n0", "n1", 3, 4, 2, 4, (Entry(5, 2, b"a"), Entry(6, 3, b"\x00" * 9))),
+    AppendRequest("n0", "n1", 3, -1, -1, -1, ()),
+    AppendResponse("n1", "n0", 3, False, reject_index=4, hint_index=2, hint_term=1,
+                   last_index=7, code=Code.INCONSISTENT_STATE),
+    TimeoutNow("n0", "n1", 3),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip_through_msgpack(msg: object) -> None:
+    wire = msgpack.packb(msg.to_dict(), use_bin_type=True)  # type: ignore[attr-defined]
+    assert from_dict(msgpack.unpackb(wire, raw=False)) == msg
+
+
+@pytest.mark.parametrize("mutate, err", [
+    (lambda d: d.update(t="nope"), "unknown message kind"),
+    (lambda d: d.update(term="3"), "'term' must be an int"),
+    (lambda d: d.update(term=True), "'term' must be an int"),
+    (lambda d: d.update(prev_index=-2), "below -1"),
+    (lambda d: d.update(extra=1), "unknown fields"),
+    (lambda d: d.pop("src"), "missing field 'src'"),
+    (lambda d: d.update(entries=[[6, 2, b"a"]]), "expected 5"),
+    (lambda d: d.update(entries=[[5, 2, "text"]]), "must be bytes"),
+    (lambda d: d.update(entries=[[5, 2, b"a"], [6, 1, b"b"]]), "out of order"),
+    (lambda d: d.update(entries=[[5, 9, b"a"]]), "out of order"),
+    (lambda d: d.update(prev_term=-1), "both be -1"),
+    (lambda d: d.update(entries=[[5, 2]]), r"\[index, term, data\]"),
+])
+def test_malformed_append_rejected(mutate, err: str) -> None:  # type: ignore[no-untyped-def]
+    d = SAMPLES[2].to_dict()
+    mutate(d)
+    with pytest.raises(MessageError, match=err):
+        from_dict(d)
+
+
+def test_bad_enum_and_non_dict() -> None:
+    d = SAMPLES[4].to_dict()
+    d["code"] = 12345
+    with pytest.raises(MessageError, match="unknown Code"):
+        from_dict(d)
+    with pytest.raises(MessageError):
+        from_dict([1, 2])
+
+
+def test_response_codes_are_dledgers() -> None:
+    assert (Code.SUCCESS, Code.UNKNOWN, Code.NOT_LEADER, Code.INCONSISTENT_TERM,
+            Code.INCONSISTENT_INDEX, Code.INCONSISTENT_LEADER, Code.TERM_NOT_READY,
+            Code.WAIT_QUORUM_ACK_TIMEOUT, Code.LEADER_PENDING_FULL, Code.LEADER_NOT_READY,
+            Code.LEADER_TRANSFERRING) == (200, -1, 404, 407, 408, 409, 416, 502, 503, 505, 506)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="not among peers"):
+        Config("x", ("n0", "n1"))
+    with pytest.raises(ValueError, match="heartbeat"):
+        Config("n0", ("n0",), heartbeat_ticks=10, election_ticks_min=10)
+    with pytest.raises(ValueError, match="preferred"):
+        Config("n0", ("n0",), preferred_leaders=("n9",))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_term_runs_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    log = MemLog()
+    term = 0
+    for i in range(rng.randint(0, 300)):
+        if rng.random() < 0.05:
+            term += rng.randint(1, 3)
+        log.append(i, term, b"x")
+    runs = TermRuns.from_view(log)
+    n = len(log.terms)
+    assert runs.last == n - 1
+    for i in range(-1, n + 2):
+        expect = -1 if i == -1 else (log.terms[i] if 0 <= i < n else None)
+        assert runs.term(i) == expect
+    for _ in range(50):
+        idx, t = rng.randint(-1, n + 2), rng.randint(-1, term + 1)
+        brute = max([j for j in range(min(idx, n - 1) + 1) if log.terms[j] <= t], default=-1)
+        assert runs.last_le(idx, t) == brute
+    cut = rng.randint(0, n)
+    runs.truncate(cut)
+    assert runs.last == cut - 1 and all(runs.term(j) == log.terms[j] for j in range(cut))
+
+
+def test_inputs_between_ready_and_advance_are_refused() -> None:
+    core = RaftCore(Config("n0", ("n0",)), MemLog(), random.Random(1))
+    rd = core.ready()
+    with pytest.raises(RuntimeError):
+        core.tick()
+    core.advance(rd)
+    core.tick()
