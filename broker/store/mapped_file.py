@@ -63,13 +63,19 @@ class MappedFile:
                     f"{self.path}: length {actual} != configured mapped file size {file_size}")
         elif read_only:
             raise StoreLayoutError(f"{self.path}: does not exist (read-only open)")
-        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
-        self._fd = os.open(self.path, flags, 0o644)
+        if exists:
+            self._fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR)
+        else:
+            # Sized (and warmed) under a hidden name, then renamed: a crash never leaves a file
+            # of the wrong length behind under a real offset name.
+            tmp = self.path.with_name(f".{self.path.name}.creating")
+            self._fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             if not exists:
                 os.ftruncate(self._fd, file_size)
                 if warm:
                     self._warm_pages()
+                os.rename(tmp, self.path)
             map_flags = mmap.MAP_SHARED
             if warm and hasattr(mmap, "MAP_POPULATE"):
                 map_flags |= mmap.MAP_POPULATE
@@ -164,6 +170,23 @@ class MappedFile:
             end = min(os.lseek(self._fd, pos, os.SEEK_HOLE), self.file_size)
             yield pos, end
             pos = end
+
+    def zero_from(self, pos: int) -> int:
+        """Zero every non-zero byte at or after ``pos``; returns how many bytes were rewritten.
+
+        Truncation must not leave the tail of a torn or superseded record behind: a later
+        recovery would find it after new records and take it for corruption. Holes are skipped.
+        """
+        rewritten = 0
+        for begin, end in list(self.data_extents(pos)):
+            at = max(begin, pos)
+            while at < end:
+                stop = min(at + _WARM_CHUNK, end)
+                if self._view[at:stop] != _ZEROS[:stop - at]:
+                    self._view[at:stop] = _ZEROS[:stop - at]
+                    rewritten += stop - at
+                at = stop
+        return rewritten
 
     def whole(self) -> memoryview:
         """The whole mapping, committed or not (recovery scans past the positions)."""

@@ -226,7 +226,8 @@ class MappedFileQueue:
 
     # --- truncation and deletion ------------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
-        """Forget everything at or beyond ``offset``: positions move back, later files go."""
+        """Forget everything at or beyond ``offset``: positions move back, the rest of that file
+        is zeroed (so no stale record can be mistaken for data later), later files go."""
         keep: list[MappedFile] = []
         for mf in self.mapped_files:
             tail = mf.file_from_offset + self.mapped_file_size
@@ -234,6 +235,8 @@ class MappedFileQueue:
                 keep.append(mf)
             elif offset >= mf.file_from_offset:
                 mf.set_positions(offset % self.mapped_file_size)
+                if mf.zero_from(offset % self.mapped_file_size):
+                    log.warning("zeroed the truncated tail of %s from %d", mf.path, offset % self.mapped_file_size)
                 keep.append(mf)
             else:
                 log.warning("truncate dirty file %s (offset %d)", mf.path, offset)

@@ -184,6 +184,8 @@ class DefaultMessageStore:
         self.lock.acquire()
         try:
             self.last_exit_ok = not self.abort_file.exists
+            if not self.last_exit_ok:
+                self._drop_empty_files_after_crash()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             self.commitlog = self._make_commitlog()
             self.commitlog.load()
@@ -201,6 +203,14 @@ class DefaultMessageStore:
             raise
         self._loaded = True
         return True
+
+    def _drop_empty_files_after_crash(self) -> None:
+        """A crash between creating a ConsumeQueue file and sizing it leaves a 0-byte file, which
+        would stop the load ("size does not match"). It holds no data: remove it."""
+        for path in (self.root / "consumequeue").glob("*/*/*"):
+            if path.is_file() and path.stat().st_size == 0:
+                log.warning("removing empty file %s left by the crash", path)
+                path.unlink()
 
     def recover(self) -> None:
         assert self.commitlog is not None and self.consume_queue_store is not None
