@@ -175,7 +175,8 @@ class MessageFields:
     body_len: np.ndarray
     topic_off: np.ndarray
     topic_len: np.ndarray
-    valid: np.ndarray  # bool
+    valid: np.ndarray  # bool: every codec rule including the body CRC
+    parsed: np.ndarray  # bool: every rule except the body CRC (the header can be trusted)
 
 
 def message_fields(a: np.ndarray, pos: np.ndarray, limit: np.ndarray | int, check_crc: bool = True,
@@ -214,6 +215,7 @@ def message_fields(a: np.ndarray, pos: np.ndarray, limit: np.ndarray | int, chec
     props_len = gather(a, np.where(ok, topic_off + topic_len, 0), 2)
     expect = 84 + hosts - 16 + 4 + np.maximum(body_len, 0) + tls + topic_len + 2 + np.maximum(props_len, 0)
     ok &= expect == total
+    parsed = ok.copy()
     if check_crc and n:
         view = memoryview(mm if mm is not None else a)
         crc_ok = np.ones(n, dtype=bool)
@@ -223,7 +225,7 @@ def message_fields(a: np.ndarray, pos: np.ndarray, limit: np.ndarray | int, chec
                 crc_ok[i] = False
         ok &= crc_ok
     return MessageFields(pos, total, magic, queue_id, queue_offset, phy, sys_flag, body_off, body_len,
-                         topic_off, topic_len, ok)
+                         topic_off, topic_len, ok, parsed)
 
 
 def topics_of(mm: Any, f: MessageFields, rows: np.ndarray) -> list[bytes]:

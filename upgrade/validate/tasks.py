@@ -100,20 +100,22 @@ def _messages(m: _Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np
         return
     f = rec.message_fields(m.a, starts, ends, r.ctx.check_crc, m.mm)
     valid = f.valid.copy()
+    parsed = f.parsed.copy()
     for i in np.flatnonzero(~valid).tolist():
         p = int(starts[i])
         ok, why = rec.codec_verdict(m.mm, p, r.ctx.check_crc)
         if ok:  # the codec is the authority
-            valid[i] = True
+            valid[i] = parsed[i] = True
             s["screen_disagreements"] += 1
-        else:
-            s.violation("structure", abs_of(p), f"invalid message: {why}")
-    s["messages"] += int(valid.sum())
-    bad_phy = valid & (f.phy != phy_expect)
+            continue
+        s.violation("structure", abs_of(p), f"invalid message: {why}")
+        parsed[i] = rec.codec_verdict(m.mm, p, False)[0]  # a CRC-only failure keeps a usable header
+    s["messages"] += int(parsed.sum())
+    bad_phy = parsed & (f.phy != phy_expect)
     for i in np.flatnonzero(bad_phy).tolist():
         s.violation(phy_check, abs_of(int(starts[i])),
                     f"PHY_POS field is {int(f.phy[i])}, expected {int(phy_expect[i])}")
-    rows = np.flatnonzero(valid)
+    rows = np.flatnonzero(parsed)
     topics = rec.topics_of(m.mm, f, rows)
     tx = (f.sys_flag[rows] & codec.TRANSACTION_ROLLBACK_TYPE)
     skip = np.isin(tx, _TX_SKIP)
