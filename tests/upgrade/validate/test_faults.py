@@ -134,3 +134,26 @@ def test_truncated_dledger_tail_on_one_node(spark, store_copy, fixture_set, mani
     assert_located(report, "replicas", "n1", path.name, entry + first_diff)
     assert "structure" not in failing(report)
     assert report["nodes"]["n0"]["dledger"]["entries"] == report["nodes"]["n0"]["dledger"]["committed_index"] + 1
+
+
+def test_old_region_not_blank_filled_to_the_divide(spark, store_copy, fixture_set, manifests):
+    root = store_copy(fixture_set.mixed)
+    old = [r for r in manifests(fixture_set.mixed) if r["commitLogOffset"] < fixture_set.divided_offset]
+    blank_at = max(r["commitLogOffset"] + r["storeSize"] for r in old)
+    path, at = data_file(root, blank_at, fixture_set.divided_offset)
+    assert int.from_bytes(read(path, at + 4, 4), "big") == 0xCBD43194
+    patch(path, at, bytes(8))  # the upgrade's blank record is gone
+    report = _validate(spark, root)
+    assert_located(report, "divide", "n0", path.name, blank_at, contains="not blank-filled")
+    assert failing(report) <= {"divide", "structure"}
+
+
+def test_dledger_index_unit_not_matching_its_entry(spark, store_copy, fixture_set):
+    root = store_copy(fixture_set.mixed)
+    index = root / "dledger-n0" / "index" / f"{0:020d}"
+    unit = 100
+    pos = int.from_bytes(read(index, unit * 32 + 4, 8), "big")
+    put_long(index, unit * 32 + 4, pos + 48)  # the unit now points 48 bytes into its entry
+    report = _validate(spark, root)
+    assert_located(report, "dledger_continuity", "n0", index.name, unit * 32, contains=f"index unit {unit}")
+    assert failing(report) == {"dledger_continuity"}
