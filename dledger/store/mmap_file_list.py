@@ -309,6 +309,17 @@ class MmapFileList:
             self._commit(only, self._with_blanks(only, b""))
         return plan.positions[0]
 
+    def get_last_mapped_file(self, start_offset: int | None = None) -> MmapFile:
+        """DLedger's ``getLastMappedFile(startOffset)``: the last file, created if the list is
+        empty (at ``start_offset`` rounded down, default ``first_file_offset``) or full."""
+        last = self.last_file
+        if last is None:
+            base = self.first_file_offset if start_offset is None else start_offset
+            return self._create_file(base - base % self.file_size)
+        if last.full:
+            return self._create_file(last.end_offset)
+        return last
+
     @staticmethod
     def _with_blanks(plan: AppendPlan, data: Buffer) -> list[Buffer]:
         return [_BLANK.pack(BLANK_MAGIC_CODE, n) + bytes(n - 8) for _, n in plan.blanks] + ([data] if data else [])

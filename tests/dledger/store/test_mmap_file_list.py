@@ -261,3 +261,12 @@ def test_disk_full_leaves_list_consistent(tiny_fs: Path) -> None:
     ballast.unlink()
     assert fl.append(rec) == fl.plan_append([1]).start - len(rec) >= end
     fl.shutdown()
+
+
+def test_get_last_mapped_file_creates_first_file_at_divided_offset(tmp_path: Path) -> None:
+    """RocketMQ's first start after an upgrade: ``getLastMappedFile(dividedCommitlogOffset)``."""
+    fl = MmapFileList(tmp_path, 1 << 20)
+    f = fl.get_last_mapped_file(4_194_304 + 17)  # rounded down to the file boundary
+    assert f.from_offset == 4_194_304 and names(tmp_path) == ["00000000000004194304"]
+    assert fl.get_last_mapped_file() is f
+    assert fl.append(b"x" * 10) == 4_194_304
