@@ -143,7 +143,7 @@ class HAClient:
             host, port = parse_address(address)
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), self.connect_timeout_ms / 1000.0
+                    asyncio.open_connection(host, port, limit=READ_CHUNK), self.connect_timeout_ms / 1000.0
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 self.last_error = f"connect to {address} failed: {exc!r}"
@@ -171,7 +171,7 @@ class HAClient:
                     pass
             if self._stopping:
                 break
-            log.info("HA client disconnected from %s: %s", address, self.last_error)
+            log.info("HA client disconnected from %s: %s", address, self.last_error)  # one line per drop
             if self.bytes_received > received_before:
                 backoff = self.backoff_initial_ms
             await self._sleep_or_address_change(backoff)
@@ -199,42 +199,44 @@ class HAClient:
         self.last_reported_offset = machine.reported_offset
         self.connected = True
         self.connect_count += 1
-        self.last_error = None
         log.info("HA client connected to master %s, reported offset %d", address, machine.reported_offset)
         timer = asyncio.create_task(self._timer(machine, writer), name="ha-client-timer")
         try:
-            await self._read_loop(machine, reader, writer)
+            reason = await self._read_loop(machine, reader, writer)
         finally:
             timer.cancel()
             await asyncio.gather(timer, return_exceptions=True)
             self._machine = None
+        if machine.error is not None:  # expiry by the timer closes the socket under the reader
+            reason = machine.error.message
+        self.last_error = reason
 
-    async def _read_loop(self, machine: SlaveConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_loop(
+        self, machine: SlaveConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> str:
+        """Replicate until the connection ends; returns why it ended."""
         commitlog = self.commitlog
         while True:
             try:
                 data = await reader.read(READ_CHUNK)
             except (ConnectionError, OSError) as exc:
-                if self.last_error is None:
-                    self.last_error = f"read failed: {exc!r}"
-                return
+                return f"read failed: {exc!r}"
             if not data:
-                if self.last_error is None:
-                    self.last_error = "master closed the connection"
-                return
+                return "master closed the connection"
             self.bytes_received += len(data)
             events = machine.receive_data(data, self.clock())
             appended = False
             for ev in events:
                 if isinstance(ev, DataFrame):
-                    if not self._append(ev):
-                        return
+                    refused = self._append(ev)
+                    if refused is not None:
+                        log.error("HA client: %s", refused)
+                        return refused
                     appended = True
                     self.frames_received += 1
                 elif isinstance(ev, HAError):
-                    self.last_error = ev.message
                     log.warning("HA client dropping connection to %s: %s", self.master_address, ev.message)
-                    return
+                    return ev.message
                 else:
                     self.frames_received += 1
             if appended:
@@ -248,22 +250,19 @@ class HAClient:
             if writer.transport.get_write_buffer_size() > 1024 * 1024:
                 await writer.drain()
 
-    def _append(self, ev: DataFrame) -> bool:
+    def _append(self, ev: DataFrame) -> str | None:
+        """Append one frame; None on success, else why the commitlog refused it."""
         local = commitlog_max_offset(self.commitlog)
         try:
-            ok = self.commitlog.append_data(ev.offset, ev.data)
-        except Exception as exc:
-            ok = False
-            reason = repr(exc)
-        else:
+            if self.commitlog.append_data(ev.offset, ev.data):
+                return None
             reason = "append_data returned False"
-        if not ok:
-            self.last_error = (
-                f"commitlog refused {len(ev.data)} bytes at master offset {ev.offset} "
-                f"(slave max offset {local}): {reason}"
-            )
-            log.error("HA client: %s", self.last_error)
-        return bool(ok)
+        except Exception as exc:
+            reason = repr(exc)
+        return (
+            f"commitlog refused {len(ev.data)} bytes at master offset {ev.offset} "
+            f"(slave max offset {local}): {reason}"
+        )
 
     async def _timer(self, machine: SlaveConnection, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -271,7 +270,6 @@ class HAClient:
             await asyncio.sleep(max(delay, 0) + 0.001)
             due = machine.poll(self.clock())
             if isinstance(due, HAError):
-                self.last_error = due.message
                 log.warning("HA client dropping connection to %s: %s", self.master_address, due.message)
                 writer.close()
                 return

@@ -7,10 +7,13 @@ Rules:
 - The CommitLog is only *read*, through ``get_data(offset)`` (committed bytes from ``offset``
   to the end of the written part of that file), ``max_offset`` and ``min_offset``. Nothing
   uncommitted is ever sent.
-- Wake-up: the broker calls :meth:`HAService.notify_put` after every put (or passes the service
-  to the CommitLog's put hook); every connection then sends what appeared. A connection whose
-  slave is caught up also re-checks every ``poll_interval_ms`` (100 ms, RocketMQ's
-  ``allWaitForRunning(100)``) so a missing hook costs latency, never data.
+- Wiring: ``start()`` installs :meth:`HAService.replica_hook` as ``commitlog.replica_hook`` (if
+  the slot is free; ``shutdown()`` removes it). The store calls it after every append: it wakes
+  every connection (any role) and, on a SYNC_MASTER, returns a ``concurrent.futures.Future``
+  resolved with the ack outcome, so both the store's async and blocking put paths work (the
+  blocking one only off the loop thread). Without the hook, :meth:`HAService.notify_put` does
+  the waking, and a caught-up connection also re-checks every ``poll_interval_ms`` (100 ms,
+  RocketMQ's ``allWaitForRunning(100)``), so a missing wake-up costs latency, never data.
 - Acks: ``push2slave_max_offset`` is the highest offset any slave has acknowledged since this
   service started; it never goes down (a slave that disconnects after acking did store those
   bytes). With several slaves a SYNC_MASTER put is acknowledged as soon as **any** slave has it,
