@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import struct
 import sys
 import tempfile

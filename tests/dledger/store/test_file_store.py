@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.dledger.store.diskfull import small_ext4
-from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry, EntryCorruptionError, decode_index, read_header
+from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry, EntryCorruptionError, read_header
 from dledger.store.errors import (AppendMismatchError, CommittedTruncationError, DiskFullError,
                                   IndexOutOfRangeError, StoreLayoutError)
 from dledger.store.file_store import DLedgerMmapFileStore
-from dledger.store.mmap_file_list import MIN_BLANK_LEN, offset_to_file_name
+from dledger.store.mmap_file_list import MIN_BLANK_LEN
 
 
 def make(base: Path, data_size: int = 10 * 1024 * 1024, index_size: int = INDEX_UNIT_SIZE * 1024 * 1024,
@@ -489,3 +489,18 @@ def test_disk_full_leaves_store_consistent(tiny_fs: Path) -> None:
     with pytest.raises(DiskFullError, match="checkpoint"):
         again.shutdown()  # the checkpoint cannot be written on a full disk; files are closed anyway
     assert again.data_file_list.files == []
+
+
+def test_flushed_positions_right_after_truncate(tmp_path: Path) -> None:
+    """DLedgerManagedFileStoreTruncateTest.testDataFileListFlushedPosRightAfterTruncate."""
+    store = make(tmp_path, data_size=8 * 1024 + MIN_BLANK_LEN, index_size=8 * INDEX_UNIT_SIZE)
+    for i in range(7):
+        assert store.append_as_leader(bytes(1024), 0).index == i
+    store.flush()
+    assert len(store.data_file_list.files) == 1
+    assert store.flush_pos == store.data_file_list.max_wrote_position
+    assert store.truncate_to_entry(store.get(5)) == 5
+    assert store.data_file_list.flushed_where == store.data_file_list.max_wrote_position
+    # the existing unit of entry 5 is rewritten, so it is not flushed any more
+    assert store.index_file_list.flushed_where == store.index_file_list.max_wrote_position - INDEX_UNIT_SIZE
+    assert store.flushed_index == 5 and store.flush() == 5

@@ -6,7 +6,6 @@ import os
 import struct
 from pathlib import Path
 
-import pytest
 
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, DLedgerEntry
 from dledger.store.file_store import DEFAULT_INDEX_FILE_SIZE, DLedgerMmapFileStore
