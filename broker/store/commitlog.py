@@ -86,7 +86,7 @@ class CommitLog:
         flush_thorough_interval_ms: int = 10_000,
         sync_flush_timeout_ms: int = 5000,
         checkpoint: object | None = None,
-        warm_mapped_file: bool = True,
+        warm_mapped_file: bool = False,
         check_crc_on_recover: bool = True,
         delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
     ) -> None:

@@ -107,7 +107,7 @@ class StoreSettings:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    warm_mapped_file_enable: bool = True
+    warm_mapped_file_enable: bool = False  # RocketMQ default (warmMapedFileEnable)
     file_reserved_time: int = 72
     broker_role: str = "ASYNC_MASTER"
 
