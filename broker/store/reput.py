@@ -8,8 +8,10 @@ Rules:
 - A record is described by the commitlog's ``parse_record`` (pluggable: a DLedger commitlog's
   parser skips the 48-byte entry header and reports ``buffer_size``); the scan advances by
   ``buffer_size`` when set, else ``msg_size``. An end-of-file blank moves to the next file.
-- A record that cannot be parsed stops dispatch at that offset (``error`` says where and why);
-  dispatch never skips over bytes it does not understand.
+- A record cut short by the readable end (an HA slave holds half a record until the next
+  frame) just ends the pass; the next pass retries from its start. A record that cannot be
+  parsed although complete stops dispatch at that offset (``error`` says where and why, and
+  is cleared once dispatch progresses past it); dispatch never skips bytes it does not understand.
 - ``dispatch_behind_bytes = max_offset - reput_from_offset``: 0 means everything committed is
   in the ConsumeQueues (used by shutdown and by the DLedger role change).
 
@@ -40,6 +42,14 @@ class _CommitLogReader(Protocol):
     def roll_next_file(self, offset: int) -> int: ...
 
 
+def _incomplete(buf: memoryview, pos: int, end: int) -> bool:
+    """True if the bytes at ``pos`` look like the start of a record that does not end before ``end``."""
+    if end - pos < 8:
+        return True
+    total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+    return total > end - pos
+
+
 class ReputMessageService:
     """Dispatches committed records to every CommitLogDispatcher, in commitlog order."""
 
@@ -53,6 +63,7 @@ class ReputMessageService:
         self.limit_offset = limit_offset or (lambda: commitlog.max_offset)
         self.listeners = list(listeners)
         self.error: str | None = None
+        self._error_offset = -1
         self.dispatched = 0
         self._stop = threading.Event()
         self._wakeup = threading.Event()
@@ -102,6 +113,8 @@ class ReputMessageService:
                 elif req.success:
                     rolled = True
                     break
+                elif _incomplete(buf, pos, end):
+                    break  # an HA slave holds half a record until the next frame: wait for it
                 else:
                     self.error = (f"cannot dispatch the record at commitlog offset {base + pos}: "
                                   f"{explain_invalid_record(buf, pos)}")
@@ -109,6 +122,10 @@ class ReputMessageService:
                     break
             self.reput_from_offset = self.commitlog.roll_next_file(base + pos) if rolled else base + pos
             count += len(batch)
+            if batch and self.error is not None and base + pos > self._error_offset:
+                self.error = None  # the bytes were rewritten (HA truncation): progress again
+            if self.error is not None:
+                self._error_offset = base + pos
             if batch:
                 for listener in self.listeners:
                     listener(batch)

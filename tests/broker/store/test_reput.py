@@ -113,3 +113,23 @@ def test_pluggable_parser_advances_by_entry_size_and_respects_commit() -> None:
     log.committed = ends[4]
     assert reput.do_reput() == 2
     assert [r.commitlog_offset for r in rec.requests] == [e - len(encode_message(msg(i))) for i, e in enumerate(ends)]
+
+
+def test_half_record_at_the_end_waits_instead_of_failing(tmp_path: Path) -> None:
+    """An HA slave may hold half a record until the next frame arrives."""
+    master = CommitLog(tmp_path / "m", 1 << 16, warm_mapped_file=False)
+    slave = CommitLog(tmp_path / "s", 1 << 16, warm_mapped_file=False)
+    master.load()
+    slave.load()
+    ar = master.put_messages([msg(i) for i in range(3)]).append_result
+    data = bytes(master.get_data(0).buffer)
+    cut = ar.physical_offsets[2] + 30
+    assert slave.append_data(0, data[:cut])
+    rec = Recorder()
+    reput = ReputMessageService(slave, [rec], 0)
+    assert reput.do_reput() == 2 and reput.error is None
+    assert reput.reput_from_offset == ar.physical_offsets[2]
+    assert slave.append_data(cut, data[cut:])
+    assert reput.do_reput() == 1 and reput.dispatch_behind_bytes() == 0
+    master.shutdown()
+    slave.shutdown()
