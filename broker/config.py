@@ -19,7 +19,9 @@ Rules:
   ``StorePathConfigHelper``; ``haListenPort`` defaults to ``listenPort + 1`` (BrokerStartup);
   our HTTP API listens on ``httpListenPort``, default ``listenPort``.
 - DLedger keys are validated when ``enableDLegerCommitLog=true``: ``dLegerSelfId`` is a letter
-  followed by digits and appears in ``dLegerPeers`` (``n0-host:port;n1-host:port``).
+  followed by digits and appears in ``dLegerPeers`` (``n0-host:port;n1-host:port``); our
+  ``dLegerPeersHttp`` (same form, each peer's HTTP API) must list the same ids and this node's
+  own HTTP port.
 
 Theory of operation: :func:`parse_properties` yields ``(key, value, line)`` triples;
 :func:`parse_conf` routes each to the dataclass owning the key, converts it, remembers where it
@@ -208,6 +210,8 @@ class BrokerConfig:
     region_id: str = _key("regionId", "DefaultRegion")
     listen_port: int = _key("listenPort", 10911)
     http_listen_port: int = _key("httpListenPort", 0, ours=True)  # 0: same as listenPort
+    # slave metadata sync period (RocketMQ: 10 s, fixed); also used by DLedger followers
+    slave_sync_interval_ms: int = _key("slaveSyncIntervalMs", 10_000, ours=True)
 
     @property
     def api_listen_port(self) -> int:
@@ -281,6 +285,10 @@ class MessageStoreConfig:
     dleger_max_pending_requests: int = _key("dLegerMaxPendingRequests", 10_000, ours=True)
     dleger_entry_crc_enable: bool = _key("dLegerEntryCrcEnable", True, ours=True)
     dleger_auth_token: Optional[str] = _key("dLegerAuthToken", ours=True)
+    # HTTP API address of every peer, same ids as dLegerPeers (``n0-127.0.0.1:30911;...``): a
+    # follower answers NOT_MASTER with the leader's entry and syncs metadata from it. Unset: only
+    # this node's own address is known (followers then answer without a masterAddress).
+    dleger_peers_http: Optional[str] = _key("dLegerPeersHttp", ours=True)
 
     # ---- derived paths (StorePathConfigHelper, BrokerPathConfigHelper, DLedgerConfig) --------
     @property
@@ -326,6 +334,10 @@ class MessageStoreConfig:
     def dledger_peer_map(self) -> dict[str, str]:
         """``{selfId: "host:port"}`` from dLegerPeers (ValueError explains a malformed list)."""
         return parse_dleger_peers(self.dleger_peers or "")
+
+    def dledger_http_peer_map(self) -> dict[str, str]:
+        """``{selfId: "host:port"}`` of each peer's HTTP API from dLegerPeersHttp (``{}`` if unset)."""
+        return parse_dleger_peers(self.dleger_peers_http) if self.dleger_peers_http else {}
 
     def dledger_settings(self) -> dict[str, Any]:
         """Keyword arguments for ``dledger.config.DLedgerConfig`` (DLedgerCommitLog's constructor)."""
@@ -499,6 +511,8 @@ def validate_conf(conf: ParsedConf) -> None:
     if s.mapped_file_size_commit_log <= 0:
         raise ConfigError(f"{conf.where('mappedFileSizeCommitLog')}: must be positive")
     s.delay_level_table  # noqa: B018 - raises ConfigError on a malformed level list
+    if b.slave_sync_interval_ms <= 0:
+        raise ConfigError(f"{conf.where('slaveSyncIntervalMs')}: must be positive")
     if not s.enable_dleger_commit_log:
         if s.broker_role is BrokerRole.SLAVE and b.broker_id <= 0:
             raise ConfigError(f"{conf.where('brokerId')}: a SLAVE's brokerId must be > 0 (got {b.broker_id})")
@@ -523,6 +537,17 @@ def validate_conf(conf: ParsedConf) -> None:
         raise ConfigError(f"{conf.where('dLegerHeartbeatIntervalMs')}: must be positive and below the election timeout")
     if s.dleger_election_timeout_max_ms < s.dleger_election_timeout_min_ms:
         raise ConfigError(f"{conf.where('dLegerElectionTimeoutMaxMs')}: below dLegerElectionTimeoutMinMs")
+    try:
+        http_peers = s.dledger_http_peer_map()
+    except ValueError as exc:
+        raise ConfigError(f"{conf.where('dLegerPeersHttp')}: {exc}") from None
+    if http_peers and set(http_peers) != set(peers):
+        raise ConfigError(f"{conf.where('dLegerPeersHttp')}: ids {', '.join(http_peers)} differ from dLegerPeers "
+                          f"({', '.join(peers)}); list every peer's HTTP API address once")
+    own = http_peers.get(s.dleger_self_id)
+    if own is not None and int(own.rpartition(":")[2]) != b.api_listen_port:
+        raise ConfigError(f"{conf.where('dLegerPeersHttp')}: this node's entry {s.dleger_self_id}-{own} does not use "
+                          f"its own HTTP port {b.api_listen_port} (httpListenPort, else listenPort)")
 
 
 def _format(value: Any) -> str:

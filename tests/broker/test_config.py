@@ -165,6 +165,9 @@ def test_bad_values_are_named(text, fragment):
         ("dLegerGroup=", "dLegerGroup (d.conf:9): required"),
         ("preferredLeaderId=n9", "preferredLeaderId"),
         ("dLegerHeartbeatIntervalMs=900", "dLegerHeartbeatIntervalMs"),
+        ("dLegerPeersHttp=n0-127.0.0.1:30911;n1-127.0.0.1:30921", "ids n0, n1 differ from dLegerPeers"),
+        ("dLegerPeersHttp=n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", "does not use its own HTTP port 30911"),
+        ("slaveSyncIntervalMs=0", "slaveSyncIntervalMs"),
     ],
 )
 def test_dledger_validation(change, fragment):
@@ -176,6 +179,14 @@ def test_dledger_validation(change, fragment):
     with pytest.raises(ConfigError) as err:
         parse_conf("\n".join(replaced) + "\n", "d.conf")
     assert fragment in str(err.value)
+
+
+def test_dledger_http_peers_and_slave_sync_interval():
+    conf = parse_conf(DLEDGER_CONF + "dLegerPeersHttp=n0-127.0.0.1:30911;n1-127.0.0.1:30921;n2-127.0.0.1:30931\n"
+                      "slaveSyncIntervalMs=500\n")
+    assert conf.store.dledger_http_peer_map()["n2"] == "127.0.0.1:30931"
+    assert conf.broker.slave_sync_interval_ms == 500
+    assert parse_conf(DLEDGER_CONF).store.dledger_http_peer_map() == {}
 
 
 def test_election_timeout_forms():
