@@ -76,9 +76,13 @@ class _CqFile:
         if len(path.name) != 20:
             raise ConsumeQueueError(f"{path}: file name is not a 20-digit start offset")
         if create:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            # Sized under a hidden name, then renamed: a crash between create and ftruncate must
+            # never leave a 0-byte file that the next load() rejects.
+            tmp = path.with_name(f".{path.name}.creating")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, file_size)  # sparse, like RandomAccessFile.setLength
+                os.rename(tmp, path)
             except BaseException:
                 os.close(fd)
                 raise
@@ -177,7 +181,15 @@ class ConsumeQueue:
         """Map every file of the queue, positions at file end (recover() fixes them)."""
         if not self.queue_dir.is_dir():
             return
-        names = sorted(p.name for p in self.queue_dir.iterdir() if p.is_file())
+        names = []
+        for p in self.queue_dir.iterdir():
+            if p.name.startswith(".") and p.name.endswith(".creating"):
+                if not self.read_only:
+                    p.unlink(missing_ok=True)  # a file whose creation a crash interrupted
+                continue
+            if p.is_file():
+                names.append(p.name)
+        names.sort()
         for name in names:
             self._files.append(
                 _CqFile(self.queue_dir / name, self.mapped_file_size, create=False, read_only=self.read_only)
