@@ -78,7 +78,8 @@ async def wait_dispatched(store: DefaultMessageStore) -> None:
 
 def commitlog_files(store: DefaultMessageStore) -> dict[str, bytes]:
     path = Path(store.commitlog.store_path)
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+    # Only real commitlog files (20 digits); the allocator's temporaries are named otherwise.
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if len(p.name) == 20 and p.name.isdigit()}
 
 
 def assert_identical_from(master: DefaultMessageStore, slave: DefaultMessageStore, first_file: str | None = None) -> None:
@@ -375,18 +376,18 @@ async def test_garbage_peer_is_dropped_without_disturbing_a_real_slave(tmp_path:
 
 @pytest.mark.timeout(60)
 async def test_silent_peer_is_expired_by_housekeeping(tmp_path: Path) -> None:
-    async with pair(tmp_path, ha_housekeeping_interval=300, ha_send_heartbeat_interval=100) as p:
+    async with pair(tmp_path, ha_housekeeping_interval=1000, ha_send_heartbeat_interval=100) as p:
         reader, writer = await raw_connect(p.service.listen_port)
         try:
             t0 = time.monotonic()
-            await read_until_eof(reader, 5)
-            assert 0.25 <= time.monotonic() - t0 < 3
+            await read_until_eof(reader, 10)
+            assert 0.95 <= time.monotonic() - t0 < 8
         finally:
             writer.close()
         # A real, idle pair keeps itself alive with heartbeats well past the housekeeping interval.
         slave, client = await p.add_slave()
         await wait_until(lambda: p.service.connection_count == 1, what="slave connection")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(2.5)
         assert client.status()["connect_count"] == 1 and client.connected
         assert p.service.connection_count == 1
 
@@ -444,14 +445,12 @@ async def test_slave_reconnects_with_backoff_when_the_master_comes_back(tmp_path
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    reason="store: ReputMessageService treats a record cut by an HA frame boundary at the end of the "
-    "slave's commitlog as a dispatch error (sticky reput.error), so the slave's shutdown keeps `abort`; "
-    "RocketMQ's reput just waits for the rest on a slave (doNext=false)",
-    strict=False,
-)
 async def test_slave_shutdown_is_clean_after_a_frame_cut_mid_record(tmp_path: Path) -> None:
-    """A frame boundary inside a record leaves half a record at the slave's end for a while."""
+    """A frame boundary inside a record leaves half a record at the slave's end for a while.
+
+    The slave's dispatch must wait for the rest (RocketMQ: doNext=false on a slave), not record
+    a sticky error that makes the next start an abnormal recovery (store fix dd6b63a).
+    """
     master = make_store(tmp_path / "master", "ASYNC_MASTER")
     try:
         assert master.put_message(msg(0)).ok
