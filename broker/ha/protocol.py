@@ -244,8 +244,8 @@ class MasterConnection:
         self.last_write_ms = now_ms
         return out
 
-    def poll(self, now_ms: float) -> bytes | HAError | None:
-        """Heartbeat frame due now, an expiry event, or None."""
+    def check_expired(self, now_ms: float) -> ConnectionExpired | None:
+        """Housekeeping alone (for a watchdog that must not wait on a blocked writer)."""
         if self.error is not None:
             return None
         idle = now_ms - self.last_read_ms
@@ -256,6 +256,15 @@ class MasterConnection:
                 idle_ms=idle,
             )
             return self.error
+        return None
+
+    def poll(self, now_ms: float) -> bytes | HAError | None:
+        """Heartbeat frame due now, an expiry event, or None."""
+        if self.error is not None:
+            return None
+        expired = self.check_expired(now_ms)
+        if expired is not None:
+            return expired
         if self._next >= 0 and now_ms - self.last_write_ms > self.heartbeat_interval_ms:
             self.last_write_ms = now_ms
             return _HEADER.pack(self._next, 0)

@@ -147,8 +147,8 @@ class HAConnection:
             self.close_reason = reason
         self._closed.set()
         self._wake.set()
-        if not self.writer.is_closing():
-            self.writer.close()
+        # abort, not close: close() would wait to flush what a stuck slave will never read.
+        self.writer.transport.abort()
 
     def snapshot(self, master_max: int) -> dict[str, Any]:
         ack = self.machine.slave_ack_offset
@@ -168,7 +168,7 @@ class HAConnection:
         read_task = asyncio.create_task(self._read_loop(), name=f"ha-read-{self.address}")
         write_task = asyncio.create_task(self._write_loop(), name=f"ha-write-{self.address}")
         try:
-            await self._closed.wait()
+            await self._watchdog()
         finally:
             for task in (read_task, write_task):
                 task.cancel()
@@ -179,6 +179,20 @@ class HAConnection:
                 await asyncio.wait_for(self.writer.wait_closed(), 1.0)
             except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
                 pass
+
+    async def _watchdog(self) -> None:
+        """Housekeeping independent of the writer (which may sit in ``drain()`` on a stuck slave)."""
+        machine = self.machine
+        clock = self.service.clock
+        while not self._closed.is_set():
+            delay = (machine.last_read_ms + machine.housekeeping_interval_ms - clock()) / 1000.0
+            try:
+                await asyncio.wait_for(self._closed.wait(), max(delay, 0) + 0.01)
+            except asyncio.TimeoutError:
+                expired = machine.check_expired(clock())
+                if expired is not None:
+                    log.warning("HA connection %s dropped: %s", self.address, expired.message)
+                    self.close(expired.message)
 
     async def _read_loop(self) -> None:
         service = self.service

@@ -318,3 +318,12 @@ def test_fuzz_garbage_never_raises(garbage: bytes, offset: int, cuts: list[int])
     # Whatever happened, a machine that reported an error stays dead.
     if s.error is not None:
         assert s.receive_data(encode_frame_header(0, 0), 0) == []
+
+
+def test_master_check_expired_alone_sends_nothing() -> None:
+    m = master(now=0)
+    m.receive_data(encode_report(0), 0, master_max_offset=0)
+    assert m.check_expired(20_000) is None
+    ev = m.check_expired(20_001)
+    assert isinstance(ev, ConnectionExpired) and m.error is ev
+    assert m.poll(30_000) is None and m.check_expired(40_000) is None

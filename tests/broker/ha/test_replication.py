@@ -38,10 +38,10 @@ def settings(role: str = "ASYNC_MASTER", **kw: object) -> HASettings:
     return HASettings(**base)  # type: ignore[arg-type]
 
 
-def make_store(root: Path, role: str) -> DefaultMessageStore:
+def make_store(root: Path, role: str, file_size: int = FS) -> DefaultMessageStore:
     return open_store(
         root,
-        mapped_file_size_commit_log=FS,
+        mapped_file_size_commit_log=file_size,
         warm_mapped_file_enable=False,
         message_index_enable=False,
         broker_role=role,
@@ -105,7 +105,8 @@ class Pair:
     def __init__(self, tmp: Path, role: str = "ASYNC_MASTER", **kw: object) -> None:
         self.tmp = tmp
         self.settings = settings(role, **kw)
-        self.master = make_store(tmp / "master", role)
+        self.file_size = self.settings.mapped_file_size_commit_log
+        self.master = make_store(tmp / "master", role, self.file_size)
         self.service = HAService(self.master.commitlog, self.settings, host="127.0.0.1")
         self.slaves: list[tuple[DefaultMessageStore, HAClient]] = []
 
@@ -114,7 +115,7 @@ class Pair:
         return f"127.0.0.1:{self.service.listen_port}"
 
     async def add_slave(self, name: str = "slave") -> tuple[DefaultMessageStore, HAClient]:
-        store = make_store(self.tmp / name, "SLAVE")
+        store = make_store(self.tmp / name, "SLAVE", self.file_size)
         client = HAClient(
             store.commitlog, self.address, self.settings, on_append=lambda _o: store.wake_dispatch()
         )
@@ -390,6 +391,24 @@ async def test_silent_peer_is_expired_by_housekeeping(tmp_path: Path) -> None:
         await asyncio.sleep(2.5)
         assert client.status()["connect_count"] == 1 and client.connected
         assert p.service.connection_count == 1
+
+
+@pytest.mark.timeout(60)
+async def test_slave_that_stops_reading_is_expired_while_the_master_is_blocked_writing(tmp_path: Path) -> None:
+    async with pair(tmp_path, ha_housekeeping_interval=1000, mapped_file_size_commit_log=16 << 20) as p:
+        reader, writer = await raw_connect(p.service.listen_port)
+        try:
+            writer.write(encode_report(0))
+            await wait_until(lambda: p.service.connection_count == 1, what="connection")
+            for i in range(0, 12_000, 200):  # ~13 MB: more than the loopback socket buffers hold
+                res = await p.master.put_messages_async([msg(j) for j in range(i, i + 200)])
+                assert res.status.stored
+            t0 = time.monotonic()
+            await wait_until(lambda: p.service.connection_count == 0, 10, "expiry of the stuck slave")
+            assert time.monotonic() - t0 < 5
+            assert p.service.status()["slaves"] == []
+        finally:
+            writer.close()
 
 
 # ----------------------------------------------------------------------------------- slave errors
