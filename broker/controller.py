@@ -16,7 +16,8 @@ Rules:
   calls them; classic mode never does). :meth:`check_writable` is the *only* "am I master?"
   gate on the write path; on a slave it raises ``NOT_MASTER`` with the master's API address.
 - In DLedger mode (``enableDLegerCommitLog=true``) no classic HA runs, the broker starts with
-  ``brokerId=-1`` and refuses writes until the role-change handler makes it master.
+  ``brokerId=-1`` and refuses writes until the role-change handler (``broker.role``, started
+  right after the store, stopped before it) makes it master.
 - One log line per state change: started as ROLE, role changed, shutting down, stopped. HA and
   SlaveSynchronize log their own transitions (slave connected/disconnected, sync failing/ok).
 
@@ -97,6 +98,7 @@ class BrokerController:
         self.ha_service: Any = None
         self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
+        self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
         self._lock: StoreLock | None = None
         self._runner: web.AppRunner | None = None
         self._housekeeping: asyncio.Task[None] | None = None
@@ -195,6 +197,8 @@ class BrokerController:
         self.metadata.load()
         if not self.dledger_enabled:
             await self._start_classic_ha()
+        else:
+            self._start_role_handler()
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
@@ -209,6 +213,8 @@ class BrokerController:
             self.slave_sync.start()
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(), name="broker-housekeeping")
         self.started_ms = int(time.time() * 1000)
+        if self.slave_sync is not None:  # a DLedger role change made us a slave during start-up
+            self.slave_sync.start()
         self.writable = True
         log.info(
             "broker %s (cluster %s) started as %s, brokerId %d, API http://%s, %s, store %s (%s recovery, max offset %d) in %.2fs",
@@ -247,6 +253,14 @@ class BrokerController:
                                       on_append=self.store_access.wake_dispatch)
             await self.ha_client.start()
 
+    def _start_role_handler(self) -> None:
+        from broker.role import DLedgerRoleChangeHandler, find_dledger_server  # noqa: WPS433
+
+        http_peers_of = getattr(self.store_config, "dledger_http_peer_map", None)
+        http_peers = http_peers_of() if callable(http_peers_of) else {}
+        self.role_handler = DLedgerRoleChangeHandler(self, find_dledger_server(self.store), http_peers)
+        self.role_handler.start()
+
     def _make_slave_sync(self) -> SlaveSynchronize:
         def on_update(name: str, result: str) -> None:
             self.metrics.slave_sync.inc(name, result)
@@ -284,6 +298,9 @@ class BrokerController:
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting; in-flight requests finish
             self._runner = None
+        if self.role_handler is not None:
+            await self.role_handler.stop()
+            self.role_handler = None
         if self.slave_sync is not None:
             await self.slave_sync.stop()
         if self.ha_client is not None:
@@ -337,7 +354,15 @@ class BrokerController:
         if sa is not None:
             out.update(sa.status())
         out["ha"] = self.ha_status()
+        if self.role_handler is not None:
+            out["dledger"] = self.role_handler.status()
         return out
+
+    def dledger_handler(self) -> Any:
+        """The role handler, or BAD_REQUEST when this broker does not run in DLedger mode."""
+        if self.role_handler is None:
+            raise BrokerApiError(E.BAD_REQUEST, "this broker does not run in DLedger mode (enableDLegerCommitLog=false)")
+        return self.role_handler
 
     def ha_status(self) -> dict[str, Any]:
         if self.ha_service is not None:

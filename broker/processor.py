@@ -56,6 +56,31 @@ class BrokerProcessor:
     def config_file(self, name: str) -> dict[str, Any]:
         return self.c.config_file(name)
 
+    # ------------------------------------------------------------------ DLedger admin
+    def dledger_status(self) -> dict[str, Any]:
+        return self.c.dledger_handler().status()
+
+    async def transfer_leadership(self, to: str) -> dict[str, Any]:
+        """Only the leader can hand over: elsewhere NOT_MASTER names the leader's API address."""
+        h = self.c.dledger_handler()
+        if to not in h.http_peers:
+            raise BrokerApiError(E.BAD_REQUEST, f"unknown peer id {to!r}; peers are {', '.join(sorted(h.http_peers))}")
+        if not h.server.is_leader:
+            raise BrokerApiError(E.NOT_MASTER, f"{h.self_id} is not the DLedger leader; ask the leader "
+                                 f"({h.server.leader_id})", masterAddress=h.api_address_of(h.server.leader_id))
+        result = await h.transfer_leadership(to)
+        if not result["ok"]:
+            raise BrokerApiError(E.LEADERSHIP_TRANSFER_FAILED, f"transfer of leadership to {to} failed: {result['code']}",
+                                 **result)
+        return result
+
+    def set_preferred_leaders(self, ids: list[str]) -> dict[str, Any]:
+        h = self.c.dledger_handler()
+        try:
+            return {"selfId": h.self_id, "preferredLeaders": h.set_preferred_leaders(ids)}
+        except ValueError as exc:
+            raise BrokerApiError(E.BAD_REQUEST, str(exc)) from None
+
     # ------------------------------------------------------------------ produce
     @property
     def max_message_size(self) -> int:

@@ -8,6 +8,9 @@ Rules:
   ``message``, HTTP status and the whole JSON (``masterAddress`` for ``NOT_MASTER``, the stored
   ``msgId``/offsets for ``FLUSH_SLAVE_TIMEOUT``). Connection failures raise
   :class:`BrokerUnavailable` (a subclass, code ``CONNECT_FAILED``).
+- :class:`MasterFollowingProducer` writes to whichever broker of a group is master (follows
+  ``NOT_MASTER``'s ``masterAddress``, rotates through seed addresses when a broker is down), as
+  a RocketMQ producer does after a DLedger failover.
 - The sync client uses only the standard library (``http.client``, one kept-alive connection,
   reconnecting once on a dropped connection), so the CLI and tests need no event loop.
 
@@ -16,6 +19,7 @@ each transport executes it and decodes the answer.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
@@ -148,6 +152,18 @@ class _Requests:
     def metrics() -> Call:
         return ("GET", "/metrics", None, None)
 
+    @staticmethod
+    def dledger_status() -> Call:
+        return ("GET", "/admin/dledger", None, None)
+
+    @staticmethod
+    def transfer_leader(to: str) -> Call:
+        return ("POST", "/admin/dledger/transfer-leader", None, {"to": to})
+
+    @staticmethod
+    def set_preferred_leader(ids: Iterable[str]) -> Call:
+        return ("POST", "/admin/dledger/preferred-leader", None, {"ids": list(ids)})
+
 
 def _path(path: str, query: dict[str, Any] | None) -> str:
     if not query:
@@ -232,6 +248,15 @@ class BrokerClient:
 
     async def metrics(self) -> str:
         return await self._do(_Requests.metrics(), raw=True)
+
+    async def dledger_status(self) -> dict[str, Any]:
+        return await self._do(_Requests.dledger_status())
+
+    async def transfer_leader(self, to: str) -> dict[str, Any]:
+        return await self._do(_Requests.transfer_leader(to))
+
+    async def set_preferred_leader(self, ids: Iterable[str]) -> dict[str, Any]:
+        return await self._do(_Requests.set_preferred_leader(ids))
 
     async def request(self, method: str, path: str, body: Any = None, raw_body: bytes | None = None) -> tuple[int, str]:
         """Escape hatch for tests: any method/path/body; returns ``(status, text)`` without raising."""
@@ -332,3 +357,108 @@ class SyncBrokerClient:
 
     def metrics(self) -> str:
         return self._do(_Requests.metrics(), raw=True)
+
+    def dledger_status(self) -> dict[str, Any]:
+        return self._do(_Requests.dledger_status())
+
+    def transfer_leader(self, to: str) -> dict[str, Any]:
+        return self._do(_Requests.transfer_leader(to))
+
+    def set_preferred_leader(self, ids: Iterable[str]) -> dict[str, Any]:
+        return self._do(_Requests.set_preferred_leader(ids))
+
+
+#: Answers after which another broker (or the same one a moment later) may take the write.
+RETRYABLE_CODES = frozenset({"NOT_MASTER", "SERVICE_NOT_AVAILABLE", "CONNECT_FAILED", "OS_PAGECACHE_BUSY", "TIMEOUT"})
+
+
+class MasterFollowingProducer:
+    """Produces to whichever broker of a group is master (DLedger mode: the leader).
+
+    ``NOT_MASTER`` with a ``masterAddress`` switches to that address; a connection failure,
+    timeout or an answer without an address rotates to the next seed. :meth:`send_once` makes
+    one attempt (updating the target, then raising); :meth:`send` retries retryable failures
+    until ``retry_for`` seconds have passed. A failed attempt may still have been stored
+    (at-least-once, as RocketMQ's producer): only a returned result is an acknowledgement.
+    """
+
+    def __init__(self, seeds: Iterable[str], *, timeout: float = 5.0, retry_for: float = 15.0, backoff: float = 0.01) -> None:
+        self.seeds = [s for s in seeds if s]
+        if not self.seeds:
+            raise ValueError("at least one broker address is needed")
+        self.current = self.seeds[0]
+        self.retry_for = retry_for
+        self.backoff = backoff
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._clients: dict[str, BrokerClient] = {}
+        self.redirects = 0
+
+    async def __aenter__(self) -> "MasterFollowingProducer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._clients.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self, address: str) -> BrokerClient:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout),
+                                                  connector=aiohttp.TCPConnector(limit=0))
+        c = self._clients.get(address)
+        if c is None:
+            c = self._clients[address] = BrokerClient(address, session=self._session)
+        return c
+
+    def _retarget(self, address: str, exc: BrokerClientError) -> None:
+        if self.current != address:
+            return  # another request already moved on
+        master = exc.body.get("masterAddress") if exc.code == "NOT_MASTER" else None
+        if master and master != address:
+            self.current = master
+        else:
+            i = self.seeds.index(address) if address in self.seeds else -1
+            self.current = self.seeds[(i + 1) % len(self.seeds)]
+        self.redirects += 1
+
+    async def _once(self, call: Call) -> dict[str, Any]:
+        address = self.current
+        try:
+            result = await self._client(address)._do(call)
+        except BrokerClientError as exc:
+            self._retarget(address, exc)
+            raise
+        except asyncio.TimeoutError:
+            exc = BrokerClientError("TIMEOUT", f"no answer from {address} in {self._timeout}s")
+            self._retarget(address, exc)
+            raise exc from None
+        result["brokerAddress"] = address
+        return result
+
+    async def send_once(self, topic: str, body: bytes | str, **kw: Any) -> dict[str, Any]:
+        return await self._once(_Requests.send(topic, body, **kw))
+
+    async def send_batch_once(self, topic: str, messages: Iterable[Any], **kw: Any) -> dict[str, Any]:
+        return await self._once(_Requests.send_batch(topic, messages, **kw))
+
+    async def _retrying(self, call: Call) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + self.retry_for
+        while True:
+            try:
+                return await self._once(call)
+            except BrokerClientError as exc:
+                if exc.code not in RETRYABLE_CODES or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                if exc.code != "NOT_MASTER" or not exc.body.get("masterAddress"):
+                    await asyncio.sleep(self.backoff)
+
+    async def send(self, topic: str, body: bytes | str, **kw: Any) -> dict[str, Any]:
+        return await self._retrying(_Requests.send(topic, body, **kw))
+
+    async def send_batch(self, topic: str, messages: Iterable[Any], **kw: Any) -> dict[str, Any]:
+        return await self._retrying(_Requests.send_batch(topic, messages, **kw))

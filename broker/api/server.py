@@ -18,6 +18,10 @@ POST   /consumer-offsets                           ``{"group","topic","queueId",
 GET    /status                                     role, ids, offsets, dispatch behind, HA, paths
 GET    /admin/config/{name}                        ``topics|consumerOffset|delayOffset|subscriptionGroup``:
                                                    ``{"name","dataVersion","content"}`` (SlaveSynchronize)
+GET    /admin/dledger                              DLedger role, term, leader, indexes, divided offset,
+                                                   per-follower lag (DLedger mode only)
+POST   /admin/dledger/transfer-leader              ``{"to": "n1"}`` (on the leader; elsewhere NOT_MASTER)
+POST   /admin/dledger/preferred-leader             ``{"ids": ["n1"]}`` (``[]`` clears; this node only)
 GET    /metrics                                    Prometheus text format 0.0.4
 GET    /health                                     ``{"ok": true}``
 ====== =========================================== ===============================================
@@ -212,6 +216,28 @@ async def config_file(request: web.Request) -> web.Response:
     return json_response(request.app[CONTROLLER_KEY].config_file(name))
 
 
+async def dledger_status(request: web.Request) -> web.Response:
+    return json_response(request.app[CONTROLLER_KEY].dledger_status())
+
+
+async def transfer_leader(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    to = body.get("to") if isinstance(body, dict) else None
+    if not isinstance(to, str) or not to:
+        raise BrokerApiError(E.BAD_REQUEST, 'expected {"to": "<peer id>"}')
+    return json_response(await request.app[CONTROLLER_KEY].transfer_leadership(to))
+
+
+async def preferred_leader(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if isinstance(ids, str):
+        ids = [i.strip() for i in ids.split(";") if i.strip()]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise BrokerApiError(E.BAD_REQUEST, 'expected {"ids": ["n1", ...]} (or "n1;n2")')
+    return json_response(request.app[CONTROLLER_KEY].set_preferred_leaders(ids))
+
+
 async def metrics(request: web.Request) -> web.Response:
     text = request.app[CONTROLLER_KEY].metrics.render()
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Prometheus-Format": "0.0.4"})
@@ -238,6 +264,9 @@ def build_app(controller: Any, client_max_size: int) -> web.Application:
     r.add_post("/consumer-offsets", commit_offset)
     r.add_get("/status", status)
     r.add_get("/admin/config/{name}", config_file)
+    r.add_get("/admin/dledger", dledger_status)
+    r.add_post("/admin/dledger/transfer-leader", transfer_leader)
+    r.add_post("/admin/dledger/preferred-leader", preferred_leader)
     r.add_get("/metrics", metrics)
     r.add_get("/health", health)
     return app

@@ -14,6 +14,9 @@ Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_B
     mqadmin queryMsgById     -b ADDR -i MSGID
     mqadmin queryMsgByKey    -b ADDR -t TOPIC -k KEY
     mqadmin consumerOffsets  -b ADDR [-g GROUP] [-t TOPIC]
+    mqadmin dledgerStatus    -b ADDR[,ADDR...]          DLedger role, term, indexes, follower lag
+    mqadmin transferLeader   -b ADDR --to n1           (ADDR may be any node: follows to the leader)
+    mqadmin setPreferredLeader -b ADDR[,ADDR...] --id n1   (--id "" clears; runtime only)
 
 Rules: names and flags follow Apache mqadmin where a command exists there (``queryMsgByOffset``
 is by *queue* offset, as in RocketMQ). Exit code 0 on success, 1 when the broker answered an
@@ -209,6 +212,52 @@ def cmd_offsets(args: argparse.Namespace) -> Any:
     return 0
 
 
+def _addresses(args: argparse.Namespace) -> list[str]:
+    return [a for part in args.broker for a in part.split(",") if a]
+
+
+def cmd_dledger_status(args: argparse.Namespace) -> Any:
+    rows, raw = [], []
+    for addr in _addresses(args):
+        st = SyncBrokerClient(addr, timeout=args.timeout).dledger_status()
+        raw.append(st)
+        lag = ",".join(f"{p}:{f.get('lag')}" for p, f in sorted((st.get("followers") or {}).items()))
+        rows.append([st.get("group"), st.get("selfId"), addr, st.get("role"), st.get("term"), st.get("leaderId"),
+                     st.get("beginIndex"), st.get("endIndex"), st.get("committedIndex"),
+                     st.get("dividedCommitlogOffset"), lag])
+    if args.json:
+        return raw
+    _table(rows, ["#Group", "#Self", "#Addr", "#Role", "#Term", "#Leader", "#Begin", "#End", "#Committed",
+                  "#Divided", "#FollowerLag"])
+    return 0
+
+
+def cmd_transfer_leader(args: argparse.Namespace) -> Any:
+    addr = _addresses(args)[0]
+    try:
+        data = SyncBrokerClient(addr, timeout=args.timeout).transfer_leader(args.to)
+    except BrokerClientError as exc:
+        leader = exc.body.get("masterAddress") if exc.code == "NOT_MASTER" else None
+        if not leader or leader == addr:
+            raise
+        addr = leader
+        data = SyncBrokerClient(addr, timeout=args.timeout).transfer_leader(args.to)
+    if args.json:
+        return data
+    print(f"leadership of {addr} ({data.get('from')}) transferred to {data.get('to')}, term {data.get('term')}")
+    return 0
+
+
+def cmd_set_preferred_leader(args: argparse.Namespace) -> Any:
+    ids = [i for i in args.id.split(";") if i]
+    out = [SyncBrokerClient(a, timeout=args.timeout).set_preferred_leader(ids) for a in _addresses(args)]
+    if args.json:
+        return out
+    for r in out:
+        print(f"{r['selfId']}: preferred leader {';'.join(r['preferredLeaders']) or '(none)'}")
+    return 0
+
+
 def _client(args: argparse.Namespace) -> SyncBrokerClient:
     return SyncBrokerClient(args.broker[0].split(",")[0], timeout=args.timeout)
 
@@ -263,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("consumerOffsets", cmd_offsets, "committed consumer offsets")
     sp.add_argument("-g", "--group")
     sp.add_argument("-t", "--topic")
+    add("dledgerStatus", cmd_dledger_status, "DLedger role, term, indexes and follower lag of brokers")
+    sp = add("transferLeader", cmd_transfer_leader, "hand DLedger leadership (and the master role) to a peer")
+    sp.add_argument("--to", required=True, help="peer id, e.g. n1")
+    sp = add("setPreferredLeader", cmd_set_preferred_leader, "set the preferred DLedger leader(s) on brokers")
+    sp.add_argument("--id", required=True, help="peer id(s), ';'-separated; empty clears")
     return p
 
 

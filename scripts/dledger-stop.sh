@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Stops the DLedger group started by scripts/dledger-start.sh: SIGTERM to every node (clean
+# shutdown: flush, checkpoint, abort file removed), waits for each to exit, SIGKILL after 15 s.
+set -uo pipefail
+RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
+pids=()
+for n in n0 n1 n2; do
+  pidfile="$RUN/dledger-$n.pid"
+  [ -f "$pidfile" ] || continue
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    pids+=("$n:$pid")
+  fi
+  rm -f "$pidfile"
+done
+for entry in "${pids[@]}"; do
+  n=${entry%%:*}; pid=${entry#*:}
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "dledger-$n (pid $pid) did not stop in 15 s; killing" >&2
+    kill -KILL "$pid"
+  fi
+  echo "stopped dledger-$n (pid $pid)"
+done
