@@ -441,18 +441,31 @@ class HAService:
         """
         return await self.request_slave_ack(next_offset, timeout_ms)
 
-    def replica_hook(self, append_result: Any) -> "concurrent.futures.Future[PutMessageStatus] | None":
+    def replica_hook(
+        self, append_result: Any
+    ) -> "asyncio.Future[PutMessageStatus] | concurrent.futures.Future[PutMessageStatus] | None":
         """``CommitLog.replica_hook``: wake the senders; on a SYNC_MASTER, a future for the ack.
 
-        Called by the store after every append (any role); thread-safe. ``append_result`` is an
+        Called by the store after every append (any role). ``append_result`` is an
         ``AppendMessageResult`` (its ``end_offset``, or ``wrote_offset + wrote_bytes``, is the
-        offset the slave must reach).
+        offset the slave must reach). Called on the loop it returns an ``asyncio.Future`` (which
+        ``asyncio.wrap_future`` passes through, saving a thread hop); from another thread a
+        ``concurrent.futures.Future`` the caller may block on.
         """
         end = getattr(append_result, "end_offset", 0) or (
             append_result.wrote_offset + append_result.wrote_bytes
         )
+        loop = self._loop
+        if loop is None:
+            return None
+        if _on_loop(loop):
+            for conn in self.connections:
+                conn.wake()
+            if self.settings.broker_role != "SYNC_MASTER":
+                return None
+            return self.request_slave_ack(end)
         self.notify_put(end)
-        if self.settings.broker_role != "SYNC_MASTER" or self._loop is None:
+        if self.settings.broker_role != "SYNC_MASTER":
             return None
         out: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
 
@@ -460,10 +473,7 @@ class HAService:
             fut = self.request_slave_ack(end)
             fut.add_done_callback(lambda f: out.set_result(f.result()) if not f.cancelled() else out.cancel())
 
-        if _on_loop(self._loop):
-            submit()
-        else:
-            self._loop.call_soon_threadsafe(submit)
+        loop.call_soon_threadsafe(submit)
         return out
 
     def _expire(self, fut: "asyncio.Future[PutMessageStatus]") -> None:
