@@ -128,7 +128,8 @@ def run_validation(roots: Sequence[str], spark: Any = None, master: str = "local
         findings, nodes = checks.evaluate(pl, layouts, summaries, mismatches)
         params = {"master": sc.master, "range_size": range_size, "ranges": len(pl.ranges), "rescans": rescanned,
                   "bytes_planned": pl.total_bytes, "scan_seconds": round(scan_seconds, 3),
-                  "elapsed_seconds": round(time.time() - started, 3), "check_crc": check_crc}
+                  "elapsed_seconds": round(time.time() - started, 3), "check_crc": check_crc,
+                  "screen_disagreements": sum(s["screen_disagreements"] for s in summaries.values())}
         params["scan_gb_per_s"] = round(pl.total_bytes / scan_seconds / 1e9, 3) if scan_seconds > 0 else None
         return build_report(layouts, findings, nodes, params, summaries)
     finally:

@@ -120,10 +120,13 @@ def sync_classic(mm: Any, p: int, stop: int, limit: int) -> int | None:
     """
     i = p + 4
     while True:
-        hits = [h for h in (mm.find(m, i, stop + 4) for m in _MAGIC_BYTES) if h >= 0]
-        if not hits:
+        h = -1
+        for magic in _MAGIC_BYTES:  # each search stops at the best hit so far: misses stay cheap
+            got = mm.find(magic, i, (h if h >= 0 else stop + 4) + 4)
+            if got >= 0 and (h < 0 or got < h):
+                h = got
+        if h < 0:
             return None
-        h = min(hits)
         cand = h - 4
         if cand >= p:
             size, magic = _II.unpack_from(mm, cand)

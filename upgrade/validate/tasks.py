@@ -14,74 +14,22 @@ Rules:
 
 Theory of operation: find the first owned record (file start, a forced start from the driver,
 the DLedger index, or header sync), walk sizes to collect record starts, screen all headers at
-once with numpy, and summarise. CQ tasks read the units vectorised and check each against the
-message it points at through the shared codec.
+once with numpy, and summarise. ConsumeQueue ranges are handled by ``cq``.
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
-import mmap
-import os
 from typing import Any
 
 import numpy as np
 
 from broker.store import message as codec
-from upgrade.validate.layout import FileRef
-from upgrade.validate.plan import ScanRange
 from upgrade.validate import records as rec
+from upgrade.validate.cq import scan_cq
+from upgrade.validate.plan import ScanRange
+from upgrade.validate.summary import BARRIER_TOPIC, CHECK_FOR_KIND, IDX_UNIT, TX_SKIP, Mapped, Summary, new_summary
 
-MAX_VIOLATIONS = 50
-BARRIER_TOPIC = b"RMQ_SYS_DLEDGER_BARRIER"
-_TX_SKIP = (codec.TRANSACTION_PREPARED_TYPE, codec.TRANSACTION_ROLLBACK_TYPE)
-CQ_UNIT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-IDX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
-CHECK_FOR_KIND = {"old": "old_continuity", "dl": "dledger_continuity"}
-
-
-class Summary(dict):
-    """A range summary; a dict so it pickles small and serialises to JSON as is."""
-
-    def violation(self, check: str, offset: int, message: str, file: str | None = None,
-                  file_offset: int | None = None, queue: str | None = None) -> None:
-        self["violation_count"] += 1
-        self["by_check"][check] = self["by_check"].get(check, 0) + 1
-        if len(self["violations"]) < MAX_VIOLATIONS:
-            self["violations"].append({
-                "check": check, "node": self["node"], "file": file or self["file"], "offset": int(offset),
-                "file_offset": int(offset - self["file_start"]) if file_offset is None else int(file_offset),
-                "queue": queue, "message": message,
-            })
-
-
-def _summary(r: ScanRange) -> Summary:
-    return Summary(rid=r.rid, kind=r.kind, node=r.node, file=r.name, path=r.path, file_start=r.file_start,
-                   file_size=r.file_size, start=r.abs_start, end=r.abs_end, forced=r.forced_start is not None,
-                   first=None, next=None, end_kind="empty", end_pos=None, records=0, messages=0,
-                   dispatchable=0, tx_skipped=0, barriers=0, bytes=0, runs=[], violations=[],
-                   violation_count=0, by_check={}, hash=None, first_index=None, last_index=None, first_term=None,
-                   last_term=None, screen_disagreements=0)
-
-
-class _Mapped:
-    """Read-only mmap of ``path`` from the page-aligned ``start`` to the file end."""
-
-    def __init__(self, path: str, start: int = 0) -> None:
-        self.base = start - start % mmap.ALLOCATIONGRANULARITY
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            self.limit = size - self.base  # buffer length
-            self.mm = mmap.mmap(fh.fileno(), self.limit, offset=self.base, access=mmap.ACCESS_READ) if self.limit > 0 else b""
-        self.a = np.frombuffer(self.mm, dtype=np.uint8) if self.limit > 0 else np.zeros(0, np.uint8)
-
-    def close(self) -> None:
-        del self.a
-        if isinstance(self.mm, mmap.mmap):
-            self.mm.close()
-
-
-def _hash(m: _Mapped, r: ScanRange, s: Summary) -> None:
+def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
     if r.hash_limit is None:
         return
     lo = r.start - m.base
@@ -93,7 +41,7 @@ def _hash(m: _Mapped, r: ScanRange, s: Summary) -> None:
     s["hash"] = [r.abs_start, r.abs_start + (hi - lo), h.hexdigest()]
 
 
-def _messages(m: _Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray,
+def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray,
               phy_expect: np.ndarray, phy_check: str, abs_of: Any) -> None:
     """Screen the messages at buffer positions ``starts``; count, run-summarise, report."""
     if len(starts) == 0:
@@ -118,7 +66,7 @@ def _messages(m: _Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np
     rows = np.flatnonzero(parsed)
     topics = rec.topics_of(m.mm, f, rows)
     tx = (f.sys_flag[rows] & codec.TRANSACTION_ROLLBACK_TYPE)
-    skip = np.isin(tx, _TX_SKIP)
+    skip = np.isin(tx, TX_SKIP)
     barrier = np.array([t == BARRIER_TOPIC for t in topics], dtype=bool)
     s["tx_skipped"] += int(skip.sum())
     s["barriers"] += int((barrier & ~skip).sum())
@@ -136,7 +84,7 @@ def _messages(m: _Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np
         s["runs"].append([topic.decode("utf-8", "replace"), qid, q0, q1, n, o0, o1])
 
 
-def _walk(m: _Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger: bool) -> list[int]:
+def _walk(m: Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger: bool) -> list[int]:
     """Collect owned record starts from ``p``; resync after unparseable bytes."""
     starts: list[int] = []
     walk = rec.walk_dledger if dledger else rec.walk_classic
@@ -176,8 +124,8 @@ def _walk(m: _Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledge
 
 
 def scan_old(r: ScanRange) -> Summary:
-    s = _summary(r)
-    m = _Mapped(r.path, r.start)
+    s = new_summary(r)
+    m = Mapped(r.path, r.start)
     try:
         abs0 = r.file_start + m.base
         lo, hi = r.start - m.base, r.end - m.base
@@ -231,8 +179,8 @@ def _first_entry_from_index(r: ScanRange, at: int) -> int | None:
 
 
 def scan_dl(r: ScanRange) -> Summary:
-    s = _summary(r)
-    m = _Mapped(r.path, r.start)
+    s = new_summary(r)
+    m = Mapped(r.path, r.start)
     try:
         abs0 = r.file_start + m.base
         climit = min(m.limit, (r.ctx.committed_pos or 0) - abs0)
@@ -285,17 +233,10 @@ def scan_dl(r: ScanRange) -> Summary:
     return s
 
 
-def _file_of(files: tuple[FileRef, ...], off: int) -> FileRef | None:
-    i = bisect.bisect_right([f.start for f in files], off) - 1
-    if i >= 0 and off < files[i].end:
-        return files[i]
-    return None
-
-
 def scan_idx(r: ScanRange) -> Summary:
-    s = _summary(r)
-    m = _Mapped(r.path, r.start)
-    opened: dict[str, _Mapped] = {}
+    s = new_summary(r)
+    m = Mapped(r.path, r.start)
+    opened: dict[str, Mapped] = {}
     try:
         lo, hi = r.start - m.base, r.end - m.base
         units = np.frombuffer(m.mm, dtype=IDX_UNIT, count=(hi - lo) // 32, offset=lo).copy()
@@ -323,7 +264,7 @@ def scan_idx(r: ScanRange) -> Summary:
             sel = np.flatnonzero((pos >= f.start) & (pos + 48 <= f.end))
             if len(sel) == 0:
                 continue
-            dm = opened.setdefault(f.path, _Mapped(f.path, 0))
+            dm = opened.setdefault(f.path, Mapped(f.path, 0))
             p = pos[sel] - f.start
             fields = [rec.gather(dm.a, p + k, w) for k, w in ((0, 4), (4, 4), (8, 8), (16, 8), (24, 8))]
             want = [units["magic"][sel], units["size"][sel], units["index"][sel], units["term"][sel], pos[sel]]
@@ -361,84 +302,6 @@ def _begin_index(r: ScanRange) -> int:
     return index if magic == rec.DL_MAGIC else 0
 
 
-def scan_cq(r: ScanRange) -> Summary:
-    s = _summary(r)
-    queue = f"{r.topic}:{r.queue_id}"
-    s["topic"], s["queue_id"] = r.topic, r.queue_id
-    s["prefill"] = s["beyond_committed"] = 0
-    m = _Mapped(r.path, r.start)
-    opened: dict[str, _Mapped] = {}
-    try:
-        lo, hi = r.start - m.base, r.end - m.base
-        units = np.frombuffer(m.mm, dtype=CQ_UNIT, count=(hi - lo) // 20, offset=lo).copy()
-        q0 = r.abs_start // 20
-        off = units["off"].astype(np.int64)
-        size = units["size"].astype(np.int64)
-        tags = units["tags"].astype(np.int64)
-        zero = (off == 0) & (size == 0) & (tags == 0)
-        prefill = (off == 0) & (size == 0x7FFFFFFF) & (tags == 0)
-        live = ~zero & ~prefill
-        s["prefill"] = int(prefill.sum())
-        nz = np.flatnonzero(live)
-        if len(nz) == 0:
-            return s
-        last = int(nz[-1])
-        for i in np.flatnonzero(zero[:last] | (prefill[:last] & (np.arange(last) > int(nz[0])))).tolist():
-            s.violation("consumequeue", r.abs_start + 20 * i, f"hole at queue offset {q0 + i} (empty unit before unit {q0 + last})",
-                        queue=queue)
-        s["first_index"], s["last_index"] = q0 + int(nz[0]), q0 + last
-        ctx = r.ctx
-        topic = r.topic
-        cut = ctx.divided if ctx.divided is not None else None
-        for i in nz.tolist():
-            o = int(off[i])
-            qo = q0 + i
-            where = r.abs_start + 20 * i
-            if cut is not None and o >= cut:
-                if ctx.committed_pos is not None and o >= ctx.committed_pos:
-                    s["beyond_committed"] += 1
-                    continue
-                files = ctx.data
-            else:
-                files = ctx.old
-            f = _file_of(files, o)
-            if f is None:
-                s.violation("consumequeue", where, f"unit at queue offset {qo} points at {o}, in no commitlog file", queue=queue)
-                continue
-            dm = opened.get(f.path)
-            if dm is None:
-                dm = opened[f.path] = _Mapped(f.path, 0)
-            p = o - f.start
-            req = codec.check_message_and_return_size(dm.mm, p, False)
-            s["records"] += 1
-            if not req.success or req.msg_size <= 0:
-                s.violation("consumequeue", where, f"unit at queue offset {qo} points at {o} ({f.name}+{p}): no valid message "
-                            f"there ({codec.explain_invalid_record(dm.mm, p)})", queue=queue)
-                continue
-            diffs = []
-            if req.msg_size != int(size[i]):
-                diffs.append(f"size {int(size[i])} != message size {req.msg_size}")
-            if req.topic != topic:
-                diffs.append(f"topic {topic!r} != message topic {req.topic!r}")
-            if req.queue_id != r.queue_id:
-                diffs.append(f"queue {r.queue_id} != message queue {req.queue_id}")
-            if req.tags_code != int(tags[i]):
-                diffs.append(f"tags code {int(tags[i])} != message tags code {req.tags_code}")
-            if req.consume_queue_offset != qo:
-                diffs.append(f"message queue offset is {req.consume_queue_offset}")
-            if (req.sys_flag & codec.TRANSACTION_ROLLBACK_TYPE) in _TX_SKIP or req.topic.encode() == BARRIER_TOPIC:
-                diffs.append("message is transactional PREPARED/ROLLBACK or a barrier and must not be dispatched")
-            if diffs:
-                s.violation("consumequeue", where, f"unit at queue offset {qo} -> {o}: " + "; ".join(diffs), queue=queue)
-            else:
-                s["messages"] += 1
-    finally:
-        for dm in opened.values():
-            dm.close()
-        m.close()
-    return s
-
-
 SCANNERS = {"old": scan_old, "dl": scan_dl, "idx": scan_idx, "cq": scan_cq}
 
 
@@ -447,7 +310,7 @@ def run_range(r: ScanRange) -> Summary:
     try:
         return SCANNERS[r.kind](r)
     except Exception as exc:  # noqa: BLE001 - a task must report, not kill the job
-        s = _summary(r)
+        s = new_summary(r)
         s.violation("structure", r.abs_start, f"cannot scan range: {type(exc).__name__}: {exc}")
         s["end_kind"] = "error"
         return s
