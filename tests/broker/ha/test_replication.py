@@ -505,3 +505,20 @@ async def test_slave_shutdown_is_clean_after_a_frame_cut_mid_record(tmp_path: Pa
         server.close()
         await server.wait_closed()
     assert not (tmp_path / "slave" / "abort").exists(), "slave shutdown was not clean"
+
+
+@pytest.mark.timeout(60)
+async def test_update_master_address_stops_and_resumes_replication(tmp_path: Path) -> None:
+    async with pair(tmp_path) as p:
+        slave, client = await p.add_slave()
+        await wait_until(lambda: p.service.connection_count == 1, what="slave connection")
+        client.update_master_address(None)
+        await wait_until(lambda: p.service.connection_count == 0 and not client.connected, what="stop")
+        await put_many(p.master, 0, 30)
+        await asyncio.sleep(0.2)
+        assert slave.commitlog.max_offset == 0  # nothing replicated while stopped
+        with pytest.raises(ValueError):
+            client.update_master_address("no-port-here")
+        client.update_master_address(p.address)
+        await p.caught_up(slave)
+        assert client.status()["connect_count"] == 2
