@@ -1,0 +1,83 @@
+"""The apply journal: which plan steps are done, durable across kill -9.
+
+Rules:
+- One JSON file per plan (default ``<plan>.journal.json``), bound to the plan by the SHA-256 of
+  the plan file's bytes: a journal of another plan is refused, never reused.
+- A step is recorded only after its effects are durable (files fsynced and renamed), and the
+  journal itself is replaced atomically (``.upgrade-tmp`` + fsync + rename + directory fsync),
+  so after a crash it says either "not done" (the step is redone; every step is idempotent) or
+  "done" (its effects are on disk).
+- ``started_at`` is fixed by the first run; backups made by any run of the plan use it
+  (``<file>.bak-<started_at>``), so a resumed run makes the same backups as an uninterrupted one.
+- Step details are deterministic (digests, offsets, counts; no timings), so an interrupted and
+  rerun apply leaves the same journal as an uninterrupted one, apart from ``runs``.
+
+Theory of operation: a dict in memory mirrored to disk on every change; a few hundred steps at
+most, so rewriting the whole file each time is cheap and keeps it valid JSON at every instant.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from upgrade.fileops import atomic_write_text
+
+JOURNAL_VERSION = 1
+
+
+class JournalError(Exception):
+    """The journal does not belong to this plan or is unreadable (one line)."""
+
+
+def plan_digest(plan_path: str | os.PathLike[str]) -> str:
+    return hashlib.sha256(Path(plan_path).read_bytes()).hexdigest()
+
+
+class Journal:
+    def __init__(self, path: str | os.PathLike[str], plan_sha256: str) -> None:
+        self.path = Path(path)
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise JournalError(f"{self.path}: unreadable journal ({exc}); move it away to start over") from None
+            if data.get("plan_sha256") != plan_sha256:
+                raise JournalError(f"{self.path}: journal of another plan (plan file changed since the first apply); "
+                                   "move it away to start over")
+            self.data: dict[str, Any] = data
+            self.resumed = True
+        else:
+            self.data = {"version": JOURNAL_VERSION, "plan_sha256": plan_sha256,
+                         "started_at": time.strftime("%Y%m%d%H%M%S"), "steps": {}, "finished": False, "runs": 0}
+            self.resumed = False
+        self.data["runs"] = self.data.get("runs", 0) + 1
+        self._write()
+
+    @property
+    def started_at(self) -> str:
+        return str(self.data["started_at"])
+
+    @property
+    def backup_suffix(self) -> str:
+        return f".bak-{self.started_at}"
+
+    def done(self, step_id: str) -> bool:
+        return self.data["steps"].get(step_id, {}).get("state") == "done"
+
+    def detail(self, step_id: str) -> Optional[dict[str, Any]]:
+        return self.data["steps"].get(step_id, {}).get("detail")
+
+    def mark_done(self, step_id: str, detail: dict[str, Any]) -> None:
+        self.data["steps"][step_id] = {"state": "done", "detail": detail}
+        self._write()
+
+    def finish(self, finished: bool) -> None:
+        self.data["finished"] = finished
+        self._write()
+
+    def _write(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,511 @@
+"""``mqupgrade plan``: from an inspection and the target group, the actions (each with its reason)
+or the refusal (each with its reason).
+
+Rules:
+- The group is ``--group``, ``--peers`` (``n0-host:port;n1-host:port;...``, DLedger ports) and
+  ``--self-ids n0=ROOT,n1=ROOT,...``: every peer gets exactly one store root. A root holding a
+  commitlog is an existing store (the master or a slave); any other root is a new node, seeded
+  from the master.
+- Refused (nothing is done): a store in use (lock held), a store already upgraded, commitlog
+  files of another size or with a gap, replicas whose bytes differ from the master's (file and
+  first differing offset named), a replica ahead of its master, two nodes on one host with the
+  same port, not enough free disk, no store with data.
+- Actions, in order: ``recover`` every store that did not shut down cleanly (or whose tail or
+  ConsumeQueues disagree) with the store's own recovery; align each slave that is behind
+  (``copy_file`` for whole missing files, ``patch_file`` for the missing tail of its last file),
+  then ``dispatch`` (the store's ReputMessageService builds ConsumeQueue/IndexFile units for the
+  copied records); seed each new node (``copy_file`` per commitlog file, ``copy_tree`` of
+  ``config/``, and the master's ``consumequeue/``, ``index/`` and ``checkpoint`` unless
+  ``--seed-consumequeue rebuild``, which replays the commitlog instead); ``copy_tree`` the
+  master's ``config/`` to slaves (theirs came from SlaveSynchronize and may be stale); write the
+  DLedger conf of every node (``write_conf``); ``freeze`` every node (only with ``apply
+  --freeze``; otherwise the first DLedger start writes the same blank); ``verify``.
+- Nothing is planned on the master's commitlog except ``recover`` (when dirty) and ``freeze``:
+  the cost there is O(1) in the store size. Every path is absolute; the plan is deterministic
+  for the same stores and options (no timestamps in conf contents), so re-planning is stable.
+
+Theory of operation: :func:`make_plan` parses the group, inspects the roots
+(:mod:`upgrade.inspect`), collects refusals, then emits :class:`Action` rows; the plan is JSON
+(:meth:`Plan.to_dict`) that ``apply`` executes step by step under its journal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from broker.config import (
+    BrokerConfig, ConfigError, MessageStoreConfig, ParsedConf, load_conf, parse_conf,
+    parse_dleger_peers, to_conf,
+)
+from upgrade.inspect import Inspection, StoreInspection, inspect_stores
+
+PLAN_VERSION = 1
+DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024
+DEFAULT_LISTEN_PORT = 10911
+
+
+class PlanError(Exception):
+    """A user mistake in the plan arguments: one line, no traceback."""
+
+
+@dataclass
+class Node:
+    self_id: str
+    root: str
+    state: str  # master | slave | new
+    host: str
+    dledger_port: int
+    listen_port: int
+    http_listen_port: int
+    commit_log_dir: str
+    conf_in: Optional[str]
+    conf_out: str
+    store_settings: dict[str, Any]
+
+
+@dataclass
+class Action:
+    id: str
+    kind: str
+    node: str
+    reason: str
+    params: dict[str, Any] = field(default_factory=dict)
+    optional: Optional[str] = None  # "freeze": only with ``apply --freeze``
+
+
+@dataclass
+class Plan:
+    group: str
+    peers: str
+    file_size: int
+    master: Optional[str]
+    master_max_offset: int
+    divided_commitlog_offset: int
+    nodes: list[Node]
+    actions: list[Action]
+    refusals: list[str]
+    warnings: list[str]
+    inspection: dict[str, Any]
+    version: int = PLAN_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+    def node(self, self_id: str) -> Node:
+        return next(n for n in self.nodes if n.self_id == self_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        if d.get("version") != PLAN_VERSION:
+            raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
+        d = dict(d)
+        d["nodes"] = [Node(**n) for n in d["nodes"]]
+        d["actions"] = [Action(**a) for a in d["actions"]]
+        return cls(**d)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        from upgrade.fileops import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Plan":
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise PlanError(f"{path}: no such plan file") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise PlanError(f"{path}: not a plan written by mqupgrade plan ({exc})") from None
+
+
+# ---- arguments ----------------------------------------------------------------------------------
+def parse_self_ids(text: str) -> dict[str, str]:
+    """``n0=/a,n1=/b`` -> ``{"n0": "/abs/a", ...}``."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        sid, eq, root = part.partition("=")
+        if not eq or not sid.strip() or not root.strip():
+            raise PlanError(f"--self-ids: {part!r} is not ID=STORE_ROOT")
+        sid = sid.strip()
+        if sid in out:
+            raise PlanError(f"--self-ids: {sid} appears twice")
+        out[sid] = str(Path(root.strip()).expanduser().resolve())
+    if len(set(out.values())) != len(out):
+        raise PlanError("--self-ids: two peers share one store root")
+    return out
+
+
+def load_confs(paths: list[str]) -> dict[str, ParsedConf]:
+    """Parse ``--conf`` files, keyed by their resolved ``storePathRootDir``."""
+    out: dict[str, ParsedConf] = {}
+    for p in paths:
+        try:
+            conf = load_conf(p)
+        except FileNotFoundError:
+            raise PlanError(f"--conf {p}: no such file") from None
+        except ConfigError as exc:
+            raise PlanError(f"--conf {p}: {exc}") from None
+        root = str(Path(conf.store.store_path_root_dir).expanduser().resolve())
+        if root in out:
+            raise PlanError(f"--conf {p}: another conf already describes {root}")
+        out[root] = conf
+    return out
+
+
+# ---- conf files ---------------------------------------------------------------------------------
+def _ports(node: Node) -> list[int]:
+    ports = [node.listen_port, node.listen_port + 1, node.dledger_port]
+    if node.http_listen_port and node.http_listen_port != node.listen_port:
+        ports.append(node.http_listen_port)
+    return ports
+
+
+def _assign_ports(nodes: list[Node], base: int, http_base: int) -> None:
+    """Nodes without their own conf get ``base + 10k`` (first k free on their host)."""
+    for n in nodes:
+        if n.listen_port:
+            continue
+        taken = {p for m in nodes if m is not n and m.host == n.host and m.listen_port for p in _ports(m)}
+        taken |= {m.dledger_port for m in nodes if m.host == n.host}
+        k = 0
+        while True:
+            listen = base + 10 * k
+            http = http_base + 10 * k if http_base else 0
+            cand = {listen, listen + 1} | ({http} if http else set())
+            if not cand & taken:
+                n.listen_port, n.http_listen_port = listen, http
+                break
+            k += 1
+
+
+def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, peers: str, file_size: int,
+                broker_name: str) -> str:
+    """The DLedger conf of one node (validated by parsing it back)."""
+    broker = dataclasses.replace(base.broker) if base else BrokerConfig()
+    store = dataclasses.replace(base.store) if base else MessageStoreConfig()
+    fresh_b, fresh_s = BrokerConfig(), MessageStoreConfig()
+    store.store_path_root_dir = node.root
+    store.store_path_commit_log = node.commit_log_dir
+    if not own:
+        store.store_path_dledger_commit_log = None
+        store.read_only_commit_log_store_paths = None
+        broker.broker_ip1 = node.host if node.host not in ("localhost",) else fresh_b.broker_ip1
+    store.mapped_file_size_commit_log = file_size
+    store.enable_dleger_commit_log = True
+    store.dleger_group, store.dleger_peers, store.dleger_self_id = group, peers, node.self_id
+    store.broker_role = fresh_s.broker_role  # set at run time from the DLedger role
+    store.ha_master_address = None
+    broker.broker_id = fresh_b.broker_id
+    broker.broker_name = broker_name
+    broker.listen_port, broker.http_listen_port = node.listen_port, node.http_listen_port
+    store.ha_listen_port = node.listen_port + 1
+    header = (f"Written by mqupgrade plan: DLedger group {group}, node {node.self_id} ({node.state}), store {node.root}.\n"
+              f"Derived from {node.conf_in if node.conf_in else 'the defaults'}; brokerRole/brokerId are set at run time.")
+    text = to_conf(broker, store, only_changed=True, header=header)
+    parse_conf(text, node.conf_out)  # raises ConfigError if we wrote something invalid
+    return text
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+class _Builder:
+    def __init__(self) -> None:
+        self.actions: list[Action] = []
+
+    def add(self, kind: str, node: str, reason: str, optional: Optional[str] = None, **params: Any) -> None:
+        label = params.get("name") or params.get("tree") or ""
+        aid = f"{len(self.actions) + 1:03d}-{kind}-{node}" + (f"-{label}" if label else "")
+        self.actions.append(Action(aid, kind, node, reason, params, optional))
+
+
+def _settings(s: StoreInspection) -> dict[str, Any]:
+    return {"store_path_commit_log": s.commit_log_dir, "mapped_file_size_commit_log": s.file_size,
+            "mapped_file_size_consume_queue": s.cq_file_size, **{k: v for k, v in s.index_settings.items()
+                                                                   if k != "source"}}
+
+
+def _refusals(insp: Inspection) -> list[str]:
+    out = []
+    for s in insp.stores:
+        if s.lock_holder:
+            out.append(f"{s.root}: in use: {s.lock_holder} Stop the broker first.")
+        out.extend(f"{s.root}: {p}" for p in s.problems)
+    master = insp.store(insp.master) if insp.master else None
+    if master is None or not master.has_data:
+        out.append("no store holds commitlog data: nothing to upgrade (check the store roots)")
+        return out
+    for s in insp.stores:
+        if s.has_data and s.file_size != master.file_size and not s.problems:
+            out.append(f"{s.root}: mismatched file sizes: mappedFileSizeCommitLog {s.file_size} "
+                       f"but the master's is {master.file_size}")
+    for c in insp.comparisons:
+        if c.behind_bytes < 0:
+            r = insp.store(c.replica)
+            out.append(f"{c.replica}: slave is ahead of its master {c.master} ({r.max_offset} > {master.max_offset}); "
+                       "the master must hold the most data (choose it with --master, or investigate)")
+        if not c.identical and c.first_difference:
+            d = c.first_difference
+            out.append(f"{c.replica}: bytes diverge from the master {c.master} in commitlog file {d['file']} "
+                       f"at file offset {d['file_offset']} (physical offset {d['offset']})")
+    return out
+
+
+def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Optional[dict[str, ParsedConf]] = None,
+              master: Optional[str] = None, conf_dir: str | os.PathLike[str] = "dledger-conf",
+              seed_consumequeue: str = "copy", sync_slave_config: bool = True, compare_last: Optional[int] = None,
+              min_free: int = 0, roots: Optional[list[str]] = None) -> Plan:
+    """Inspect the stores of ``self_ids`` and plan their upgrade into one DLedger group."""
+    if not group or not group.strip():
+        raise PlanError("--group is empty")
+    try:
+        peer_map = parse_dleger_peers(peers)
+    except ValueError as exc:
+        raise PlanError(f"--peers: {exc}") from None
+    if set(peer_map) != set(self_ids):
+        raise PlanError(f"--self-ids names {sorted(self_ids)} but --peers names {sorted(peer_map)}; they must match")
+    if seed_consumequeue not in ("copy", "rebuild"):
+        raise PlanError("--seed-consumequeue must be copy or rebuild")
+    confs = confs or {}
+    by_root = {r: sid for sid, r in self_ids.items()}
+    for r in roots or []:
+        if str(Path(r).resolve()) not in by_root:
+            raise PlanError(f"{r}: store root has no self id in --self-ids")
+    for r, c in confs.items():
+        if r not in by_root:
+            raise PlanError(f"--conf {c.source}: its storePathRootDir {r} is not in --self-ids")
+    order = [self_ids[sid] for sid in peer_map]
+    insp = inspect_stores(order, confs, master, compare_last)
+    refusals = _refusals(insp)
+    warnings: list[str] = []
+    m = insp.store(insp.master) if insp.master else None
+    file_size = m.file_size if m else 0
+    conf_dir = Path(conf_dir).expanduser().resolve()
+
+    nodes: list[Node] = []
+    for sid, addr in peer_map.items():
+        s = insp.store(self_ids[sid])
+        host, _, port = addr.rpartition(":")
+        own = confs.get(s.root)
+        state = "master" if s.role == "master" else "slave" if s.role == "slave" else "new"
+        cl_dir = s.commit_log_dir if s.has_data or own else str(Path(s.root) / "commitlog")
+        settings = _settings(s) if s.has_data else (_settings(m) if m else {})
+        settings["store_path_commit_log"] = cl_dir
+        nodes.append(Node(sid, s.root, state, host, int(port),
+                          own.broker.listen_port if own else 0, own.broker.http_listen_port if own else 0,
+                          cl_dir, own.source if own else None, str(conf_dir / f"broker-{sid}.conf"), settings))
+    mconf = confs.get(m.root) if m else None
+    _assign_ports(nodes, mconf.broker.listen_port if mconf else DEFAULT_LISTEN_PORT,
+                  mconf.broker.http_listen_port if mconf else 0)
+    for host in {n.host for n in nodes}:
+        seen: dict[int, str] = {}
+        for n in (x for x in nodes if x.host == host):
+            for p in _ports(n):
+                if p in seen and seen[p] != n.self_id:
+                    refusals.append(f"port {p} on {host} is used by both {seen[p]} and {n.self_id} (listenPort, "
+                                    "listenPort+1 for HA, httpListenPort and the dLegerPeers port must all differ)")
+                seen[p] = n.self_id
+    if m is None or refusals:
+        return Plan(group, peers, file_size, insp.master, m.max_offset if m else 0, -1, nodes, [], refusals,
+                    warnings, insp.to_dict())
+
+    b = _Builder()
+    master_node = next(n for n in nodes if n.state == "master")
+    mfiles = [f for f in m.files if f.name not in m.files_after_end]
+    divided = mfiles[-1].from_offset + file_size
+    need: dict[str, int] = {}  # root -> bytes to be written there
+    # 1. recover dirty stores (the master first: the others are aligned to its recovered end)
+    for n in sorted(nodes, key=lambda x: x.state != "master"):
+        s = insp.store(n.root)
+        if s.has_data and s.needs_recovery:
+            why = [] if s.clean_shutdown else ["not shut down cleanly (abort file present)"]
+            if s.stop_reason not in ("zeros", "blank"):
+                why.append(f"invalid record at {s.max_offset}: {s.stop_reason}")
+            if s.files_after_end:
+                why.append(f"files after the end: {', '.join(s.files_after_end)}")
+            if s.cq_state == "ahead":
+                why.append(s.cq_detail)
+            b.add("recover", n.self_id, "; ".join(why) + "; the store's own recovery truncates the torn tail "
+                  "(or stops on real corruption) before anything is compared or copied",
+                  root=n.root, settings=n.store_settings, expect_max_offset=s.max_offset)
+    # 2. align slaves, 3. seed new nodes
+    for n in nodes:
+        s = insp.store(n.root)
+        if n.state == "slave":
+            c = insp.comparison(n.root)
+            assert c is not None
+            copied = False
+            for name in c.head_missing:
+                f = next(x for x in mfiles if x.name == name)
+                b.add("copy_file", n.self_id, "the slave lacks this older file the master still has",
+                      name=name, src=str(m.file_path(name)), dst=str(Path(n.commit_log_dir) / name), size=f.size)
+                need[n.root] = need.get(n.root, 0) + f.allocated
+                copied = True
+            if c.behind_bytes > 0:
+                tail = next(x for x in mfiles if x.name == s.tail_file) if s.tail_file in {x.name for x in mfiles} else None
+                if tail is not None:
+                    end = m.max_offset - tail.from_offset if tail.name == mfiles[-1].name else file_size
+                    b.add("patch_file", n.self_id,
+                          f"the slave is {c.behind_bytes} bytes behind: copy the master's bytes [{s.tail_position}, {end}) "
+                          f"of {tail.name} after the slave's end",
+                          name=tail.name, src=str(m.file_path(tail.name)), dst=str(Path(n.commit_log_dir) / tail.name),
+                          start=s.tail_position, end=end)
+                    need[n.root] = need.get(n.root, 0) + end - s.tail_position
+                for name in c.missing_files:
+                    f = next(x for x in mfiles if x.name == name)
+                    b.add("copy_file", n.self_id, "a whole commitlog file the slave is missing",
+                          name=name, src=str(m.file_path(name)), dst=str(Path(n.commit_log_dir) / name), size=f.size)
+                    need[n.root] = need.get(n.root, 0) + f.allocated
+                copied = True
+            if copied or s.cq_state == "behind":
+                b.add("dispatch", n.self_id, "build ConsumeQueue and IndexFile units for records the slave's "
+                      "ConsumeQueues do not cover yet (the store's ReputMessageService, O(copied bytes))",
+                      root=n.root, settings=n.store_settings, expect_max_offset=m.max_offset)
+            if sync_slave_config and m.config_files:
+                b.add("copy_tree", n.self_id, "config/ of a slave comes from SlaveSynchronize and may be stale; "
+                      "the master's is authoritative (the slave's files are kept as .bak-<time>)",
+                      tree="config", src=str(Path(m.root) / "config"), dst=str(Path(n.root) / "config"), backup=True)
+        elif n.state == "new":
+            for f in mfiles:
+                b.add("copy_file", n.self_id, "seed the new node with the master's old commitlog (Raft replicates "
+                      "only new entries, so every node needs the old bytes)",
+                      name=f.name, src=str(m.file_path(f.name)), dst=str(Path(n.commit_log_dir) / f.name), size=f.size)
+                need[n.root] = need.get(n.root, 0) + f.allocated
+            if m.config_files:
+                b.add("copy_tree", n.self_id, "topics, offsets and subscription groups live in config/, which Raft "
+                      "does not replicate", tree="config", src=str(Path(m.root) / "config"),
+                      dst=str(Path(n.root) / "config"), backup=True)
+            if seed_consumequeue == "copy":
+                for tree in ("consumequeue", "index"):
+                    if (Path(m.root) / tree).is_dir():
+                        b.add("copy_tree", n.self_id, f"{tree}/ is derived from the commitlog; copying is O(its size) "
+                              "where rebuilding replays every record (--seed-consumequeue rebuild)",
+                              tree=tree, src=str(Path(m.root) / tree), dst=str(Path(n.root) / tree), backup=False)
+                if (Path(m.root) / "checkpoint").is_file():
+                    b.add("copy_file", n.self_id, "the checkpoint goes with the copied ConsumeQueues and IndexFiles",
+                          name="checkpoint", src=str(Path(m.root) / "checkpoint"), dst=str(Path(n.root) / "checkpoint"), overwrite=True,
+                          size=(Path(m.root) / "checkpoint").stat().st_size)
+            else:
+                b.add("dispatch", n.self_id, "rebuild ConsumeQueues and IndexFiles by replaying the copied commitlog",
+                      root=n.root, settings=n.store_settings, expect_max_offset=m.max_offset)
+    # 4. conf files
+    broker_name = mconf.broker.broker_name if mconf else group
+    for n in nodes:
+        own = confs.get(n.root)
+        text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name)
+        b.add("write_conf", n.self_id, f"DLedger conf of {n.self_id}: same dLegerPeers and mappedFileSizeCommitLog="
+              f"{file_size} on every node, dLegerSelfId={n.self_id}, storePathRootDir={n.root}, listenPort={n.listen_port}",
+              path=n.conf_out, content=text)
+    # 5. freeze, 6. verify
+    for n in nodes:
+        b.add("freeze", n.self_id, f"write the tail blank at {m.max_offset} exactly as the first DLedger start "
+              f"would; dividedCommitlogOffset = {divided}", optional="freeze",
+              root=n.root, commit_log_dir=n.commit_log_dir, file_size=file_size, expect_max_offset=m.max_offset,
+              divided_commitlog_offset=divided)
+    b.add("verify", master_node.self_id, "every node ends at the master's offset with the same tail bytes",
+          roots=[n.root for n in nodes], settings={n.root: n.store_settings for n in nodes}, expect_max_offset=m.max_offset)
+    # disk: what each file system must take (+ the first DLedger data and index files per node)
+    per_dev: dict[int, tuple[int, int, list[str]]] = {}
+    for n in nodes:
+        s = insp.store(n.root)
+        dev = _device(Path(n.root))
+        want = need.get(n.root, 0) + file_size + DLEDGER_INDEX_FILE_SIZE + min_free
+        have, _free, ids = per_dev.get(dev, (0, s.free_bytes, []))
+        per_dev[dev] = (have + want, s.free_bytes, ids + [n.self_id])
+    for want, free, ids in per_dev.values():
+        if want > free:
+            refusals.append(f"not enough disk for {', '.join(ids)}: needs {want} bytes (copies + the first DLedger "
+                            f"data and index files{' + --min-free' if min_free else ''}), {free} free")
+    if not m.clean_shutdown:
+        warnings.append(f"the master {m.root} did not shut down cleanly; its recovered end may differ from "
+                        f"{m.max_offset}: apply stops if it does (then plan again)")
+    return Plan(group, peers, file_size, insp.master, m.max_offset, divided, nodes,
+                [] if refusals else b.actions, refusals, warnings, insp.to_dict())
+
+
+def _device(path: Path) -> int:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return os.stat(path).st_dev
+
+
+def render(plan: Plan) -> str:
+    """Readable plan: nodes, then actions with reasons, or the refusals."""
+    lines = [f"DLedger group {plan.group}: peers {plan.peers}"]
+    for n in plan.nodes:
+        lines.append(f"  {n.self_id}  {n.state:<6}  {n.root}  listenPort={n.listen_port}  conf -> {n.conf_out}")
+    if plan.refusals:
+        lines.append("REFUSED:")
+        lines.extend(f"  - {r}" for r in plan.refusals)
+        return "\n".join(lines)
+    lines.append(f"master end {plan.master_max_offset}; dividedCommitlogOffset will be {plan.divided_commitlog_offset}")
+    for a in plan.actions:
+        opt = " (only with apply --freeze)" if a.optional else ""
+        lines.append(f"  {a.id}{opt}: {a.reason}")
+    lines.extend(f"warning: {w}" for w in plan.warnings)
+    return "\n".join(lines)
+
+
+# ---- command line -------------------------------------------------------------------------------
+HELP = "plan the upgrade of master/slave stores into one DLedger group (writes a plan JSON)"
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        return int(float(num) * units[unit])
+    except ValueError:
+        raise PlanError(f"--min-free: {text!r} is not a size (e.g. 500M, 2G)") from None
+
+
+def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
+    p.add_argument("roots", nargs="*", metavar="STORE_ROOT", help="existing stores (each must be in --self-ids)")
+    p.add_argument("--group", required=True, help="dLegerGroup (usually the brokerName)")
+    p.add_argument("--peers", required=True, help='dLegerPeers, e.g. "n0-127.0.0.1:40911;n1-127.0.0.1:40912;..."')
+    p.add_argument("--self-ids", required=True, metavar="ID=ROOT,...",
+                   help="store root of every peer, e.g. n0=/data/master,n1=/data/slave,n2=/data/new")
+    p.add_argument("--conf", action="append", default=[], metavar="FILE",
+                   help="a node's current broker .conf (matched by storePathRootDir); its ports and keys are kept")
+    p.add_argument("--master", metavar="STORE_ROOT", help="the master (default: the *_MASTER conf, else most data)")
+    p.add_argument("--out", default="mqupgrade-plan.json", help="plan file to write (default %(default)s)")
+    p.add_argument("--conf-dir", help="where broker-<id>.conf files go (default: <dir of --out>/dledger-conf)")
+    p.add_argument("--seed-consumequeue", choices=("copy", "rebuild"), default="copy",
+                   help="new nodes: copy the master's consumequeue/index (default) or rebuild them by dispatch")
+    p.add_argument("--no-sync-config", action="store_true", help="leave the slaves' config/ as it is")
+    p.add_argument("--compare-last", type=int, metavar="N", help="compare only the last N shared commitlog files")
+    p.add_argument("--min-free", default="0", metavar="SIZE", help="free space to keep on every disk (e.g. 5G)")
+    p.add_argument("--json", action="store_true", help="print the plan JSON instead of the summary")
+
+
+def run(args: "argparse.Namespace") -> int:  # noqa: F821
+    import sys
+
+    from upgrade.inspect import InspectError
+
+    try:
+        out = Path(args.out).expanduser().resolve()
+        plan = make_plan(
+            args.group, args.peers, parse_self_ids(args.self_ids), confs=load_confs(args.conf), master=args.master,
+            conf_dir=args.conf_dir or out.parent / "dledger-conf", seed_consumequeue=args.seed_consumequeue,
+            sync_slave_config=not args.no_sync_config, compare_last=args.compare_last,
+            min_free=parse_size(args.min_free), roots=args.roots)
+        plan.save(out)
+    except (PlanError, InspectError) as exc:
+        print(f"mqupgrade plan: {exc}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:
+        print(f"mqupgrade plan: cannot write a valid conf: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else render(plan))
+    print(f"plan written to {out}" + ("" if plan.ok else " (refused: apply will not run it)"), file=sys.stderr)
+    return 0 if plan.ok else 2
