@@ -254,11 +254,11 @@ class BrokerController:
             await self.ha_client.start()
 
     def _start_role_handler(self) -> None:
-        from broker.role import DLedgerRoleChangeHandler, find_dledger_server  # noqa: WPS433
+        from broker.role import DLedgerRoleChangeHandler, find_dledger_commitlog  # noqa: WPS433
 
         http_peers_of = getattr(self.store_config, "dledger_http_peer_map", None)
         http_peers = http_peers_of() if callable(http_peers_of) else {}
-        self.role_handler = DLedgerRoleChangeHandler(self, find_dledger_server(self.store), http_peers)
+        self.role_handler = DLedgerRoleChangeHandler(self, find_dledger_commitlog(self.store), http_peers)
         self.role_handler.start()
 
     def _make_slave_sync(self) -> SlaveSynchronize:
@@ -354,8 +354,6 @@ class BrokerController:
         if sa is not None:
             out.update(sa.status())
         out["ha"] = self.ha_status()
-        if self.role_handler is not None:
-            out["dledger"] = self.role_handler.status()
         return out
 
     def dledger_handler(self) -> Any:

@@ -50,34 +50,37 @@ class BrokerProcessor:
     def metrics(self) -> Any:
         return self.c.metrics
 
-    def status(self) -> dict[str, Any]:
-        return self.c.status()
+    async def status(self) -> dict[str, Any]:
+        out = self.c.status()
+        if self.c.role_handler is not None:
+            out["dledger"] = await self.c.role_handler.status()
+        return out
 
     def config_file(self, name: str) -> dict[str, Any]:
         return self.c.config_file(name)
 
     # ------------------------------------------------------------------ DLedger admin
-    def dledger_status(self) -> dict[str, Any]:
-        return self.c.dledger_handler().status()
+    async def dledger_status(self) -> dict[str, Any]:
+        return await self.c.dledger_handler().status()
 
     async def transfer_leadership(self, to: str) -> dict[str, Any]:
         """Only the leader can hand over: elsewhere NOT_MASTER names the leader's API address."""
         h = self.c.dledger_handler()
         if to not in h.http_peers:
             raise BrokerApiError(E.BAD_REQUEST, f"unknown peer id {to!r}; peers are {', '.join(sorted(h.http_peers))}")
-        if not h.server.is_leader:
+        if not h.is_leader:
             raise BrokerApiError(E.NOT_MASTER, f"{h.self_id} is not the DLedger leader; ask the leader "
-                                 f"({h.server.leader_id})", masterAddress=h.api_address_of(h.server.leader_id))
+                                 f"({h.leader_id})", masterAddress=h.api_address_of(h.leader_id))
         result = await h.transfer_leadership(to)
         if not result["ok"]:
             raise BrokerApiError(E.LEADERSHIP_TRANSFER_FAILED, f"transfer of leadership to {to} failed: {result['code']}",
                                  **result)
         return result
 
-    def set_preferred_leaders(self, ids: list[str]) -> dict[str, Any]:
+    async def set_preferred_leaders(self, ids: list[str]) -> dict[str, Any]:
         h = self.c.dledger_handler()
         try:
-            return {"selfId": h.self_id, "preferredLeaders": h.set_preferred_leaders(ids)}
+            return {"selfId": h.self_id, "preferredLeaders": await h.set_preferred_leaders(ids)}
         except ValueError as exc:
             raise BrokerApiError(E.BAD_REQUEST, str(exc)) from None
 
@@ -123,6 +126,14 @@ class BrokerProcessor:
         result["status"] = "SEND_OK"
         return result
 
+    async def _put(self, inners: list[Any]) -> Any:
+        try:
+            return await self.c.store_access.put_messages(inners)
+        except BrokerApiError as exc:
+            if exc.code == E.SERVICE_NOT_AVAILABLE and self.c.dledger_enabled:
+                self.c.check_writable()  # leadership lost mid-put: NOT_MASTER with the new master's address
+            raise
+
     async def put_message(self, msg: ProduceMessage, born_host: tuple[str, int]) -> dict[str, Any]:
         self.c.check_writable()
         t0 = time.perf_counter()
@@ -131,7 +142,7 @@ class BrokerProcessor:
         now = int(time.time() * 1000)
         inner = to_message_ext(msg, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
                                store_host=self.c.store_host, now_ms=now)
-        r = await self.c.store_access.put_messages([inner])
+        r = await self._put([inner])
         result = {
             "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic, "queueId": queue_id,
             "queueOffset": r.queue_offsets[0], "commitLogOffset": r.physical_offsets[0], "storeSize": r.wrote_bytes,
@@ -147,7 +158,7 @@ class BrokerProcessor:
         now = int(time.time() * 1000)
         inners = [to_message_ext(m, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
                                  store_host=self.c.store_host, now_ms=now) for m in msgs]
-        r = await self.c.store_access.put_messages(inners)
+        r = await self._put(inners)
         result = {
             "topic": topic, "queueId": queue_id, "count": len(msgs),
             "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],

@@ -4,15 +4,17 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
 - The handler listens to the DLedger server's role changes and applies them **serially on one
   asyncio task**; a burst of changes is coalesced to the newest one (an older LEADER event is
   moot once a FOLLOWER event follows it). One log line per applied change.
-- LEADER(term): poll every ``poll_s`` until the log is committed and dispatched
-  (``ledger end index == committed index`` and ``dispatch behind bytes == 0``; an empty log
-  counts as caught up). The wait is aborted as soon as this node is no longer the leader of
-  that term (or a newer event is queued). Then ``recover_topic_queue_table`` (queue offsets =
-  ConsumeQueue max offsets, so the new master continues each queue exactly where the committed
-  log ends) and ``change_to_master(SYNC_MASTER)`` with brokerId 0: writes are accepted from here.
-  The wait is bounded by ``leader_wait_timeout_s``: a leader that cannot catch up (dispatch
-  stuck, store broken) does not sit on the group refusing writes; it hands leadership to the
-  most caught-up follower and stays a slave.
+- LEADER(term): wait until the log is committed and dispatched (``ledger end index ==
+  committed index`` and ``dispatch behind bytes == 0``) and the queue offsets are rebuilt from
+  the ConsumeQueues (``recover_topic_queue_table``, so the new master continues each queue
+  exactly where the committed log ends). The DLedgerCommitLog performs that catch-up on its own
+  loop (it must, to serialise it with its put path) and reports it as "leader ready" for the
+  term; the handler waits for that report, woken by the leader-ready listener and polling every
+  ``poll_s`` as a fallback. The wait is aborted as soon as this node is no longer the leader of
+  that term (or a newer event is queued). Then ``change_to_master(SYNC_MASTER)`` with brokerId
+  0: writes are accepted from here. The wait is bounded by ``leader_wait_timeout_s``: a leader
+  that cannot catch up (dispatch stuck, store broken) does not sit on the group refusing
+  writes; it hands leadership to the most caught-up follower and stays a slave.
 - FOLLOWER / CANDIDATE: ``change_to_slave(int(selfId[1:]) + 1, leader's HTTP API address)``.
   Writes are refused with ``NOT_MASTER`` carrying that address (``None`` while no leader is
   known); SlaveSynchronize is retargeted to the leader and triggered at once, so metadata JSON
@@ -22,11 +24,13 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   node's own address is always known.
 - No classic HA service runs in this mode (the controller does not start one).
 
-Theory of operation: the DLedger server calls :meth:`_on_role_change` synchronously from its
-drive loop; it only records ``(term, role, leader_id)`` and wakes the handler task, so nothing
-slow runs inside the consensus loop. The task reads the newest event and applies it. The
-LEADER wait polls cheap counters (end index, committed index, dispatch behind) rather than
-subscribing to the store, because dispatch runs on its own thread.
+Theory of operation: the DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
+("DLedgerLoop"); its role-change and leader-ready listeners are called there. They only record
+``(term, role, leader_id)`` / the ready term and hop to the broker's loop with
+``call_soon_threadsafe``, so nothing slow runs inside the consensus loop and every broker
+object is touched on the broker's loop only. The handler task reads the newest event and
+applies it. Calls into the DLedger server (status, transfer, preferred leader) are scheduled on
+the DLedger loop and awaited from the broker loop.
 """
 from __future__ import annotations
 
@@ -59,43 +63,48 @@ def slave_broker_id(self_id: str) -> int:
     return int(self_id[1:]) + 1
 
 
-def find_dledger_server(store: Any) -> Any:
-    """The DLedgerServer inside a DLedger-mode DefaultMessageStore (its DLedgerCommitLog's)."""
-    for owner in (getattr(store, "commitlog", None), store):
-        for name in ("dledger_server", "server"):
-            server = getattr(owner, name, None)
-            if server is not None and hasattr(server, "add_role_change_listener"):
-                return server
-    raise RuntimeError("enableDLegerCommitLog=true but the message store has no DLedger server "
-                       "(is DLedgerCommitLog selected by DefaultMessageStore?)")
+def find_dledger_commitlog(store: Any) -> Any:
+    """The DLedgerCommitLog of a DLedger-mode DefaultMessageStore (with a started server)."""
+    commitlog = getattr(store, "commitlog", None)
+    if commitlog is None or not hasattr(commitlog, "add_leader_ready_listener") or commitlog.server is None:
+        raise RuntimeError("enableDLegerCommitLog=true but the message store has no DLedgerCommitLog "
+                           "with a DLedger server")
+    return commitlog
 
 
 class DLedgerRoleChangeHandler:
-    def __init__(self, controller: "BrokerController", server: Any, http_peers: dict[str, str], *,
-                 poll_s: float = 0.005, leader_wait_timeout_s: float = 30.0) -> None:
+    def __init__(self, controller: "BrokerController", commitlog: Any, http_peers: dict[str, str], *,
+                 poll_s: float = 0.01, leader_wait_timeout_s: float = 30.0) -> None:
         self.c = controller
-        self.server = server
-        self.self_id: str = server.config.self_id
+        self.commitlog = commitlog
+        self.server = commitlog.server
+        self.self_id: str = self.server.config.self_id
         self.http_peers = dict(http_peers)
         self.http_peers.setdefault(self.self_id, controller.api_address)
         self.poll_s = poll_s
         self.leader_wait_timeout_s = leader_wait_timeout_s
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._pending: Optional[RoleEvent] = None
         self._wake = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._ready_term = -1
         self._task: Optional[asyncio.Task[None]] = None
         self.applied: Optional[RoleEvent] = None
         self.changes = 0
         self.last_change_ms = 0
         self.last_leader_wait_ms: Optional[float] = None
-        self.became_master_ms = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Register on the DLedger server and start the handler task (call on the loop)."""
-        self.server.add_role_change_listener(self._on_role_change)
-        # the server may already have reported its first role before we registered
-        self._on_role_change(self.server.term, self.server.role)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="DLedgerRoleChangeHandler")
+        """Register on the DLedgerCommitLog and start the handler task (call on the broker loop)."""
+        self._loop = asyncio.get_running_loop()
+        self.commitlog.add_role_change_listener(self._on_role_change)
+        self.commitlog.add_leader_ready_listener(self._on_leader_ready)
+        # the server may have reported its first role before we registered
+        self._post_event(self.server.term, self.server.role, self.server.leader_id)
+        if self.commitlog.leader_ready:
+            self._post_ready(self.server.term)
+        self._task = self._loop.create_task(self._run(), name="DLedgerRoleChangeHandler")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -109,10 +118,30 @@ class DLedgerRoleChangeHandler:
     def api_address_of(self, peer_id: Optional[str]) -> Optional[str]:
         return self.http_peers.get(peer_id) if peer_id else None
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ events (DLedger loop thread)
     def _on_role_change(self, term: int, role: Role) -> None:
-        self._pending = RoleEvent(term, role, self.server.leader_id)
+        self._hop(self._post_event, term, role, self.server.leader_id)
+
+    def _on_leader_ready(self, term: int) -> None:
+        self._hop(self._post_ready, term)
+
+    def _hop(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:  # broker loop closing
+                pass
+
+    # ------------------------------------------------------------------ events (broker loop)
+    def _post_event(self, term: int, role: Role, leader_id: Optional[str]) -> None:
+        self._pending = RoleEvent(term, role, leader_id)
         self._wake.set()
+        self._ready.set()  # wake a LEADER wait so it can notice the newer event
+
+    def _post_ready(self, term: int) -> None:
+        self._ready_term = max(self._ready_term, term)
+        self._ready.set()
 
     async def _run(self) -> None:
         while True:
@@ -151,12 +180,6 @@ class DLedgerRoleChangeHandler:
     def _still_leader(self, ev: RoleEvent) -> bool:
         return self._pending is None and self.server.role is Role.LEADER and self.server.term == ev.term
 
-    def _caught_up(self) -> tuple[bool, int, int, int]:
-        end = self.server.log_view.ledger_end_index
-        committed = self.server.core.committed_index
-        behind = self.c.store_access.dispatch_behind_bytes() if self.c.store_access is not None else 0
-        return (end == -1 or (end == committed and behind == 0)), end, committed, behind
-
     async def _become_master(self, ev: RoleEvent) -> None:
         t0 = time.monotonic()
         while True:
@@ -164,30 +187,39 @@ class DLedgerRoleChangeHandler:
                 log.info("DLedger %s lost leadership of term %d while catching up; not becoming master",
                          self.self_id, ev.term)
                 return
-            ok, end, committed, behind = self._caught_up()
-            if ok:
+            if self._ready_term >= ev.term and self.commitlog.leader_ready:
                 break
             if time.monotonic() - t0 > self.leader_wait_timeout_s:
-                log.error("DLedger %s leader of term %d not caught up after %.0f s (end %d, committed %d, "
-                          "dispatch behind %d bytes); handing leadership over", self.self_id, ev.term,
-                          self.leader_wait_timeout_s, end, committed, behind)
+                log.error("DLedger %s leader of term %d not caught up after %.0f s (commit/dispatch); "
+                          "handing leadership over", self.self_id, ev.term, self.leader_wait_timeout_s)
                 await self._hand_over()
                 return
-            await asyncio.sleep(self.poll_s)
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), self.poll_s * 10)
+            except asyncio.TimeoutError:
+                pass
         waited = (time.monotonic() - t0) * 1000
-        self.c.store.recover_topic_queue_table()
         self.c.change_to_master(MASTER_ROLE)
         self.last_leader_wait_ms = waited
-        self.became_master_ms = int(time.time() * 1000)
         self._record(ev)
-        log.info("DLedger %s term %d LEADER: broker is %s brokerId 0 after %.0f ms of commit/dispatch "
-                 "catch-up (end index %d)", self.self_id, ev.term, MASTER_ROLE, waited, end)
+        log.info("DLedger %s term %d LEADER: broker is %s brokerId 0 (waited %.0f ms for commit/dispatch "
+                 "catch-up)", self.self_id, ev.term, MASTER_ROLE, waited)
+
+    async def _on_dledger_loop(self, fn: Any, timeout: float = 30.0) -> Any:
+        """Run ``fn()`` (awaiting it if it is a coroutine) on the DLedger loop, from the broker loop."""
+        dl_loop = self.commitlog._loop  # seam: DLedgerCommitLog owns the loop the server runs on
+
+        async def call() -> Any:
+            out = fn()
+            return await out if asyncio.iscoroutine(out) else out
+
+        return await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), dl_loop)), timeout)
 
     async def _hand_over(self) -> None:
-        peers = (self.server.status().get("peers") or {})
-        best = sorted(peers.items(), key=lambda kv: kv[1].get("lag", 1 << 62))
-        for peer_id, _ in best:
-            code = await self.server.transfer_leadership(peer_id)
+        st = await self._on_dledger_loop(self.server.status)
+        for peer_id, _ in sorted((st.get("peers") or {}).items(), key=lambda kv: kv[1].get("lag", 1 << 62)):
+            code = await self._on_dledger_loop(lambda p=peer_id: self.server.transfer_leadership(p))
             if code is Code.SUCCESS:
                 return
 
@@ -197,46 +229,58 @@ class DLedgerRoleChangeHandler:
         self.last_change_ms = int(time.time() * 1000)
 
     # ------------------------------------------------------------------ admin
+    @property
+    def is_leader(self) -> bool:
+        return self.server.role is Role.LEADER
+
+    @property
+    def leader_id(self) -> Optional[str]:
+        return self.server.leader_id
+
     async def transfer_leadership(self, to: str) -> dict[str, Any]:
         """``mqadmin transferLeader``: only the leader can hand over; returns the outcome."""
-        code = await self.server.transfer_leadership(to)
+        code = await self._on_dledger_loop(lambda: self.server.transfer_leadership(to))
         return {"code": code.name, "ok": code is Code.SUCCESS, "from": self.self_id, "to": to,
                 "term": self.server.term, "leaderId": self.server.leader_id}
 
-    def set_preferred_leaders(self, ids: list[str]) -> list[str]:
+    async def set_preferred_leaders(self, ids: list[str]) -> list[str]:
         """``mqadmin setPreferredLeader``: the leader hands over to a preferred peer within ~1 s.
 
         Runtime only (the conf key ``preferredLeaderId`` sets it at start-up)."""
         unknown = [i for i in ids if i not in self.server.peer_map]
         if unknown:
             raise ValueError(f"unknown peer id(s) {', '.join(unknown)}; peers are {', '.join(self.server.peer_map)}")
-        setter = getattr(self.server, "set_preferred_leaders", None)
-        if setter is not None:
-            setter(ids)
-        else:  # seam: the core's static config carries the list
-            core = self.server.core
-            core.cfg = dataclasses.replace(core.cfg, preferred_leaders=tuple(ids))
-            self.server.config.preferred_leader_ids = ";".join(ids) or None
+
+        def apply() -> None:
+            setter = getattr(self.server, "set_preferred_leaders", None)
+            if setter is not None:
+                setter(ids)
+            else:  # seam: the core's static config carries the list
+                core = self.server.core
+                core.cfg = dataclasses.replace(core.cfg, preferred_leaders=tuple(ids))
+                self.server.config.preferred_leader_ids = ";".join(ids) or None
+
+        await self._on_dledger_loop(apply)
         return list(ids)
 
-    def status(self) -> dict[str, Any]:
-        st = self.server.status()
+    async def status(self) -> dict[str, Any]:
+        st = await self._on_dledger_loop(self.server.status, timeout=5.0)
         leader = st.get("leader_id")
-        peers = {}
-        for pid, p in (st.get("peers") or {}).items():
-            peers[pid] = {"matchIndex": p.get("match_index"), "lag": p.get("lag"), "state": p.get("state"),
-                          "active": p.get("recent_active"), "apiAddress": self.api_address_of(pid)}
-        commitlog = getattr(self.c.store, "commitlog", None)
-        divided = getattr(commitlog, "divided_commitlog_offset", None)
+        followers = {pid: {"matchIndex": p.get("match_index"), "lag": p.get("lag"), "state": p.get("state"),
+                           "active": p.get("recent_active"), "apiAddress": self.api_address_of(pid)}
+                     for pid, p in (st.get("peers") or {}).items()}
+        dl = self.commitlog.dledger_store
         return {
             "group": st.get("group"), "selfId": self.self_id, "role": st.get("role"), "term": st.get("term"),
             "leaderId": leader, "leaderAddress": st.get("leader_addr"), "leaderApiAddress": self.api_address_of(leader),
             "beginIndex": st.get("begin_index"), "endIndex": st.get("end_index"), "endTerm": st.get("end_term"),
             "committedIndex": st.get("committed_index"), "persistedIndex": st.get("persisted_index"),
+            "committedPos": dl.committed_pos if dl is not None else None,
             "pending": st.get("pending"), "transferee": st.get("transferee"),
-            "dividedCommitlogOffset": divided,
-            "preferredLeaders": list(getattr(self.server.core.cfg, "preferred_leaders", ())),
-            "followers": peers,
+            "dividedCommitlogOffset": self.commitlog.divided_commitlog_offset,
+            "leaderReady": self.commitlog.leader_ready,
+            "preferredLeaders": list(self.server.core.cfg.preferred_leaders),
+            "followers": followers,
             "roleChanges": self.changes, "lastRoleChangeAt": self.last_change_ms,
             "lastLeaderCatchUpMs": self.last_leader_wait_ms,
             "apiPeers": dict(self.http_peers),

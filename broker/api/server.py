@@ -206,7 +206,7 @@ async def commit_offset(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    return json_response(request.app[CONTROLLER_KEY].status())
+    return json_response(await request.app[CONTROLLER_KEY].status())
 
 
 async def config_file(request: web.Request) -> web.Response:
@@ -217,7 +217,7 @@ async def config_file(request: web.Request) -> web.Response:
 
 
 async def dledger_status(request: web.Request) -> web.Response:
-    return json_response(request.app[CONTROLLER_KEY].dledger_status())
+    return json_response(await request.app[CONTROLLER_KEY].dledger_status())
 
 
 async def transfer_leader(request: web.Request) -> web.Response:
@@ -235,7 +235,7 @@ async def preferred_leader(request: web.Request) -> web.Response:
         ids = [i.strip() for i in ids.split(";") if i.strip()]
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise BrokerApiError(E.BAD_REQUEST, 'expected {"ids": ["n1", ...]} (or "n1;n2")')
-    return json_response(request.app[CONTROLLER_KEY].set_preferred_leaders(ids))
+    return json_response(await request.app[CONTROLLER_KEY].set_preferred_leaders(ids))
 
 
 async def metrics(request: web.Request) -> web.Response:
