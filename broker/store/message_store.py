@@ -110,6 +110,9 @@ class StoreSettings:
     warm_mapped_file_enable: bool = False  # RocketMQ default (warmMapedFileEnable)
     file_reserved_time: int = 72
     broker_role: str = "ASYNC_MASTER"
+    # DLedger mode (dledger_commitlog.py): DLedgerConfig kwargs, MessageStoreConfig.dledger_settings()
+    enable_dleger_commit_log: bool = False
+    dledger_settings: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
@@ -121,6 +124,8 @@ class StoreSettings:
             elif config is not None and hasattr(config, f.name):
                 values[f.name] = getattr(config, f.name)
         values.update(overrides)
+        if callable(values.get("dledger_settings")):  # MessageStoreConfig.dledger_settings()
+            values["dledger_settings"] = values["dledger_settings"]()
         for key in ("flush_disk_type", "broker_role"):
             if key in values:
                 values[key] = getattr(values[key], "value", values[key])
@@ -155,6 +160,10 @@ class DefaultMessageStore:
     # --- wiring (overridable by a DLedger store) --------------------------------------------
     def _make_commitlog(self) -> CommitLog:
         s = self.settings
+        if s.enable_dleger_commit_log:  # seam: DLedger mode (imported lazily: classic never loads dledger)
+            from broker.store.dledger_commitlog import DLedgerCommitLog
+
+            return DLedgerCommitLog.for_store(self)  # type: ignore[return-value]
         return CommitLog(
             self.store_path_commitlog, s.mapped_file_size_commit_log,
             max_message_size=s.max_message_size, flush_disk_type=s.flush_disk_type,
@@ -214,6 +223,11 @@ class DefaultMessageStore:
 
     def recover(self) -> None:
         assert self.commitlog is not None and self.consume_queue_store is not None
+        own_recovery = getattr(self.commitlog, "recover_with_store", None)
+        if own_recovery is not None:  # seam: DLedgerCommitLog recovers both address spaces and the CQs
+            own_recovery(self)
+            self.recover_topic_queue_table()
+            return
         cqs = self.consume_queue_store
         max_phy_of_cq = cqs.recover()
         if not self.commitlog.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
@@ -361,6 +375,8 @@ class DefaultMessageStore:
         if error is not None:
             return error
         assert self.commitlog is not None and prepared is not None
+        if getattr(self.commitlog, "is_dledger", False):  # seam: completes on DLedger quorum commit
+            return self.commitlog.put_messages(prepared, keep_store_timestamp)
         result = self.commitlog.append_messages(prepared, keep_store_timestamp)
         if result.append_result is not None:
             self.wake_dispatch()
@@ -375,6 +391,8 @@ class DefaultMessageStore:
         if error is not None:
             return error
         assert self.commitlog is not None and prepared is not None
+        if getattr(self.commitlog, "is_dledger", False):  # seam: completes on DLedger quorum commit
+            return await self.commitlog.put_messages_async(prepared, keep_store_timestamp)
         result = self.commitlog.append_messages(prepared, keep_store_timestamp)
         ar = result.append_result
         if ar is None:

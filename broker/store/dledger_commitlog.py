@@ -1,0 +1,653 @@
+"""DLedgerCommitLog: the commitlog as a Raft (DLedger) log, continuing an old classic commitlog.
+
+Rules (reference §4, seed 001, DESIGN §4-5):
+- Every commitlog record is the body of one DLedger entry. The append hook writes
+  ``entry.pos + 48`` into the message's PHYSICALOFFSET (message offset 28); the wrote offset,
+  the msgId and the ConsumeQueue unit all use that value. A batch put appends one entry per
+  message (consecutive queue offsets), through one DLedger batch append.
+- Two address spaces glued by ``divided_commitlog_offset``: reads below it go to the old,
+  frozen commitlog (a classic :class:`CommitLog` over ``storePathCommitLog``), reads at or
+  above it to the DLedger data files. Only committed bytes are visible: ``max_offset`` =
+  DLedger's committed position (or the DLedger min offset while nothing is committed),
+  ``get_data``/``get_message``/``look_message_by_offset`` never return bytes at or beyond it.
+- Queue offsets are assigned by the leader, under the single put path (the DLedger event-loop
+  thread), from ``topic_queue_table`` (0 for PREPARED/ROLLBACK, which do not advance it) and
+  written into the message before the local append and replication; the table advances only
+  when the local append succeeded (a refused append consumes no offset).
+- Writes are accepted only by a *ready* leader: on becoming leader, the commitlog waits until
+  its whole log is committed (the barrier of DESIGN §4.1 makes the earlier-term tail commit)
+  and dispatched, rebuilds ``topic_queue_table`` from the ConsumeQueues
+  (``DefaultMessageStore.recover_topic_queue_table``), and only then accepts puts. Until then,
+  and on followers/candidates, a put answers SERVICE_NOT_AVAILABLE with the leader in
+  ``extra``. Leader-ready and role-change listeners let the broker's role handler follow.
+- A put completes when DLedger commits it (quorum, flushed). Status mapping of DLedger codes
+  (reference §4.5, decided here): SUCCESS -> PUT_OK; NOT_LEADER, INCONSISTENT_LEADER,
+  LEADER_NOT_READY, LEADER_TRANSFERRING, TERM_CHANGED, DISK_FULL, DISK_ERROR ->
+  SERVICE_NOT_AVAILABLE; LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY; WAIT_QUORUM_ACK_TIMEOUT ->
+  FLUSH_SLAVE_TIMEOUT (stored locally, quorum not reached in time, may still commit: the same
+  "maybe stored" meaning as classic SYNC_MASTER's; Apache 4.9.8 says OS_PAGECACHE_BUSY, 5.x
+  IN_SYNC_REPLICAS_NOT_ENOUGH); UNEXPECTED_ARGUMENT (entry > 4 MiB) -> MESSAGE_ILLEGAL; other
+  codes -> UNKNOWN_ERROR. Only PUT_OK and FLUSH_SLAVE_TIMEOUT carry an append result.
+- The classic HA slave path (``append_data``), ``reset_offset`` and ``truncate_dirty_files``
+  are refused: in DLedger mode only DLedger writes the log. ``confirm_offset`` = ``max_offset``
+  (setting it is ignored).
+- Deletion: while old commitlog files exist only they are deleted (by age, or at once with
+  ``clean_immediately``; the last old file too, unlike classic), DLedger files are kept; once
+  none is left, DLedger files holding only committed entries are deleted when older than
+  ``fileReservedTime + 1`` hours (Apache's mapping), or at once with ``clean_immediately``.
+
+Threading (for the broker engineer): the DLedgerServer and every DLedger store mutation run on
+one asyncio event loop in a thread owned by this object ("DLedgerLoop"). ``put_messages`` blocks
+the calling thread (never call it on that loop); ``put_messages_async`` awaits from any other
+event loop. Role-change and leader-ready listeners are called on the DLedger loop thread: hop
+to your own loop (``call_soon_threadsafe``) before touching its objects. Readers (reput thread,
+HTTP handlers) read mmapped bytes below the committed position from any thread.
+
+Recovery is in ``dledger_recovery.py``; the record parser and barrier in ``dledger_dispatch.py``.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import struct
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferResult
+from broker.store.dledger_dispatch import (
+    DLEDGER_BODY_OFFSET, barrier_message_body, check_dledger_message_and_return_size,
+)
+from broker.store.errors import MessageFormatError
+from broker.store.message import (
+    DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt, PropertiesSizeExceeded,
+    decode_message, encode_batch, store_timestamp_position,
+)
+from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
+from dledger.config import DLedgerConfig
+from dledger.core.codes import Code, Role
+from dledger.errors import DLedgerError
+
+log = logging.getLogger(__name__)
+
+_Q = struct.Struct(">q")
+_QO = struct.Struct(">q")
+_I = struct.Struct(">i")
+
+SERVICE_NOT_AVAILABLE_CODES = frozenset({
+    Code.NOT_LEADER, Code.INCONSISTENT_LEADER, Code.LEADER_NOT_READY, Code.LEADER_TRANSFERRING,
+    Code.TERM_CHANGED, Code.DISK_FULL, Code.DISK_ERROR,
+})
+
+
+def put_status_for(code: int) -> PutMessageStatus:
+    """PutMessageStatus of a DLedger response code (module rules)."""
+    if code == Code.SUCCESS:
+        return PutMessageStatus.PUT_OK
+    if code in SERVICE_NOT_AVAILABLE_CODES:
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if code == Code.LEADER_PENDING_FULL:
+        return PutMessageStatus.OS_PAGECACHE_BUSY
+    if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    if code in (Code.UNEXPECTED_ARGUMENT, Code.REQUEST_WITH_EMPTY_BODYS):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return PutMessageStatus.UNKNOWN_ERROR
+
+
+class _NoFlushService:
+    """``DefaultMessageStore.shutdown`` stops ``commitlog.flush_service``; DLedger flushes itself."""
+
+    def shutdown(self) -> None:
+        pass
+
+    def wakeup(self) -> None:
+        pass
+
+
+class DLedgerCommitLog:
+    """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore."""
+
+    is_dledger = True  # DefaultMessageStore hands puts and recovery to this class
+
+    def __init__(self, store_path_commitlog: str | os.PathLike[str], mapped_file_size: int,
+                 dledger_config: DLedgerConfig, *, max_message_size: int = 4 * 1024 * 1024,
+                 checkpoint: object | None = None, check_crc_on_recover: bool = True,
+                 delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
+                 store_host: HostAddr = ("127.0.0.1", 10911), message_store: Any = None) -> None:
+        if dledger_config.mapped_file_size_for_entry_data != mapped_file_size:
+            raise ValueError("DLedger data files must have mappedFileSizeCommitLog bytes "
+                             f"({dledger_config.mapped_file_size_for_entry_data} != {mapped_file_size})")
+        self.dledger_config = dledger_config
+        self.mapped_file_size = mapped_file_size
+        self.max_message_size = max_message_size
+        self.check_crc_on_recover = check_crc_on_recover
+        self.delay_levels = tuple(delay_levels)
+        self.store_host = store_host
+        self.message_store = message_store
+        self.checkpoint = checkpoint
+        # the old commitlog, read-only in practice (frozen at the first start in DLedger mode)
+        self.old = CommitLog(store_path_commitlog, mapped_file_size, max_message_size=max_message_size,
+                             flush_disk_type=ASYNC_FLUSH, checkpoint=None, warm_mapped_file=False,
+                             check_crc_on_recover=check_crc_on_recover, delay_levels=delay_levels)
+        self.old.writable = False
+        self.mapped_file_queue = self.old.mapped_file_queue  # what classic recovery functions use
+        self.store_path = self.old.store_path
+        self.flush_service = _NoFlushService()
+        self.divided_commitlog_offset = -1
+        self.freeze_point: Any = None  # upgrade.freeze.FreezePoint of the first start, if any
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.replica_hook = None  # classic HA only; DLedger puts wait for the quorum themselves
+        self.server: Any = None  # dledger.server.DLedgerServer
+        self.dledger_store: Any = None  # dledger.store.file_store.DLedgerMmapFileStore
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._leader_ready = threading.Event()
+        self._ready_term = -1
+        self._role_listeners: list[Callable[[int, Role], None]] = []
+        self._ready_listeners: list[Callable[[int], None]] = []
+        self._started = False
+        self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0}
+
+    @classmethod
+    def for_store(cls, store: Any) -> "DLedgerCommitLog":
+        """Build from a DefaultMessageStore's settings (``dledger_settings`` = DLedgerConfig kwargs)."""
+        s = store.settings
+        kw = dict(s.dledger_settings or {})
+        kw.setdefault("store_base_dir", str(store.root))
+        kw.setdefault("mapped_file_size_for_entry_data", s.mapped_file_size_commit_log)
+        cfg = DLedgerConfig(**{k: v for k, v in kw.items() if v is not None})
+        host: HostAddr = ("127.0.0.1", 10911)
+        bc = store.broker_config
+        if bc is not None and getattr(bc, "broker_ip1", None):
+            host = (bc.broker_ip1, int(getattr(bc, "listen_port", 10911)))
+        return cls(store.store_path_commitlog, s.mapped_file_size_commit_log, cfg,
+                   max_message_size=s.max_message_size, checkpoint=store.checkpoint,
+                   check_crc_on_recover=s.check_crc_on_recover, delay_levels=store.delay_levels,
+                   store_host=host, message_store=store)
+
+    # --- life cycle -------------------------------------------------------------------------
+    def load(self) -> None:
+        self.old.load()
+
+    def recover_with_store(self, store: Any) -> None:
+        """Recover both address spaces and the store's ConsumeQueues (``dledger_recovery``)."""
+        from broker.store.dledger_recovery import recover_dledger_commitlog
+
+        recover_dledger_commitlog(store, self)
+
+    def open_dledger(self, first_data_offset: int) -> None:
+        """Start the DLedger loop thread and build the DLedgerServer (it loads + recovers its store)."""
+        from dledger.server import DLedgerServer
+
+        if self.server is not None:
+            return
+        self.dledger_config.first_data_offset = first_data_offset
+        self._start_loop()
+
+        def make() -> Any:
+            return DLedgerServer(self.dledger_config, leader_barrier_body=self._barrier_body)
+
+        self.server = self._run_on_loop(make)
+        self.dledger_store = self.server.store
+        self.server.add_append_hook(self._phy_pos_hook)
+        self.server.add_role_change_listener(self._on_role_change)
+
+    def _start_loop(self) -> None:
+        if self._loop is not None:
+            return
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(started.set)
+            loop.run_forever()
+            loop.close()
+
+        self._loop = loop
+        self._loop_thread = threading.Thread(target=run, name=f"DLedgerLoop-{self.dledger_config.self_id}",
+                                             daemon=True)
+        self._loop_thread.start()
+        started.wait()
+
+    def _run_on_loop(self, fn: Callable[[], Any], timeout: float | None = 30.0) -> Any:
+        """Run ``fn()`` (or await it, if it returns an awaitable) on the DLedger loop; return its result."""
+        assert self._loop is not None
+        if threading.current_thread() is self._loop_thread:
+            raise RuntimeError("blocking call on the DLedger loop thread")
+
+        async def call() -> Any:
+            out = fn()
+            if asyncio.iscoroutine(out) or isinstance(out, asyncio.Future):
+                out = await out
+            return out
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
+
+    def start(self) -> None:
+        """Start the DLedger server (election, replication) and the commit watcher."""
+        if self._started:
+            return
+        assert self.server is not None, "recover first (DefaultMessageStore.load)"
+        self._run_on_loop(self.server.start)
+
+        def spawn() -> None:
+            assert self._loop is not None
+            self._tasks.append(self._loop.create_task(self._commit_watcher(), name="dledger-commit-watcher"))
+
+        self._loop.call_soon_threadsafe(spawn)  # type: ignore[union-attr]
+        self._started = True
+
+    def shutdown(self) -> None:
+        """Stop DLedger (flush + checkpoint), stop the loop thread, unmap the old files."""
+        self._leader_ready.clear()
+        if self._loop is not None and self._loop_thread is not None and self._loop_thread.is_alive():
+            async def stop() -> None:
+                for t in self._tasks:
+                    t.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+                if self.server is not None:
+                    if self._started:
+                        await self.server.shutdown()
+                    else:
+                        self.server.log_view.close()
+
+            try:
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._loop_thread.join(10)
+        self._loop = self._loop_thread = None
+        self._started = False
+        self.old.shutdown()
+
+    def flush(self) -> int:
+        """Flush DLedger data and index now (caller's thread); returns the flushed position."""
+        if self.dledger_store is None:
+            return self.old.flush()
+        self.dledger_store.flush()
+        return self.flushed_offset
+
+    # --- hooks ------------------------------------------------------------------------------
+    @staticmethod
+    def _phy_pos_hook(entry: Any, buf: memoryview, body_offset: int) -> None:
+        _Q.pack_into(buf, body_offset + PHY_POS_POSITION, entry.pos + body_offset)
+
+    def _barrier_body(self) -> bytes:
+        return barrier_message_body(self.store_host, int(time.time() * 1000))
+
+    # --- roles ------------------------------------------------------------------------------
+    @property
+    def leader_ready(self) -> bool:
+        return self._leader_ready.is_set()
+
+    def wait_leader_ready(self, timeout: float | None = None) -> bool:
+        return self._leader_ready.wait(timeout)
+
+    def add_role_change_listener(self, cb: Callable[[int, Role], None]) -> None:
+        """``cb(term, role)`` on every DLedger role change (DLedger loop thread)."""
+        self._role_listeners.append(cb)
+
+    def add_leader_ready_listener(self, cb: Callable[[int], None]) -> None:
+        """``cb(term)`` once a new leader has committed + dispatched its log and rebuilt queue offsets."""
+        self._ready_listeners.append(cb)
+
+    def _on_role_change(self, term: int, role: Role) -> None:
+        self._leader_ready.clear()
+        self._ready_term = -1
+        if role is Role.LEADER and self._loop is not None:
+            self._tasks.append(self._loop.create_task(self._become_ready(term), name="dledger-leader-ready"))
+        for cb in list(self._role_listeners):
+            try:
+                cb(term, role)
+            except Exception:  # noqa: BLE001
+                log.exception("role change listener failed")
+
+    def _still_leader(self, term: int) -> bool:
+        s = self.server
+        return s is not None and s.role is Role.LEADER and s.term == term
+
+    async def _become_ready(self, term: int) -> None:
+        """Wait until committed == end and dispatched, rebuild queue offsets, accept writes."""
+        ms = self.message_store
+        while self._still_leader(term):
+            dl = self.dledger_store
+            caught_up = dl.ledger_end_index == dl.committed_index
+            if caught_up and ms is not None:
+                if getattr(ms, "reput", None) is None:
+                    caught_up = False
+                else:
+                    ms.wake_dispatch()
+                    caught_up = ms.dispatch_behind_bytes() == 0
+            if caught_up:
+                if ms is not None:
+                    ms.recover_topic_queue_table()
+                self._ready_term = term
+                self._leader_ready.set()
+                log.info("%s: leader of term %d ready: committed index %d, divided offset %d, max offset %d",
+                         self.dledger_config.self_id, term, dl.committed_index, self.divided_commitlog_offset,
+                         self.max_offset)
+                for cb in list(self._ready_listeners):
+                    try:
+                        cb(term)
+                    except Exception:  # noqa: BLE001
+                        log.exception("leader ready listener failed")
+                return
+            await asyncio.sleep(0.002)
+
+    async def _commit_watcher(self) -> None:
+        """Wake dispatch whenever the committed position moves (followers learn it from the leader)."""
+        last = -2
+        while True:
+            pos = self.dledger_store.committed_pos
+            if pos != last:
+                last = pos
+                if self.message_store is not None:
+                    self.message_store.wake_dispatch()
+            await asyncio.sleep(0.005)
+
+    # --- offsets ----------------------------------------------------------------------------
+    def _committed_pos(self) -> int:
+        dl = self.dledger_store
+        return dl.committed_pos if dl is not None else -1
+
+    @property
+    def min_offset(self) -> int:
+        if self.old.mapped_file_queue.mapped_files:
+            return self.old.min_offset
+        dl = self.dledger_store
+        return dl.data_file_list.min_offset if dl is not None else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Committed position (or the DLedger min offset while nothing is committed)."""
+        committed = self._committed_pos()
+        if committed > 0:
+            return committed
+        dl = self.dledger_store
+        if dl is not None and dl.data_file_list.min_offset > 0:
+            return dl.data_file_list.min_offset
+        return 0
+
+    @property
+    def confirm_offset(self) -> int:
+        return self.max_offset
+
+    @confirm_offset.setter
+    def confirm_offset(self, value: int) -> None:
+        log.warning("setting the confirm offset is not supported in DLedger mode (ignored %d)", value)
+
+    @property
+    def flushed_offset(self) -> int:
+        dl = self.dledger_store
+        return dl.data_file_list.flushed_where if dl is not None else self.old.flushed_offset
+
+    def remain_how_many_data_to_flush(self) -> int:
+        dl = self.dledger_store
+        return 0 if dl is None else max(0, dl.write_pos - dl.flush_pos)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.mapped_file_size - offset % self.mapped_file_size
+
+    def _in_old(self, offset: int) -> bool:
+        return offset < self.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)
+
+    # --- reading ----------------------------------------------------------------------------
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
+        return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
+
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
+        """Committed bytes from ``offset`` to the end of its file (old or DLedger)."""
+        if return_first_on_not_found is None:
+            return_first_on_not_found = offset == 0
+        if self._in_old(offset):
+            return self.old.get_data(offset, return_first_on_not_found)
+        dl = self.dledger_store
+        if dl is None:
+            return None
+        committed = dl.committed_pos
+        fl = dl.data_file_list
+        if offset < fl.min_offset and return_first_on_not_found:
+            offset = fl.min_offset
+        if offset >= committed:
+            return None
+        f = fl.find_file(offset)
+        if f is None or offset < f.from_offset + f.start:
+            return None
+        end = min(f.wrote, committed - f.from_offset)
+        rel = offset - f.from_offset
+        if rel >= end:
+            return None
+        return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)  # type: ignore[arg-type]
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        """The ``size`` committed bytes of the message at ``offset`` (None if there is none)."""
+        if self._in_old(offset):
+            return self.old.get_message(offset, size)
+        return self._message_view(offset, size)
+
+    def _message_view(self, offset: int, size: int | None) -> memoryview | None:
+        dl = self.dledger_store
+        if dl is None:
+            return None
+        committed = dl.committed_pos
+        f = dl.data_file_list.find_file(offset)
+        if f is None or offset < f.from_offset + f.start + DLEDGER_BODY_OFFSET or offset + 4 > committed:
+            return None
+        rel = offset - f.from_offset
+        mm = f.mm
+        # the offset must be the body of an entry and the record as long as asked: a stale
+        # ConsumeQueue unit (kept when the DLedger dir was found empty, DESIGN §4.4) is never
+        # served as the bytes of another message
+        if _Q.unpack_from(mm, rel - DLEDGER_BODY_OFFSET + 24)[0] != offset - DLEDGER_BODY_OFFSET:
+            return None
+        total = _I.unpack_from(mm, rel)[0]
+        if size is None:
+            size = total
+        if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
+            return None
+        return memoryview(mm)[rel:rel + size]
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
+        if self._in_old(offset):
+            return self.old.look_message_by_offset(offset, size)
+        buf = self._message_view(offset, size)
+        return decode_message(buf) if buf is not None else None
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        buf = self.get_message(offset, size)
+        if buf is None:
+            return -1
+        return _Q.unpack_from(buf, store_timestamp_position(int.from_bytes(buf[36:40], "big")))[0]
+
+    # --- writing ----------------------------------------------------------------------------
+    def put_message(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
+        return self.put_messages([msg], keep_store_timestamp)
+
+    def put_messages(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False,
+                     timeout: float | None = None) -> PutMessageResult:
+        """Append (one entry per message) and block until DLedger commits or fails it."""
+        fut = self.submit_put(msgs, keep_store_timestamp)
+        wait = timeout if timeout is not None else self.dledger_config.max_wait_ack_ms / 1000 + 10
+        try:
+            return fut.result(wait)
+        except concurrent.futures.TimeoutError:
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, error=f"no DLedger answer in {wait:.1f}s")
+
+    async def put_messages_async(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
+        """As :meth:`put_messages`, awaited from another event loop."""
+        return await asyncio.wrap_future(self.submit_put(msgs, keep_store_timestamp))
+
+    async def put_message_async(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
+        return await self.put_messages_async([msg], keep_store_timestamp)
+
+    def submit_put(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False
+                   ) -> "concurrent.futures.Future[PutMessageResult]":
+        """Encode here, append on the DLedger loop; the future resolves on commit or failure."""
+        out: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
+        if not msgs:
+            out.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch"))
+            return out
+        try:
+            batch = encode_batch(msgs, self.max_message_size)
+        except PropertiesSizeExceeded as exc:
+            out.set_result(PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc)))
+            return out
+        except MessageFormatError as exc:
+            out.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc)))
+            return out
+        loop = self._loop
+        if loop is None or not self._started or self.server is None:
+            out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog not started"))
+            return out
+        try:
+            loop.call_soon_threadsafe(self._append_on_loop, msgs, batch, keep_store_timestamp, out)
+        except RuntimeError:  # loop closed
+            out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog stopped"))
+        return out
+
+    def _not_leader(self, why: str) -> PutMessageResult:
+        s = self.server
+        leader = s.leader_id if s is not None else None
+        self.counters["refused"] += 1
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=why,
+                                extra={"leader_id": leader,
+                                       "leader_addr": s.config.address_of(leader) if s is not None else None})
+
+    def _append_on_loop(self, msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
+                        out: "concurrent.futures.Future[PutMessageResult]") -> None:
+        """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
+        if out.done():
+            return
+        if not self._leader_ready.is_set():
+            role = self.server.role.value if self.server is not None else "stopped"
+            out.set_result(self._not_leader(f"not a ready DLedger leader (role {role})"))
+            return
+        data, starts, sizes = batch.data, batch.starts, batch.sizes
+        view = memoryview(data)
+        now = int(time.time() * 1000)
+        table = self.topic_queue_table
+        local: dict[tuple[str, int], int] = {}
+        qoffs = [0] * len(msgs)
+        bodies = []
+        last_ts = now
+        for i, msg in enumerate(msgs):
+            s, n = starts[i], sizes[i]
+            tran = msg.sys_flag & 0xC
+            if tran == 0x4 or tran == 0xC:
+                qo = 0
+            else:
+                key = (msg.topic, msg.queue_id)
+                qo = local.get(key)
+                if qo is None:
+                    qo = table.get(key, 0)
+                local[key] = qo + 1
+            _QO.pack_into(data, s + 20, qo)
+            if keep_ts:
+                last_ts = msg.store_timestamp
+            else:
+                _Q.pack_into(data, s + (68 if data[s + 39] & 0x10 else 56), now)
+            qoffs[i] = qo
+            bodies.append(view[s:s + n])
+        fut = self.server.append_batch(bodies)
+        if fut.done() and fut.exception() is not None:
+            exc = fut.exception()
+            code = getattr(exc, "code", Code.UNKNOWN)
+            self.counters["refused"] += 1
+            if code == Code.NOT_LEADER:
+                out.set_result(self._not_leader(str(exc)))
+            else:
+                out.set_result(PutMessageResult(put_status_for(code), error=str(exc)))
+            return
+        table.update(local)
+        self.counters["puts"] += 1
+        self.counters["put_messages"] += len(msgs)
+        phys = [p + DLEDGER_BODY_OFFSET for p in fut.positions]
+        ar = AppendMessageResult(
+            wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=last_ts, logics_offset=qoffs[0],
+            msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
+            store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1],
+        )
+        fut.add_done_callback(lambda f: self._complete(f, ar, out))
+
+    def _complete(self, f: Any, ar: AppendMessageResult, out: "concurrent.futures.Future[PutMessageResult]") -> None:
+        exc = f.exception() if not f.cancelled() else DLedgerError(Code.INTERNAL_ERROR, "append cancelled")
+        if self.message_store is not None:
+            self.message_store.wake_dispatch()
+        if out.done():
+            return
+        if exc is None:
+            out.set_result(PutMessageResult(PutMessageStatus.PUT_OK, ar))
+            return
+        code = getattr(exc, "code", Code.UNKNOWN)
+        status = put_status_for(code)
+        if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+            self.counters["quorum_timeouts"] += 1
+            out.set_result(PutMessageResult(status, ar, error=str(exc)))
+        else:
+            out.set_result(PutMessageResult(status, None, error=str(exc),
+                                            extra={"wrote_offset": ar.wrote_offset, "maybe_stored": True}))
+
+    # --- paths of the classic commitlog that DLedger mode refuses ------------------------------
+    def append_data(self, start_offset: int, data: Any) -> bool:
+        log.error("append_data (classic HA slave) at %d refused: DLedger mode replicates itself", start_offset)
+        return False
+
+    def reset_offset(self, offset: int) -> bool:
+        log.error("reset_offset(%d) refused in DLedger mode", offset)
+        return False
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        log.error("truncate_dirty_files(%d) refused in DLedger mode (DLedger truncates its own log)", offset)
+
+    # --- deletion ---------------------------------------------------------------------------
+    def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,
+                             clean_immediately: bool = False) -> int:
+        """Old files first (DLedger kept while any exists), then DLedger files (module rules)."""
+        mfq = self.old.mapped_file_queue
+        if mfq.mapped_files:
+            n = mfq.delete_expired_file_by_time(expired_seconds, max_delete, clean_immediately=clean_immediately)
+            files = mfq.mapped_files
+            if len(files) == 1 and n < max_delete and (clean_immediately or files[0].age_seconds() >= expired_seconds):
+                log.info("delete the last old commitlog file %s", files[0].path)
+                files[0].destroy()
+                mfq.mapped_files = []
+                n += 1
+            return n
+        if self.dledger_store is None or self._loop is None:
+            return 0
+        reserved_ms = (expired_seconds + 3600) * 1000  # DLedger's fileReservedHours = fileReservedTime + 1
+        dl = self.dledger_store
+        return self._run_on_loop(lambda: dl.delete_expired_files(reserved_ms, force=clean_immediately))
+
+    # --- queue offsets ----------------------------------------------------------------------
+    def topic_queue_table_as_keys(self) -> dict[str, int]:
+        return {f"{t}-{q}": v for (t, q), v in self.topic_queue_table.items()}
+
+    def remove_queue_from_topic_queue_table(self, topic: str, queue_id: int) -> None:
+        table = dict(self.topic_queue_table)
+        table.pop((topic, queue_id), None)
+        self.topic_queue_table = table
+
+    # --- status -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Role, term, leader, DLedger indexes, divided offset, per-follower lag, offsets."""
+        out: dict[str, Any] = {
+            "divided_commitlog_offset": self.divided_commitlog_offset,
+            "min_offset": self.min_offset, "max_offset": self.max_offset,
+            "old_commitlog_files": len(self.old.mapped_file_queue.mapped_files),
+            "leader_ready": self.leader_ready, "counters": dict(self.counters),
+        }
+        if self.server is None or self._loop is None:
+            return out
+        st = self._run_on_loop(self.server.status, timeout=5)
+        out.update({k: st[k] for k in ("group", "self_id", "role", "term", "leader_id", "leader_addr",
+                                       "begin_index", "end_index", "committed_index")})
+        out["peers"] = {p: {"match_index": v["match_index"], "lag": v["lag"]} for p, v in st["peers"].items()}
+        dl = self.dledger_store
+        out.update({"committed_pos": dl.committed_pos, "write_pos": dl.write_pos, "flushed_pos": dl.flush_pos})
+        return out
