@@ -454,7 +454,7 @@ def render(insp: Inspection) -> str:
     head = ("role", "store", "files", "min", "max", "tail", "shutdown", "lock", "consumequeue", "config", "free")
     rows = [head]
     for s in insp.stores:
-        tail = "-" if not s.files else (f"{s.tail_file[-8:]}+{s.tail_position}" + (" blank" if s.frozen else ""))
+        tail = "-" if not s.tail_file else (f"{s.tail_file[-8:]}+{s.tail_position}" + (" blank" if s.frozen else ""))
         rows.append((
             s.role, s.root, str(len(s.files)), str(s.min_offset) if s.files else "-", str(s.max_offset) if s.files else "-",
             tail, "clean" if s.clean_shutdown else "DIRTY (abort)", "HELD" if s.lock_holder else "free",
