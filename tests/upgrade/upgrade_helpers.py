@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -49,13 +50,15 @@ def flip_byte(root: Path, offset: int, file_size: int) -> Path:
     return f
 
 
-def make_dirty(root: Path, max_offset: int, file_size: int) -> None:
-    """A crash: ``abort`` left behind and a torn record (garbage) after the end."""
+def make_dirty(root: Path, max_offset: int, file_size: int, corrupt: bool = False) -> None:
+    """A crash: ``abort`` left behind and, after the end, a torn record (the first 40 bytes of a
+    300-byte record) or, with ``corrupt``, 64 bytes of garbage (data after an invalid record)."""
     (root / "abort").write_bytes(b"")
     f = root / "commitlog" / f"{max_offset - max_offset % file_size:020d}"
+    torn = struct.pack(">iiii", 300, -626843481, 0x1234, 1) + bytes(range(1, 25))
     with open(f, "r+b") as fh:
         fh.seek(max_offset % file_size)
-        fh.write(b"\xab" * 64)
+        fh.write(b"\xab" * 64 if corrupt else torn)
 
 
 def hold_lock(root: Path) -> subprocess.Popen:
