@@ -1,0 +1,173 @@
+"""DLedgerRoleChangeHandler in process: real BrokerControllers (store, DLedger server, HTTP API,
+sockets on 127.0.0.1) on one event loop, each with its DLedger loop thread.
+
+Covers what the three-process tests do not pin down: the role mapping (brokerId -1 before any
+role, selfId+1 as slave, 0 as master), a candidate without quorum refusing writes with no
+master address, a follower naming the leader's API address from ``dLegerPeersHttp``, the
+candidate-after-leader-loss path, queue offsets continuing after a restart, and the admin
+endpoints' error answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from broker.api.client import BrokerClient, BrokerClientError
+from broker.config import parse_conf
+from broker.controller import BrokerController
+from broker.role import slave_broker_id
+from tests.broker.api.broker_procs import master_conf
+
+
+def _ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _controllers(tmp: Path, ids: list[str]) -> list[BrokerController]:
+    ports = _ports(2 * len(ids))
+    http = {n: ports[i] for i, n in enumerate(ids)}
+    peers = ";".join(f"{n}-127.0.0.1:{ports[len(ids) + i]}" for i, n in enumerate(ids))
+    http_peers = ";".join(f"{n}-127.0.0.1:{http[n]}" for n in ids)
+    out = []
+    for n in ids:
+        text = "\n".join([
+            "brokerName=RaftRole", "brokerIP1=127.0.0.1", f"listenPort={http[n]}",
+            f"storePathRootDir={tmp / n}", "mappedFileSizeCommitLog=1048576", "enableDLegerCommitLog=true",
+            "dLegerGroup=RaftRole", f"dLegerPeers={peers}", f"dLegerPeersHttp={http_peers}", f"dLegerSelfId={n}",
+            "dLegerHeartbeatIntervalMs=50", "dLegerElectionTimeoutMs=200-400", "slaveSyncIntervalMs=300", "",
+        ])
+        conf = parse_conf(text, f"{n}.conf")
+        out.append(BrokerController(conf.broker, conf.store))
+    return out
+
+
+async def _until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        value = pred()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_slave_broker_id_is_self_id_number_plus_one() -> None:
+    assert [slave_broker_id(i) for i in ("n0", "n1", "n2", "n12")] == [1, 2, 3, 13]
+
+
+@pytest.mark.timeout(60)
+async def test_single_node_group_becomes_master_and_keeps_queue_offsets(tmp_path: Path) -> None:
+    (c,) = _controllers(tmp_path, ["n0"])
+    assert (c.broker_id, c.is_master()) == (-1, False)  # RocketMQ BrokerStartup: -1 until a role
+    await c.start()
+    try:
+        await _until(c.is_master, 10, "n0 master")
+        assert (c.broker_role, c.broker_id) == ("SYNC_MASTER", 0)
+        async with BrokerClient(c.api_address) as api:
+            r = [await api.send("TopicRole", f"m{i}", queue_id=1) for i in range(3)]
+            assert [x["queueOffset"] for x in r] == [0, 1, 2]
+            st = await api.status()
+            d = st["dledger"]
+            assert (d["role"], d["selfId"], d["leaderId"], d["leaderApiAddress"]) == ("LEADER", "n0", "n0", c.api_address)
+            assert d["committedIndex"] == d["endIndex"] >= 3 and d["leaderReady"] and d["followers"] == {}
+            assert st["ha"] == {"mode": "dledger"} and d["lastLeaderCatchUpMs"] is not None
+            assert (await api.transfer_leader("n0"))["ok"]  # to itself: nothing to do
+            for call, code in ((api.transfer_leader("n7"), "BAD_REQUEST"), (api.set_preferred_leader(["n7"]), "BAD_REQUEST")):
+                with pytest.raises(BrokerClientError) as exc:
+                    await call
+                assert exc.value.code == code
+            assert (await api.set_preferred_leader(["n0"]))["preferredLeaders"] == ["n0"]
+    finally:
+        await c.shutdown()
+    # restart: the rebuilt queue offsets continue where the committed log ended
+    (c2,) = [BrokerController(c.broker_config, c.store_config)]
+    await c2.start()
+    try:
+        await _until(c2.is_master, 10, "n0 master again")
+        async with BrokerClient(c2.api_address) as api:
+            assert (await api.send("TopicRole", "after restart", queue_id=1))["queueOffset"] == 3
+    finally:
+        await c2.shutdown()
+
+
+@pytest.mark.timeout(90)
+async def test_candidate_follower_and_leader_loss(tmp_path: Path) -> None:
+    a, b = _controllers(tmp_path, ["n0", "n1"])
+    started: list[BrokerController] = []
+    try:
+        await a.start()
+        started.append(a)
+        # alone in a group of two: no quorum, a candidate -> slave with no master to name
+        await _until(lambda: a.broker_role == "SLAVE", 10, "n0 slave while candidate")
+        assert a.broker_id == 1 and a.master_api_address is None
+        async with BrokerClient(a.api_address) as api:
+            with pytest.raises(BrokerClientError) as exc:
+                await api.send("TopicRole", "no leader yet")
+            assert exc.value.code == "NOT_MASTER" and exc.value.body["masterAddress"] is None
+        await b.start()
+        started.append(b)
+        leader = await _until(lambda: next((x for x in (a, b) if x.is_master()), None), 15, "a master")
+        follower = b if leader is a else a
+        await _until(lambda: follower.master_api_address == leader.api_address, 10, "follower names the leader")
+        assert follower.broker_id == slave_broker_id(follower.role_handler.self_id)
+        async with BrokerClient(follower.api_address) as api:
+            with pytest.raises(BrokerClientError) as exc:
+                await api.send("TopicRole", "to the follower")
+            assert exc.value.body["masterAddress"] == leader.api_address
+            with pytest.raises(BrokerClientError) as exc:  # only the leader transfers
+                await api.transfer_leader(follower.role_handler.self_id)
+            assert exc.value.code == "NOT_MASTER" and exc.value.body["masterAddress"] == leader.api_address
+        async with BrokerClient(leader.api_address) as api:
+            await api.create_topic("TopicRoleMeta", read_queue_nums=2, write_queue_nums=2)
+            sent = await api.send("TopicRoleMeta", "replicated", queue_id=0)
+        await _until(lambda: follower.metadata.topic("TopicRoleMeta") is not None, 10, "topic synced to the follower")
+        async with BrokerClient(follower.api_address) as api:
+            got = await _until(lambda: _pulled(api), 10, "message dispatched on the follower")
+            assert got[0]["commitLogOffset"] == sent["commitLogOffset"]
+        # the leader goes away: the survivor becomes a candidate, stays a slave, names nobody
+        await leader.shutdown()
+        started.remove(leader)
+        await _until(lambda: follower.master_api_address is None, 10, "survivor forgets the old master")
+        assert follower.broker_role == "SLAVE" and not follower.is_master()
+        assert follower.broker_id == slave_broker_id(follower.role_handler.self_id)
+    finally:
+        for x in started:
+            await x.shutdown()
+
+
+async def _pulled(api: BrokerClient) -> list[dict[str, Any]]:
+    return (await api.pull("TopicRoleMeta", 0, 0, 4))["messages"]
+
+
+@pytest.mark.timeout(60)
+async def test_classic_broker_has_no_dledger_admin(tmp_path: Path) -> None:
+    from broker.config import load_conf
+
+    conf, _ = master_conf(tmp_path, "ASYNC_MASTER")
+    parsed = load_conf(conf)
+    c = BrokerController(parsed.broker, parsed.store)
+    await c.start()
+    try:
+        async with BrokerClient(c.api_address) as api:
+            assert "dledger" not in await api.status()
+            calls: list[Awaitable[Any]] = [api.dledger_status(), api.transfer_leader("n1"), api.set_preferred_leader(["n1"])]
+            for call in calls:
+                with pytest.raises(BrokerClientError) as exc:
+                    await call
+                assert exc.value.code == "BAD_REQUEST" and "DLedger mode" in exc.value.message
+    finally:
+        await c.shutdown()
