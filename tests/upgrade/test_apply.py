@@ -198,3 +198,14 @@ def test_kill9_during_apply_then_rerun_matches_uninterrupted(fixture_root: Path,
     assert tree_state(crash, (".journal.json", "plan.json")) == tree_state(ref, (".journal.json", "plan.json"))
     assert journal_state(journal, crash) == journal_state(ref / "plan.journal.json", ref)
     _assert_old_files([crash / "m", crash / "n1", crash / "n2"], fixture_root / "rmq-mixed")
+
+
+def test_seed_by_rebuilding_consumequeues(fixture_root: Path, fixture_set, tmp_path: Path) -> None:
+    m = copy(fixture_root, fixture_set.classic, tmp_path / "m")
+    plan = _plan(tmp_path, seed_consumequeue="rebuild")
+    apply_plan(plan, freeze=True, echo=_quiet)
+    for n in (tmp_path / "n1", tmp_path / "n2"):
+        assert inspect_store(n).cq_state == "agrees"
+        for cq in sorted(p for p in (m / "consumequeue").rglob("0*") if p.is_file()):
+            assert (n / cq.relative_to(m)).read_bytes() == cq.read_bytes(), cq
+    _assert_old_files([m, tmp_path / "n1", tmp_path / "n2"], fixture_root / fixture_set.mixed)
