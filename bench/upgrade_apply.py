@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker.store.message import MessageExt, blank_record, encode_batch, patch_offsets  # noqa: E402
+from broker.store.message import MessageExt, blank_record, encode_batch, iter_records, patch_offsets  # noqa: E402
 from broker.store.message_store import DefaultMessageStore  # noqa: E402
 from upgrade.apply import apply_plan  # noqa: E402
 from upgrade.inspect import inspect_store, inspect_stores  # noqa: E402
@@ -87,10 +87,7 @@ def run_size(base: Path, gib: int, data_per_file: int, behind: int, scenario: st
     if scenario == "replicas":
         subprocess.run(["cp", "-r", "--sparse=always", str(m), str(s2)], check=True)
     last = inspect_store(m)
-    rows = []  # walk back ``behind`` records in the last file for the slave's cut
     pos = last.max_offset - last.max_offset % GIB
-    from broker.store.message import iter_records  # noqa: PLC0415
-
     with open(m / "commitlog" / f"{pos:020d}", "rb") as fh:
         buf = fh.read(data_per_file * 2)
     rows = [p for p, _ in iter_records(buf)]

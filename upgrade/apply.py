@@ -29,6 +29,7 @@ raise :class:`ApplyError` (one line) when the world does not match the plan.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -194,8 +195,6 @@ class _Applier:
             target.parent.mkdir(parents=True, exist_ok=True)
             fileops.atomic_copy_file(f, target, size)
             digests.append(f"{rel}:{want}")
-        import hashlib
-
         return {"files": len(files), "digest": hashlib.sha256("\n".join(digests).encode()).hexdigest()}
 
     def do_write_conf(self, a: Action) -> dict[str, Any]:
