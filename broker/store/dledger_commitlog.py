@@ -43,7 +43,8 @@ event loop. Role-change and leader-ready listeners are called on the DLedger loo
 to your own loop (``call_soon_threadsafe``) before touching its objects. Readers (reput thread,
 HTTP handlers) read mmapped bytes below the committed position from any thread.
 
-Recovery is in ``dledger_recovery.py``; the record parser and barrier in ``dledger_dispatch.py``.
+Split: the loop-side put path and status mapping in ``dledger_put.py``, recovery in
+``dledger_recovery.py``, the record parser and the barrier in ``dledger_dispatch.py``.
 """
 from __future__ import annotations
 
@@ -60,42 +61,20 @@ from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferRes
 from broker.store.dledger_dispatch import (
     DLEDGER_BODY_OFFSET, barrier_message_body, check_dledger_message_and_return_size,
 )
+from broker.store.dledger_put import append_on_loop, put_status_for  # noqa: F401 (put_status_for: API)
 from broker.store.errors import MessageFormatError
 from broker.store.message import (
     DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt, PropertiesSizeExceeded,
     decode_message, encode_batch, store_timestamp_position,
 )
-from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
+from broker.store.put_result import PutMessageResult, PutMessageStatus
 from dledger.config import DLedgerConfig
-from dledger.core.codes import Code, Role
-from dledger.errors import DLedgerError
+from dledger.core.codes import Role
 
 log = logging.getLogger(__name__)
 
 _Q = struct.Struct(">q")
-_QO = struct.Struct(">q")
 _I = struct.Struct(">i")
-
-SERVICE_NOT_AVAILABLE_CODES = frozenset({
-    Code.NOT_LEADER, Code.INCONSISTENT_LEADER, Code.LEADER_NOT_READY, Code.LEADER_TRANSFERRING,
-    Code.TERM_CHANGED, Code.DISK_FULL, Code.DISK_ERROR,
-})
-
-
-def put_status_for(code: int) -> PutMessageStatus:
-    """PutMessageStatus of a DLedger response code (module rules)."""
-    if code == Code.SUCCESS:
-        return PutMessageStatus.PUT_OK
-    if code in SERVICE_NOT_AVAILABLE_CODES:
-        return PutMessageStatus.SERVICE_NOT_AVAILABLE
-    if code == Code.LEADER_PENDING_FULL:
-        return PutMessageStatus.OS_PAGECACHE_BUSY
-    if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
-        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-    if code in (Code.UNEXPECTED_ARGUMENT, Code.REQUEST_WITH_EMPTY_BODYS):
-        return PutMessageStatus.MESSAGE_ILLEGAL
-    return PutMessageStatus.UNKNOWN_ERROR
-
 
 class _NoFlushService:
     """``DefaultMessageStore.shutdown`` stops ``commitlog.flush_service``; DLedger flushes itself."""
@@ -505,92 +484,10 @@ class DLedgerCommitLog:
             out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog not started"))
             return out
         try:
-            loop.call_soon_threadsafe(self._append_on_loop, msgs, batch, keep_store_timestamp, out)
+            loop.call_soon_threadsafe(append_on_loop, self, msgs, batch, keep_store_timestamp, out)
         except RuntimeError:  # loop closed
             out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog stopped"))
         return out
-
-    def _not_leader(self, why: str) -> PutMessageResult:
-        s = self.server
-        leader = s.leader_id if s is not None else None
-        self.counters["refused"] += 1
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=why,
-                                extra={"leader_id": leader,
-                                       "leader_addr": s.config.address_of(leader) if s is not None else None})
-
-    def _append_on_loop(self, msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
-                        out: "concurrent.futures.Future[PutMessageResult]") -> None:
-        """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
-        if out.done():
-            return
-        if not self._leader_ready.is_set():
-            role = self.server.role.value if self.server is not None else "stopped"
-            out.set_result(self._not_leader(f"not a ready DLedger leader (role {role})"))
-            return
-        data, starts, sizes = batch.data, batch.starts, batch.sizes
-        view = memoryview(data)
-        now = int(time.time() * 1000)
-        table = self.topic_queue_table
-        local: dict[tuple[str, int], int] = {}
-        qoffs = [0] * len(msgs)
-        bodies = []
-        last_ts = now
-        for i, msg in enumerate(msgs):
-            s, n = starts[i], sizes[i]
-            tran = msg.sys_flag & 0xC
-            if tran == 0x4 or tran == 0xC:
-                qo = 0
-            else:
-                key = (msg.topic, msg.queue_id)
-                qo = local.get(key)
-                if qo is None:
-                    qo = table.get(key, 0)
-                local[key] = qo + 1
-            _QO.pack_into(data, s + 20, qo)
-            if keep_ts:
-                last_ts = msg.store_timestamp
-            else:
-                _Q.pack_into(data, s + (68 if data[s + 39] & 0x10 else 56), now)
-            qoffs[i] = qo
-            bodies.append(view[s:s + n])
-        fut = self.server.append_batch(bodies)
-        if fut.done() and fut.exception() is not None:
-            exc = fut.exception()
-            code = getattr(exc, "code", Code.UNKNOWN)
-            self.counters["refused"] += 1
-            if code == Code.NOT_LEADER:
-                out.set_result(self._not_leader(str(exc)))
-            else:
-                out.set_result(PutMessageResult(put_status_for(code), error=str(exc)))
-            return
-        table.update(local)
-        self.counters["puts"] += 1
-        self.counters["put_messages"] += len(msgs)
-        phys = [p + DLEDGER_BODY_OFFSET for p in fut.positions]
-        ar = AppendMessageResult(
-            wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=last_ts, logics_offset=qoffs[0],
-            msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
-            store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1],
-        )
-        fut.add_done_callback(lambda f: self._complete(f, ar, out))
-
-    def _complete(self, f: Any, ar: AppendMessageResult, out: "concurrent.futures.Future[PutMessageResult]") -> None:
-        exc = f.exception() if not f.cancelled() else DLedgerError(Code.INTERNAL_ERROR, "append cancelled")
-        if self.message_store is not None:
-            self.message_store.wake_dispatch()
-        if out.done():
-            return
-        if exc is None:
-            out.set_result(PutMessageResult(PutMessageStatus.PUT_OK, ar))
-            return
-        code = getattr(exc, "code", Code.UNKNOWN)
-        status = put_status_for(code)
-        if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
-            self.counters["quorum_timeouts"] += 1
-            out.set_result(PutMessageResult(status, ar, error=str(exc)))
-        else:
-            out.set_result(PutMessageResult(status, None, error=str(exc),
-                                            extra={"wrote_offset": ar.wrote_offset, "maybe_stored": True}))
 
     # --- paths of the classic commitlog that DLedger mode refuses ------------------------------
     def append_data(self, start_offset: int, data: Any) -> bool:

@@ -1,0 +1,142 @@
+"""The DLedger put path on the leader: queue offsets, one entry per message, status mapping.
+
+Rules (reference §4.5, DESIGN §5):
+- Runs on the DLedger event-loop thread only, which serialises every put: queue offsets are
+  taken from ``topic_queue_table`` (0 for PREPARED/ROLLBACK, which do not advance it), written
+  into each message (QUEUEOFFSET, and STORETIMESTAMP = now unless kept) and the messages are
+  appended as one DLedger batch, one entry per message; the append hook fills PHYSICALOFFSET.
+- The table advances only if the local append succeeded: a refused append consumes no queue
+  offset (Apache 5.0-5.1's gap, issue #6570, cannot happen).
+- Only a *ready* leader appends (``DLedgerCommitLog.leader_ready``); otherwise, and on
+  NOT_LEADER, the answer is SERVICE_NOT_AVAILABLE with ``extra = {leader_id, leader_addr}``.
+- Completion: the put's future resolves when DLedger commits (PUT_OK) or fails the entries;
+  DLedger codes map to PutMessageStatus by :func:`put_status_for` (decision and reasons in the
+  DLedgerCommitLog docstring). Only PUT_OK and FLUSH_SLAVE_TIMEOUT (appended, quorum not reached
+  in time, may still commit) carry the append result; other failures say ``maybe_stored`` and
+  the wrote offset in ``extra``.
+
+Theory of operation: plain functions over a DLedgerCommitLog; the commitlog encodes in the
+caller's thread and schedules :func:`append_on_loop` with ``call_soon_threadsafe``; the result
+travels back through a ``concurrent.futures.Future`` that blocking and async callers share.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import struct
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
+from broker.store.message import MessageExt
+from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
+from dledger.core.codes import Code
+from dledger.errors import DLedgerError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.dledger_commitlog import DLedgerCommitLog
+
+_Q = struct.Struct(">q")
+
+SERVICE_NOT_AVAILABLE_CODES = frozenset({
+    Code.NOT_LEADER, Code.INCONSISTENT_LEADER, Code.LEADER_NOT_READY, Code.LEADER_TRANSFERRING,
+    Code.TERM_CHANGED, Code.DISK_FULL, Code.DISK_ERROR,
+})
+
+
+def put_status_for(code: int) -> PutMessageStatus:
+    """PutMessageStatus of a DLedger response code (module rules)."""
+    if code == Code.SUCCESS:
+        return PutMessageStatus.PUT_OK
+    if code in SERVICE_NOT_AVAILABLE_CODES:
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if code == Code.LEADER_PENDING_FULL:
+        return PutMessageStatus.OS_PAGECACHE_BUSY
+    if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    if code in (Code.UNEXPECTED_ARGUMENT, Code.REQUEST_WITH_EMPTY_BODYS):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return PutMessageStatus.UNKNOWN_ERROR
+
+
+
+def not_leader(cl: "DLedgerCommitLog", why: str) -> PutMessageResult:
+    s = cl.server
+    leader = s.leader_id if s is not None else None
+    cl.counters["refused"] += 1
+    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=why,
+                            extra={"leader_id": leader,
+                                   "leader_addr": s.config.address_of(leader) if s is not None else None})
+
+def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
+                   out: "concurrent.futures.Future[PutMessageResult]") -> None:
+    """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
+    if out.done():
+        return
+    if not cl._leader_ready.is_set():
+        role = cl.server.role.value if cl.server is not None else "stopped"
+        out.set_result(not_leader(cl, f"not a ready DLedger leader (role {role})"))
+        return
+    data, starts, sizes = batch.data, batch.starts, batch.sizes
+    view = memoryview(data)
+    now = int(time.time() * 1000)
+    table = cl.topic_queue_table
+    local: dict[tuple[str, int], int] = {}
+    qoffs = [0] * len(msgs)
+    bodies = []
+    last_ts = now
+    for i, msg in enumerate(msgs):
+        s, n = starts[i], sizes[i]
+        tran = msg.sys_flag & 0xC
+        if tran == 0x4 or tran == 0xC:
+            qo = 0
+        else:
+            key = (msg.topic, msg.queue_id)
+            qo = local.get(key)
+            if qo is None:
+                qo = table.get(key, 0)
+            local[key] = qo + 1
+        _Q.pack_into(data, s + 20, qo)
+        if keep_ts:
+            last_ts = msg.store_timestamp
+        else:
+            _Q.pack_into(data, s + (68 if data[s + 39] & 0x10 else 56), now)
+        qoffs[i] = qo
+        bodies.append(view[s:s + n])
+    fut = cl.server.append_batch(bodies)
+    if fut.done() and fut.exception() is not None:
+        exc = fut.exception()
+        code = getattr(exc, "code", Code.UNKNOWN)
+        cl.counters["refused"] += 1
+        if code == Code.NOT_LEADER:
+            out.set_result(not_leader(cl, str(exc)))
+        else:
+            out.set_result(PutMessageResult(put_status_for(code), error=str(exc)))
+        return
+    table.update(local)
+    cl.counters["puts"] += 1
+    cl.counters["put_messages"] += len(msgs)
+    phys = [p + DLEDGER_BODY_OFFSET for p in fut.positions]
+    ar = AppendMessageResult(
+        wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=last_ts, logics_offset=qoffs[0],
+        msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
+        store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1],
+    )
+    fut.add_done_callback(lambda f: complete_put(cl, f, ar, out))
+
+def complete_put(cl: "DLedgerCommitLog", f: Any, ar: AppendMessageResult, out: "concurrent.futures.Future[PutMessageResult]") -> None:
+    exc = f.exception() if not f.cancelled() else DLedgerError(Code.INTERNAL_ERROR, "append cancelled")
+    if cl.message_store is not None:
+        cl.message_store.wake_dispatch()
+    if out.done():
+        return
+    if exc is None:
+        out.set_result(PutMessageResult(PutMessageStatus.PUT_OK, ar))
+        return
+    code = getattr(exc, "code", Code.UNKNOWN)
+    status = put_status_for(code)
+    if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+        cl.counters["quorum_timeouts"] += 1
+        out.set_result(PutMessageResult(status, ar, error=str(exc)))
+    else:
+        out.set_result(PutMessageResult(status, None, error=str(exc),
+                                        extra={"wrote_offset": ar.wrote_offset, "maybe_stored": True}))
