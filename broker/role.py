@@ -14,7 +14,8 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   that term (or a newer event is queued). Then ``change_to_master(SYNC_MASTER)`` with brokerId
   0: writes are accepted from here. The wait is bounded by ``leader_wait_timeout_s``: a leader
   that cannot catch up (dispatch stuck, store broken) does not sit on the group refusing
-  writes; it hands leadership to the most caught-up follower and stays a slave.
+  writes; it hands leadership to the most caught-up follower and stays a slave (if no follower
+  can take over, it keeps waiting).
 - FOLLOWER / CANDIDATE: ``change_to_slave(int(selfId[1:]) + 1, leader's HTTP API address)``.
   Writes are refused with ``NOT_MASTER`` carrying that address (``None`` while no leader is
   known); SlaveSynchronize is retargeted to the leader and triggered at once, so metadata JSON
@@ -181,7 +182,7 @@ class DLedgerRoleChangeHandler:
         return self._pending is None and self.server.role is Role.LEADER and self.server.term == ev.term
 
     async def _become_master(self, ev: RoleEvent) -> None:
-        t0 = time.monotonic()
+        t0 = deadline_from = time.monotonic()
         while True:
             if not self._still_leader(ev):
                 log.info("DLedger %s lost leadership of term %d while catching up; not becoming master",
@@ -189,11 +190,12 @@ class DLedgerRoleChangeHandler:
                 return
             if self._ready_term >= ev.term and self.commitlog.leader_ready:
                 break
-            if time.monotonic() - t0 > self.leader_wait_timeout_s:
+            if time.monotonic() - deadline_from > self.leader_wait_timeout_s:
                 log.error("DLedger %s leader of term %d not caught up after %.0f s (commit/dispatch); "
                           "handing leadership over", self.self_id, ev.term, self.leader_wait_timeout_s)
                 await self._hand_over()
-                return
+                deadline_from = time.monotonic()  # still leader (nobody could take over): keep waiting
+                continue
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), self.poll_s * 10)
