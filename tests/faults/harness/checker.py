@@ -89,8 +89,9 @@ def check(events: Sequence[dict[str, Any]], replicas: Mapping[str, Sequence[Msg]
                 res.flag("phantom", f"{node}: {key} at {found[0]['phys']} was never sent")
             elif op["outcome"] == "fail" and (definite_fail_codes is None or op.get("code") in definite_fail_codes):
                 res.flag("failed-present", f"{node}: {key} failed with {op.get('code')} but is stored at {found[0]['phys']}")
-            elif op["outcome"] == "info" and first:
+            elif op["outcome"] in ("info", "fail") and first:
                 res.counts["recovered"] += 1
+                res.counts[f"recovered:{op.get('code')}"] += 1
         for o in acked:
             found = where.get(o["key"], [])
             if not found:

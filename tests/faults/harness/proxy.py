@@ -77,7 +77,7 @@ class _Splitter:
         return out
 
 
-@dataclass
+@dataclass(eq=False)
 class _Conn:
     link: "Link"
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
