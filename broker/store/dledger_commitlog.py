@@ -75,6 +75,7 @@ log = logging.getLogger(__name__)
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
+SERVER_SHUTDOWN_TIMEOUT_S = 5.0
 
 class _NoFlushService:
     """``DefaultMessageStore.shutdown`` stops ``commitlog.flush_service``; DLedger flushes itself."""
@@ -231,7 +232,14 @@ class DLedgerCommitLog:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
                 if self.server is not None:
                     if self._started:
-                        await self.server.shutdown()
+                        stopping = asyncio.ensure_future(self.server.shutdown())
+                        done, _ = await asyncio.wait([stopping], timeout=SERVER_SHUTDOWN_TIMEOUT_S)
+                        if not done:  # seen: a peer link that lost its cancellation keeps reconnecting
+                            log.error("%s: DLedger server shutdown stuck for %.0f s; closing its store directly",
+                                      self.dledger_config.self_id, SERVER_SHUTDOWN_TIMEOUT_S)
+                            self.server.log_view.close()
+                        elif stopping.exception() is not None:
+                            log.error("DLedger server shutdown failed: %s", stopping.exception())
                     else:
                         self.server.log_view.close()
 
@@ -278,6 +286,7 @@ class DLedgerCommitLog:
     def _on_role_change(self, term: int, role: Role) -> None:
         self._leader_ready.clear()
         self._ready_term = -1
+        self._tasks = [t for t in self._tasks if not t.done()]
         if role is Role.LEADER and self._loop is not None:
             self._tasks.append(self._loop.create_task(self._become_ready(term), name="dledger-leader-ready"))
         for cb in list(self._role_listeners):
