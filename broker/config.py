@@ -17,7 +17,8 @@ Rules:
   typo: :class:`ConfigError` naming key, file and line and the nearest known key.
 - Store paths derive from ``storePathRootDir`` as in RocketMQ's getters and
   ``StorePathConfigHelper``; ``haListenPort`` defaults to ``listenPort + 1`` (BrokerStartup);
-  our HTTP API listens on ``httpListenPort``, default ``listenPort``.
+  our HTTP API listens on ``httpListenPort``, default ``listenPort`` (then that one port speaks
+  both RocketMQ remoting and HTTP, told apart by the first byte; see ``broker.remoting``).
 - DLedger keys are validated when ``enableDLegerCommitLog=true``: ``dLegerSelfId`` is a letter
   followed by digits and appears in ``dLegerPeers`` (``n0-host:port;n1-host:port``); our
   ``dLegerPeersHttp`` (same form, each peer's HTTP API) must list the same ids and this node's
@@ -212,6 +213,13 @@ class BrokerConfig:
     http_listen_port: int = _key("httpListenPort", 0, ours=True)  # 0: same as listenPort
     # slave metadata sync period (RocketMQ: 10 s, fixed); also used by DLedger followers
     slave_sync_interval_ms: int = _key("slaveSyncIntervalMs", 10_000, ours=True)
+    # remoting (RocketMQ clients) on listenPort: name server registration, long polling, ACL
+    register_name_server_period: int = _key("registerNameServerPeriod", 30_000)
+    register_broker_timeout_mills: int = _key("registerBrokerTimeoutMills", 6000)
+    long_polling_enable: bool = _key("longPollingEnable", True)
+    short_polling_time_mills: int = _key("shortPollingTimeMills", 1000)
+    acl_enable: bool = _key("aclEnable", False)
+    plain_acl_file: Optional[str] = _key("plainAclFile", ours=True)  # None: <rocketmqHome>/conf/plain_acl.yml
 
     @property
     def api_listen_port(self) -> int:

@@ -6,7 +6,7 @@ Rules:
   the lock, ``start`` writes ``abort``; ``StoreLock`` here only if a store does not) -> load the
   metadata JSON files -> HA (classic
   only: ``HAService`` on a master, ``HAClient`` to ``haMasterAddress`` on a slave) -> HTTP API on
-  ``listenPort`` -> SlaveSynchronize (slave only). Any failure undoes what was started and is
+  ``listenPort`` (shared with remoting, see ``broker.remoting``) -> SlaveSynchronize (slave only). Any failure undoes what was started and is
   raised as :class:`BrokerStartError` with one clear sentence.
 - Shutdown (SIGTERM/SIGINT, or :meth:`shutdown`) is the reverse: stop accepting HTTP requests
   (in-flight ones finish), stop SlaveSynchronize and HA, persist metadata, shut the store down
@@ -99,6 +99,7 @@ class BrokerController:
         self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
+        self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         self._lock: StoreLock | None = None
         self._runner: web.AppRunner | None = None
         self._housekeeping: asyncio.Task[None] | None = None
@@ -157,6 +158,8 @@ class BrokerController:
         self.broker_role = role
         self._master_api_address = None
         log.info("broker %s role changed %s/id %s -> %s/id 0", self.broker_name, old[0], old[1], role)
+        if self.remoting is not None:
+            self.remoting.role_changed()  # re-register with the name servers at once, as brokerId 0
 
     def change_to_slave(self, broker_id: int, master_api_address: Optional[str]) -> None:
         """Follower/candidate: refuse writes, sync metadata from ``master_api_address``."""
@@ -172,6 +175,8 @@ class BrokerController:
         if old != (self.broker_role, self.broker_id):
             log.info("broker %s role changed %s/id %s -> SLAVE/id %s (master %s)", self.broker_name, old[0], old[1],
                      self.broker_id, master_api_address)
+        if self.remoting is not None:
+            self.remoting.role_changed()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -202,12 +207,15 @@ class BrokerController:
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host=_cfg(self.broker_config, "listen_host", "0.0.0.0"), port=self.http_port,
-                           reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise BrokerStartError(f"cannot listen on HTTP port {self.http_port} (httpListenPort/listenPort): {exc.strerror}") from None
+        host = _cfg(self.broker_config, "listen_host", "0.0.0.0")
+        shared = self.http_port == self.listen_port  # one port, remoting + HTTP told apart by the first byte
+        if not shared:
+            site = web.TCPSite(self._runner, host=host, port=self.http_port, reuse_address=True)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise BrokerStartError(f"cannot listen on HTTP port {self.http_port} (httpListenPort): {exc.strerror}") from None
+        await self._start_remoting(host, shared)
         if self.broker_role == SLAVE and not self.dledger_enabled:
             self.slave_sync = self._make_slave_sync()
             self.slave_sync.start()
@@ -216,6 +224,7 @@ class BrokerController:
         if self.slave_sync is not None:  # a DLedger role change made us a slave during start-up
             self.slave_sync.start()
         self.writable = True
+        self.remoting.start_registrar()
         log.info(
             "broker %s (cluster %s) started as %s, brokerId %d, API http://%s, %s, store %s (%s recovery, max offset %d) in %.2fs",
             self.broker_name, self.cluster_name, self.broker_role if not self.dledger_enabled else "DLEDGER (awaiting role)",
@@ -223,6 +232,20 @@ class BrokerController:
             "normal" if self.store_access.last_exit_ok else "abnormal", self.store_access.max_phy_offset(),
             time.monotonic() - t0,
         )
+
+    async def _start_remoting(self, host: str, shared: bool) -> None:
+        from broker.remoting.broker_remoting import BrokerRemoting, RemotingConfigError  # noqa: WPS433
+
+        try:
+            self.remoting = BrokerRemoting(self)
+        except (RemotingConfigError, ValueError) as exc:
+            raise BrokerStartError(str(exc)) from None
+        assert self._runner is not None
+        try:
+            await self.remoting.start(host, self.listen_port, self._runner.server if shared else None)
+        except OSError as exc:
+            what = "remoting + HTTP (listenPort)" if shared else "remoting (listenPort)"
+            raise BrokerStartError(f"cannot listen on port {self.listen_port} for {what}: {exc.strerror}") from None
 
     def _ha_summary(self) -> str:
         if self.dledger_enabled:
@@ -295,6 +318,9 @@ class BrokerController:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             self._housekeeping = None
+        if self.remoting is not None:
+            await self.remoting.stop()  # unregister from the name servers, close remoting connections
+            self.remoting = None
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting; in-flight requests finish
             self._runner = None

@@ -1,0 +1,226 @@
+"""NamesrvController: the name server's request processors, expiry scan and command line.
+
+Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``):
+- REGISTER_BROKER: header ``brokerName, brokerAddr, clusterName, haServerAddr, brokerId,
+  compressed, bodyCrc32``; body ``RegisterBrokerBody`` JSON (``topicConfigSerializeWrapper``,
+  ``filterServerList``). A non-zero ``bodyCrc32`` that does not match (CRC32 & 0x7FFFFFFF,
+  ``UtilAll.crc32``) is refused ``SYSTEM_ERROR`` "crc32 not match". Response header
+  ``haServerAddr``/``masterAddr``; body the (empty) order-topic KV table.
+- UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC (``TOPIC_NOT_EXIST`` "No topic route info in name
+  server for the topic: T"), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+  QUERY_DATA_VERSION (also refreshes liveness), PUT/GET/DELETE_KV_CONFIG (in memory; GET of a
+  missing item is ``QUERY_NOT_FOUND``). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
+- The scan runs every ``scan_interval_ms`` (10 s) and drops brokers silent for
+  ``broker_channel_max_idle_ms`` (120 s); a closed registering connection drops its brokers
+  at once.
+
+Theory of operation: RemotingServer + RouteInfoManager on one asyncio loop. ``main`` parses
+``-p/--port`` (``listenPort``, default 9876), optional ``-c`` properties file, and the test knobs
+``--broker-expiry-ms`` / ``--scan-interval-ms``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+import zlib
+from typing import Any, Optional
+
+from broker.metadata import fastjson
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode as R
+from broker.remoting.server import RemotingConnection, RemotingServer
+from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
+
+log = logging.getLogger("namesrv")
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def java_crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def _int(fields: dict[str, str], name: str, default: int = 0) -> int:
+    try:
+        return int(fields.get(name, default))
+    except ValueError:
+        raise ValueError(f"header field {name}={fields.get(name)!r} is not an integer") from None
+
+
+def _json_body(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class NamesrvController:
+    def __init__(self, *, host: str = "0.0.0.0", port: int = 9876,
+                 broker_channel_max_idle_ms: int = BROKER_CHANNEL_MAX_IDLE_MS, scan_interval_ms: int = 10_000) -> None:
+        self.host, self.port = host, port
+        self.route = RouteInfoManager(broker_channel_max_idle_ms)
+        self.scan_interval_ms = scan_interval_ms
+        self.kv: dict[str, dict[str, str]] = {}
+        self.server = RemotingServer(name="namesrv")
+        self.server.close_listeners.append(self._on_close)
+        for code, handler in {
+            RC.REGISTER_BROKER: self.register_broker, RC.UNREGISTER_BROKER: self.unregister_broker,
+            RC.GET_ROUTEINFO_BY_TOPIC: self.get_route_info, RC.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list, RC.QUERY_DATA_VERSION: self.query_data_version,
+            RC.PUT_KV_CONFIG: self.put_kv, RC.GET_KV_CONFIG: self.get_kv, RC.DELETE_KV_CONFIG: self.delete_kv,
+        }.items():
+            self.server.register(code, handler)
+        self._scan_task: Optional[asyncio.Task[None]] = None
+
+    async def start(self) -> None:
+        await self.server.start(self.host, self.port)
+        self.port = self.server.port
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="namesrv-scan")
+
+    async def shutdown(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            self._scan_task = None
+        await self.server.stop()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval_ms / 1000.0)
+            for addr in self.route.scan_not_active_broker(_now_ms()):
+                log.warning("the broker channel expired, %s %dms", addr, self.route.max_idle_ms)
+
+    def _on_close(self, conn: RemotingConnection) -> None:
+        self.route.on_channel_destroy(conn)
+
+    # ------------------------------------------------------------------ processors
+    async def register_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = cmd.ext_fields
+        for name in ("brokerName", "brokerAddr", "clusterName", "brokerId"):
+            if not f.get(name):
+                return cmd.response(R.SYSTEM_ERROR, f"the custom field <{name}> is null")
+        crc = _int(f, "bodyCrc32")
+        if crc != 0 and java_crc32(cmd.body) != crc:
+            log.warning("receive registerBroker request, crc32 not match, from %s", conn.remote_addr)
+            return cmd.response(R.SYSTEM_ERROR, "crc32 not match")
+        if f.get("compressed") == "true":
+            return cmd.response(R.SYSTEM_ERROR, "compressed RegisterBrokerBody is not supported; set compressedRegister=false")
+        wrapper: Optional[dict[str, Any]] = None
+        if cmd.body:
+            try:
+                body = fastjson.loads(cmd.body.decode("utf-8"))
+                wrapper = body.get("topicConfigSerializeWrapper") or {}
+            except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+                return cmd.response(R.SYSTEM_ERROR, f"RegisterBrokerBody is not valid JSON: {exc}")
+        result = self.route.register_broker(f["clusterName"], f["brokerAddr"], f["brokerName"], _int(f, "brokerId"),
+                                            f.get("haServerAddr"), wrapper if wrapper is not None else
+                                            {"topicConfigTable": {}, "dataVersion": None}, conn, _now_ms())
+        return cmd.response(R.SUCCESS, None, {k: v for k, v in result.items() if v},
+                            _json_body({"table": self.kv.get("ORDER_TOPIC_CONFIG", {})}))
+
+    async def unregister_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = cmd.ext_fields
+        self.route.unregister_broker(f.get("clusterName", ""), f.get("brokerAddr", ""), f.get("brokerName", ""),
+                                     _int(f, "brokerId"))
+        return cmd.response(R.SUCCESS)
+
+    async def get_route_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        topic = cmd.ext_fields.get("topic", "")
+        data = self.route.pickup_topic_route_data(topic)
+        if data is None:
+            return cmd.response(R.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}{FAQ}")
+        order = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
+        if order:
+            data["orderTopicConf"] = order
+        return cmd.response(R.SUCCESS, None, body=_json_body(data))
+
+    async def get_cluster_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.response(R.SUCCESS, None, body=_json_body(self.route.cluster_info()))
+
+    async def get_topic_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.response(R.SUCCESS, None, body=_json_body({"topicList": self.route.topic_list()}))
+
+    async def query_data_version(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        addr = cmd.ext_fields.get("brokerAddr", "")
+        try:
+            theirs = fastjson.loads(cmd.body.decode("utf-8")) if cmd.body else None
+        except (UnicodeDecodeError, ValueError):
+            theirs = None
+        live = self.route.touch(addr, _now_ms())
+        changed = live is None or live.data_version != theirs
+        body = _json_body(live.data_version) if live is not None and live.data_version is not None else b""
+        return cmd.response(R.SUCCESS, None, {"changed": changed}, body)
+
+    async def put_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = cmd.ext_fields
+        self.kv.setdefault(f.get("namespace", ""), {})[f.get("key", "")] = f.get("value", "")
+        return cmd.response(R.SUCCESS)
+
+    async def get_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        ns, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")
+        value = self.kv.get(ns, {}).get(key)
+        if value is None:
+            return cmd.response(R.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+        return cmd.response(R.SUCCESS, None, {"value": value})
+
+    async def delete_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        self.kv.get(cmd.ext_fields.get("namespace", ""), {}).pop(cmd.ext_fields.get("key", ""), None)
+        return cmd.response(R.SUCCESS)
+
+
+# ---------------------------------------------------------------------------------- CLI
+def _read_properties(path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if line and not line.startswith(("#", "!")):
+                k, _, v = line.replace(":", "=", 1).partition("=") if "=" not in line else line.partition("=")
+                out[k.strip()] = v.strip()
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ name server (remoting protocol)")
+    p.add_argument("-c", "--config", help="properties file (listenPort, serverChannelMaxIdleTimeSeconds ignored)")
+    p.add_argument("-p", "--port", type=int, help="listenPort (default 9876)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--broker-expiry-ms", type=int, default=BROKER_CHANNEL_MAX_IDLE_MS,
+                   help="drop brokers silent this long (RocketMQ: 120000)")
+    p.add_argument("--scan-interval-ms", type=int, default=10_000, help="expiry scan period (RocketMQ: 10000)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    port = 9876
+    if args.config:
+        try:
+            props = _read_properties(args.config)
+        except OSError as exc:
+            print(f"mqnamesrv: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+            return 2
+        port = int(props.get("listenPort", port))
+    if args.port is not None:
+        port = args.port
+
+    async def run() -> int:
+        ctl = NamesrvController(host=args.host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
+                                scan_interval_ms=args.scan_interval_ms)
+        try:
+            await ctl.start()
+        except OSError as exc:
+            print(f"mqnamesrv: cannot listen on port {port}: {exc.strerror}", file=sys.stderr)
+            return 1
+        print(f"The Name Server boot success. serializeType=JSON, listening on {args.host}:{ctl.port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await ctl.shutdown()
+        return 0
+
+    return asyncio.run(run())

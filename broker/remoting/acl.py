@@ -1,0 +1,241 @@
+"""Plain ACL as RocketMQ 4.x: ``plain_acl.yml`` accounts, AccessKey + HmacSHA1 signatures.
+
+Rules (``PlainAccessValidator``, ``PlainPermissionManager``, ``AclUtils``, ``Permission``,
+``AclClientRPCHook`` of apache/rocketmq 4.9.x):
+- Signed content = the values (not the keys) of every extField except ``Signature``, in the
+  sorted order of their keys, concatenated as UTF-8, followed by the body. Signature =
+  base64(HmacSHA1(secretKey, content)). The client adds ``AccessKey`` (and ali-ons
+  ``OnsChannel``) to the fields before signing, so they are part of the content.
+- Validation order: a remote address matching ``globalWhiteRemoteAddresses`` passes; no
+  ``AccessKey`` -> "No accessKey is configured"; unknown key -> "No acl config for K"; an
+  account's own ``whiteRemoteAddress`` match passes; wrong signature -> "Check signature failed
+  for accessKey=K"; admin-only codes need ``admin: true``; then every resource the request
+  touches (topic PUB/SUB, group as ``%RETRY%group``) is checked against the account's
+  ``topicPerms``/``groupPerms`` or its default perms.
+- Refusals raise :class:`broker.remoting.server.RpcHookRefusal` (answered ``NO_PERMISSION``;
+  RocketMQ 4.9 answers SYSTEM_ERROR with the same text, 5.x NO_PERMISSION). Secret keys and
+  signatures never appear in remarks or logs; the AccessKey does, as in RocketMQ.
+
+Theory of operation: :class:`PlainAccessValidator` is an RPC hook of the RemotingServer; the
+YAML file is read once at start (PyYAML). :func:`sign_request` is the client side.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.server import RemotingConnection, RpcHookRefusal
+
+DENY, ANY, PUB, SUB = 1, 2, 4, 8
+RETRY_PREFIX = "%RETRY%"
+ADMIN_CODES = {RC.UPDATE_AND_CREATE_TOPIC, RC.UPDATE_BROKER_CONFIG, RC.DELETE_TOPIC_IN_BROKER,
+               RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RC.DELETE_SUBSCRIPTIONGROUP}
+
+
+def signed_content(fields: dict[str, str], body: bytes) -> bytes:
+    text = "".join(v for k, v in sorted(fields.items()) if k != "Signature")
+    return text.encode("utf-8") + (body or b"")
+
+
+def cal_signature(content: bytes, secret_key: str) -> str:
+    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode("ascii")
+
+
+def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str) -> None:
+    """``AclClientRPCHook.doBeforeRequest``: add AccessKey and Signature to the extFields."""
+    cmd.ext_fields["AccessKey"] = access_key
+    cmd.ext_fields.pop("Signature", None)
+    cmd.ext_fields["Signature"] = cal_signature(signed_content(cmd.ext_fields, cmd.body), secret_key)
+
+
+def signer(access_key: str, secret_key: str) -> Callable[[RemotingCommand], None]:
+    return lambda cmd: sign_request(cmd, access_key, secret_key)
+
+
+def parse_perm(text: Optional[str]) -> int:
+    """``Permission.parsePermFromString``: DENY (default), PUB, SUB, PUB|SUB / SUB|PUB -> PUB|SUB."""
+    t = (text or "").strip().upper()
+    if t == "PUB":
+        return PUB
+    if t == "SUB":
+        return SUB
+    if t in ("PUB|SUB", "SUB|PUB"):
+        return PUB | SUB
+    return DENY
+
+
+def check_permission(needed: int, owned: int) -> bool:
+    if owned & DENY:
+        return False
+    if needed & ANY:
+        return bool(owned & (PUB | SUB))
+    return bool(needed & owned)
+
+
+def _address_matcher(pattern: Optional[str]) -> Callable[[str], bool]:
+    """RemoteAddressStrategy: ``*``, exact IPv4, per-octet ``*``, ``a-b`` ranges, ``{a,b}`` sets."""
+    p = (pattern or "").strip()
+    if not p:
+        return lambda ip: False
+    if p in ("*", "*.*.*.*"):
+        return lambda ip: True
+    segments = p.split(".")
+
+    def seg_ok(spec: str, value: str) -> bool:
+        if spec == "*":
+            return True
+        if spec.startswith("{") and spec.endswith("}"):
+            return value in {s.strip() for s in spec[1:-1].split(",")}
+        if "-" in spec:
+            lo, _, hi = spec.partition("-")
+            return value.isdigit() and int(lo) <= int(value) <= int(hi)
+        return spec == value
+
+    def match(ip: str) -> bool:
+        parts = ip.split(".")
+        return len(parts) == len(segments) and all(seg_ok(s, v) for s, v in zip(segments, parts))
+
+    return match
+
+
+@dataclass
+class PlainAccount:
+    access_key: str
+    secret_key: str
+    admin: bool = False
+    default_topic_perm: int = DENY
+    default_group_perm: int = DENY
+    resource_perms: dict[str, int] = field(default_factory=dict)
+    white: Callable[[str], bool] = lambda ip: False
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"PlainAccount(access_key={self.access_key!r}, admin={self.admin})"
+
+
+class AclConfigError(ValueError):
+    pass
+
+
+def _perm_entries(items: Any, is_group: bool, where: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, perm = str(item).partition("=")
+        if not sep or not name.strip():
+            raise AclConfigError(f"{where}: entry {item!r} is not RESOURCE=PERM")
+        res = name.strip()
+        out[RETRY_PREFIX + res if is_group else res] = parse_perm(perm)
+    return out
+
+
+def load_plain_acl(path: str | Path) -> tuple[list[Callable[[str], bool]], dict[str, PlainAccount]]:
+    import yaml  # noqa: WPS433 - only when aclEnable=true
+
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise AclConfigError(f"cannot read ACL file {p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise AclConfigError(f"ACL file {p} is not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise AclConfigError(f"ACL file {p}: top level must be a mapping")
+    white = [_address_matcher(str(a)) for a in doc.get("globalWhiteRemoteAddresses") or []]
+    accounts: dict[str, PlainAccount] = {}
+    for i, acc in enumerate(doc.get("accounts") or []):
+        where = f"{p}: accounts[{i}]"
+        ak, sk = str(acc.get("accessKey") or ""), str(acc.get("secretKey") or "")
+        if len(ak) <= 6 or len(sk) <= 6:
+            raise AclConfigError(f"{where}: accessKey and secretKey must be longer than 6 characters")
+        perms = _perm_entries(acc.get("topicPerms"), False, where)
+        perms.update(_perm_entries(acc.get("groupPerms"), True, where))
+        accounts[ak] = PlainAccount(ak, sk, bool(acc.get("admin", False)), parse_perm(acc.get("defaultTopicPerm")),
+                                    parse_perm(acc.get("defaultGroupPerm")), perms,
+                                    _address_matcher(acc.get("whiteRemoteAddress")))
+    return white, accounts
+
+
+def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
+    """``PlainAccessValidator.parse``: which topics/groups a request touches, with what perm."""
+    f = cmd.ext_fields
+    res: dict[str, int] = {}
+
+    def add(name: Optional[str], perm: int, group: bool = False) -> None:
+        if name:
+            key = name if not group or name.startswith(RETRY_PREFIX) else RETRY_PREFIX + name
+            res[key] = res.get(key, 0) | perm
+
+    code = cmd.code
+    if code == RC.SEND_MESSAGE:
+        add(f.get("topic"), PUB)
+    elif code in (RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+        add(f.get("b"), PUB)
+    elif code == RC.CONSUMER_SEND_MSG_BACK:
+        add(f.get("group"), SUB, True)
+    elif code == RC.PULL_MESSAGE:
+        add(f.get("topic"), SUB)
+        add(f.get("consumerGroup"), SUB, True)
+    elif code == RC.QUERY_MESSAGE:
+        add(f.get("topic"), SUB)
+    elif code == RC.HEART_BEAT:
+        try:
+            hb = json.loads(cmd.body or b"{}")
+        except ValueError:
+            hb = {}
+        for cd in hb.get("consumerDataSet") or []:
+            add(cd.get("groupName"), SUB, True)
+            for sd in cd.get("subscriptionDataSet") or []:
+                add(sd.get("topic"), SUB)
+    elif code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
+        add(f.get("consumerGroup"), SUB, True)
+    elif code in (RC.UPDATE_CONSUMER_OFFSET, RC.QUERY_CONSUMER_OFFSET):
+        add(f.get("consumerGroup"), SUB, True)
+        add(f.get("topic"), SUB)
+    return res
+
+
+class PlainAccessValidator:
+    """RPC hook of the broker's RemotingServer when ``aclEnable=true``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.global_white, self.accounts = load_plain_acl(self.path)
+
+    def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> None:
+        ip = conn.remote_addr.rpartition(":")[0]
+        if any(m(ip) for m in self.global_white):
+            return
+        ak = cmd.ext_fields.get("AccessKey")
+        if not ak:
+            raise RpcHookRefusal("No accessKey is configured")
+        acc = self.accounts.get(ak)
+        if acc is None:
+            raise RpcHookRefusal(f"No acl config for {ak}")
+        if acc.white(ip):
+            return
+        expected = cal_signature(signed_content(cmd.ext_fields, cmd.body), acc.secret_key)
+        if not hmac.compare_digest(expected, cmd.ext_fields.get("Signature") or ""):
+            raise RpcHookRefusal(f"Check signature failed for accessKey={ak}")
+        if cmd.code in ADMIN_CODES and not acc.admin:
+            raise RpcHookRefusal(f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not")
+        if acc.admin and not acc.resource_perms:
+            return
+        for resource, needed in needed_resources(cmd).items():
+            if resource == "RMQ_SYS_TRACE_TOPIC" and needed == PUB:
+                continue
+            is_group = resource.startswith(RETRY_PREFIX)
+            owned = acc.resource_perms.get(resource)
+            if owned is None:
+                owned = acc.default_group_perm if is_group else acc.default_topic_perm
+            if not check_permission(needed, owned):
+                what = f"group={resource[len(RETRY_PREFIX):]}" if is_group else f"topic={resource}"
+                raise RpcHookRefusal(f"No default permission for {what}" if resource not in acc.resource_perms
+                                     else f"No permission for {what} (accessKey={ak})")
+
+

@@ -1,0 +1,126 @@
+"""BrokerRemoting: the remoting side of one broker — server, processors, ACL, name server.
+
+Rules:
+- The server listens on ``listenPort`` (RocketMQ's port). When the HTTP API has no port of its
+  own (``httpListenPort`` unset or equal), the same port also serves HTTP: the server hands
+  connections that start with an ASCII letter to aiohttp (see ``broker.remoting.server``), so
+  existing conf files, tools and tests keep working while real clients speak remoting.
+- ``aclEnable=true`` installs :class:`broker.remoting.acl.PlainAccessValidator` on every remoting
+  request, reading ``plainAclFile`` (ours), else ``$rocketmqHome/conf/plain_acl.yml``. The HTTP
+  API is not covered by the ACL.
+- ``namesrvAddr`` set: a :class:`BrokerRegistrar` registers the broker (see there). Role changes
+  (``change_to_master``/``change_to_slave``) call :meth:`role_changed`.
+- Stop: unregister from the name servers, wake held pulls, close the listener and the
+  remoting connections.
+
+Theory of operation: built and started by the BrokerController after the store and metadata
+are up; every processor reaches the broker through ``controller`` / ``broker_processor``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from broker.remoting.processors.admin import AdminBrokerProcessor
+from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
+from broker.remoting.processors.pull import PullMessageProcessor
+from broker.remoting.processors.send import SendMessageProcessor
+from broker.remoting.registrar import BrokerRegistrar, parse_namesrv_addr
+from broker.remoting.server import RemotingServer
+
+log = logging.getLogger("broker.remoting")
+
+
+class RemotingConfigError(ValueError):
+    pass
+
+
+def _acl_path(bc: Any) -> Path:
+    explicit = getattr(bc, "plain_acl_file", None)
+    if explicit:
+        return Path(explicit)
+    home = getattr(bc, "rocketmq_home", None) or os.environ.get("ROCKETMQ_HOME")
+    if home:
+        return Path(home) / "conf" / "plain_acl.yml"
+    raise RemotingConfigError("aclEnable=true needs plainAclFile=<path to plain_acl.yml> (or rocketmqHome with conf/plain_acl.yml)")
+
+
+class BrokerRemoting:
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+        self.broker_processor = controller.processor
+        bc = controller.broker_config
+        self.consumers = ConsumerManager()
+        self.server = RemotingServer(name=f"broker {controller.broker_name}",
+                                     max_frame_length=max(16 * 1024 * 1024, controller.max_message_size * 2 + 65536))
+        self.server.close_listeners.append(self.consumers.on_close)
+        self.send = SendMessageProcessor(self)
+        self.pull = PullMessageProcessor(self)
+        self.client_manage = ClientManageProcessor(self)
+        self.admin = AdminBrokerProcessor(self)
+        for p in (self.send, self.pull, self.client_manage, self.admin):
+            p.register(self.server)
+        self.acl: Any = None
+        if getattr(bc, "acl_enable", False):
+            from broker.remoting.acl import PlainAccessValidator  # noqa: WPS433
+
+            self.acl = PlainAccessValidator(_acl_path(bc))
+            self.server.rpc_hooks.append(self.acl)
+        try:
+            namesrv = parse_namesrv_addr(getattr(bc, "namesrv_addr", None))
+        except ValueError as exc:
+            raise RemotingConfigError(str(exc)) from None
+        self.registrar: Optional[BrokerRegistrar] = None
+        if namesrv:
+            self.registrar = BrokerRegistrar(controller, namesrv,
+                                             period_s=float(getattr(bc, "register_name_server_period", 30_000)) / 1000,
+                                             timeout_s=float(getattr(bc, "register_broker_timeout_mills", 6000)) / 1000)
+        self.stopping = False
+        self._listener: Optional[Callable[[list[Any]], None]] = None
+        self._housekeeping: Optional[asyncio.Task[None]] = None
+
+    async def start(self, host: str, port: int, http_factory: Optional[Callable[[], asyncio.Protocol]] = None) -> None:
+        loop = asyncio.get_running_loop()
+        self.pull.hold.attach(loop)
+        store = self.controller.store_access.store
+        listeners = getattr(store, "arrival_listeners", None)
+        if listeners is not None:
+            self._listener = self.pull.hold.on_dispatch
+            listeners.append(self._listener)
+        self.server.http_factory = http_factory
+        await self.server.start(host, port)
+        self._housekeeping = loop.create_task(self._housekeeping_loop(), name="remoting-housekeeping")
+
+    def start_registrar(self) -> None:
+        if self.registrar is not None:
+            self.registrar.start()
+
+    def role_changed(self) -> None:
+        if self.registrar is not None:
+            self.registrar.wakeup()
+
+    def registrar_wakeup(self) -> None:
+        self.role_changed()
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(10.0)
+            self.consumers.scan_expired(int(time.time() * 1000))
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            self._housekeeping = None
+        if self.registrar is not None:
+            await self.registrar.stop(unregister=True)
+        self.pull.hold.wake_all()
+        store = self.controller.store_access.store if self.controller.store_access is not None else None
+        listeners = getattr(store, "arrival_listeners", None)
+        if listeners is not None and self._listener in listeners:
+            listeners.remove(self._listener)
+        await self.server.stop()

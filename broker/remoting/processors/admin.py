@@ -1,0 +1,168 @@
+"""AdminBrokerProcessor + QueryMessageProcessor: offsets, lookups, topic admin, metadata dumps.
+
+Rules (apache/rocketmq 4.9.x):
+- GET_MAX_OFFSET / GET_MIN_OFFSET (``topic, queueId``) -> header ``offset``.
+- SEARCH_OFFSET_BY_TIMESTAMP (``topic, queueId, timestamp``) -> the first queue offset whose
+  store timestamp is >= timestamp (the max offset when none is), by binary search over the
+  ConsumeQueue. (RocketMQ picks the nearer neighbour when there is no exact hit; for a
+  consumer that wants "from this time on" the first later message is the useful answer.)
+- VIEW_MESSAGE_BY_ID (``offset`` = commitlog offset) -> the stored record as body, else
+  ``SYSTEM_ERROR`` "can not find message by the offset, N".
+- QUERY_MESSAGE (``topic, key, maxNum, beginTimestamp, endTimestamp``) -> records indexed under
+  the key (a KEYS token or the UNIQ_KEY) as body, header ``indexLastUpdateTimestamp``,
+  ``indexLastUpdatePhyoffset``; none -> ``QUERY_NOT_FOUND`` "can not find message, maybe time
+  range not correct".
+- GET_ALL_TOPIC_CONFIG / GET_ALL_CONSUMER_OFFSET / GET_ALL_DELAY_OFFSET /
+  GET_ALL_SUBSCRIPTIONGROUP_CONFIG -> the JSON of topics.json / consumerOffset.json /
+  delayOffset.json / subscriptionGroup.json (with their ``dataVersion``), what a classic slave
+  syncs (``SlaveSynchronize``).
+- UPDATE_AND_CREATE_TOPIC (``topic, readQueueNums, writeQueueNums, perm``) -> create/update on
+  the master (a slave answers SERVICE_NOT_AVAILABLE); a topic named like the cluster is
+  ``SYSTEM_ERROR``. The name server learns it at the next registration, which the registrar
+  sends at once when the topic table's dataVersion changes.
+- GET_BROKER_RUNTIME_INFO -> ``{"table": {...}}`` with a few of RocketMQ's keys.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker.api.errors import BrokerApiError
+from broker.metadata.topic_config import TopicValidationError, validate_topic
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode as R
+from broker.remoting.processors.common import HeaderError, api_error_response, field_int, field_str, raw_message_at
+from broker.remoting.server import RemotingConnection
+from broker.store.message import record_store_timestamp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.remoting.broker_remoting import BrokerRemoting
+
+_DUMPS = {RC.GET_ALL_TOPIC_CONFIG: "topics", RC.GET_ALL_CONSUMER_OFFSET: "consumerOffset",
+          RC.GET_ALL_DELAY_OFFSET: "delayOffset", RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "subscriptionGroup"}
+
+
+class AdminBrokerProcessor:
+    def __init__(self, ctx: "BrokerRemoting") -> None:
+        self.ctx = ctx
+
+    @property
+    def c(self) -> Any:
+        return self.ctx.controller
+
+    def register(self, server: Any) -> None:
+        server.register(RC.GET_MAX_OFFSET, self.get_max_offset)
+        server.register(RC.GET_MIN_OFFSET, self.get_min_offset)
+        server.register(RC.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset_by_timestamp)
+        server.register(RC.VIEW_MESSAGE_BY_ID, self.view_message_by_id)
+        server.register(RC.QUERY_MESSAGE, self.query_message)
+        for code in _DUMPS:
+            server.register(code, self.get_all)
+        server.register(RC.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
+        server.register(RC.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
+
+    def _tq(self, cmd: RemotingCommand) -> tuple[str, int]:
+        return field_str(cmd, "topic", required=True) or "", field_int(cmd, "queueId")
+
+    async def get_max_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic, q = self._tq(cmd)
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        return cmd.response(R.SUCCESS, None, {"offset": self.c.store_access.max_offset_in_queue(topic, q)})
+
+    async def get_min_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic, q = self._tq(cmd)
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        return cmd.response(R.SUCCESS, None, {"offset": self.c.store_access.min_offset_in_queue(topic, q)})
+
+    def offset_by_time(self, topic: str, q: int, timestamp: int) -> int:
+        sa = self.c.store_access
+        store = sa.store
+        lo, hi = sa.min_offset_in_queue(topic, q), sa.max_offset_in_queue(topic, q)
+        left, right = lo, hi  # answer in [lo, hi]
+        while left < right:
+            mid = (left + right) // 2
+            r = store.get_message(topic, q, mid, 1)
+            ts = record_store_timestamp(r.buffers[0], 0) if r.buffers else None
+            if ts is None:  # removed or unreadable: look later
+                left = mid + 1
+            elif ts >= timestamp:
+                right = mid
+            else:
+                left = mid + 1
+        return left
+
+    async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic, q = self._tq(cmd)
+            ts = field_int(cmd, "timestamp")
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        return cmd.response(R.SUCCESS, None, {"offset": self.offset_by_time(topic, q, ts)})
+
+    async def view_message_by_id(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            offset = field_int(cmd, "offset")
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        raw = raw_message_at(self.c, offset)
+        if raw is None:
+            return cmd.response(R.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return cmd.response(R.SUCCESS, None, body=raw)
+
+    async def query_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic = field_str(cmd, "topic", required=True) or ""
+            key = field_str(cmd, "key", required=True) or ""
+            max_num = max(1, min(field_int(cmd, "maxNum", 32), 64))
+            begin = field_int(cmd, "beginTimestamp", 0)
+            end = field_int(cmd, "endTimestamp", int(time.time() * 1000) + 1)
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        store = self.c.store_access.store
+        index = getattr(store, "index_service", None)
+        offsets = list(index.query_offset(topic, key, max_num, begin, end)) if index is not None else []
+        bodies = []
+        for phy in offsets:
+            raw = raw_message_at(self.c, phy)
+            if raw is not None:
+                bodies.append(raw)
+        if not bodies:
+            return cmd.response(R.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+        header = {"indexLastUpdateTimestamp": int(time.time() * 1000), "indexLastUpdatePhyoffset": max(offsets)}
+        return cmd.response(R.SUCCESS, None, header, b"".join(bodies))
+
+    async def get_all(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        content, _version = self.c.metadata.file_content(_DUMPS[cmd.code])
+        return cmd.response(R.SUCCESS, None, body=content.encode("utf-8"))
+
+    async def update_and_create_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic = field_str(cmd, "topic", required=True) or ""
+            validate_topic(topic)
+            read_q = field_int(cmd, "readQueueNums", 8)
+            write_q = field_int(cmd, "writeQueueNums", 8)
+            perm = field_int(cmd, "perm", 6)
+        except (HeaderError, TopicValidationError) as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        if topic == self.c.cluster_name:
+            return cmd.response(R.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
+        try:
+            self.ctx.broker_processor.create_topic(topic, read_q, write_q, perm)
+        except BrokerApiError as exc:
+            return api_error_response(cmd, exc)
+        self.ctx.registrar_wakeup()
+        return cmd.response(R.SUCCESS)
+
+    async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        c = self.c
+        sa = c.store_access
+        table = {"brokerVersionDesc": "V4_9_8 (python)", "brokerRole": c.broker_role, "brokerId": str(c.broker_id),
+                 "commitLogMaxOffset": str(sa.max_phy_offset()), "commitLogMinOffset": str(sa.min_phy_offset()),
+                 "dispatchBehindBytes": str(sa.dispatch_behind_bytes()), "bootTimestamp": str(c.started_ms)}
+        return cmd.response(R.SUCCESS, None, body=json.dumps({"table": table}).encode())

@@ -1,0 +1,180 @@
+"""ClientManageProcessor + ConsumerManageProcessor: heartbeats, client registry, consumer offsets.
+
+Rules (apache/rocketmq 4.9.x):
+- HEART_BEAT body ``{clientID, producerDataSet:[{groupName}], consumerDataSet:[{groupName,
+  consumeType, messageModel, consumeFromWhere, subscriptionDataSet:[{topic, subString, ...}],
+  unitMode}]}``: each consumer group gets its subscription group config (auto-created) and its
+  ``%RETRY%<group>`` topic (``retryQueueNums`` queues, created on the master), and the client
+  is recorded under the group with the connection it came on. Answer SUCCESS.
+- A client leaves its groups on UNREGISTER_CLIENT (``clientID, producerGroup, consumerGroup``),
+  when its connection closes, or after ``channel_expired_ms`` (120 s) without a heartbeat.
+- GET_CONSUMER_LIST_BY_GROUP: body ``{"consumerIdList":[...]}`` (sorted); no live consumer is
+  ``SYSTEM_ERROR`` "no consumer for this group, <group>".
+- QUERY_CONSUMER_OFFSET (``consumerGroup, topic, queueId``): the committed offset; with none, 0
+  when the queue still starts at 0 (a new group reads from the beginning), else
+  ``QUERY_NOT_FOUND`` "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first".
+- UPDATE_CONSUMER_OFFSET (``consumerGroup, topic, queueId, commitOffset``, usually oneway) stores
+  the offset on any role, as RocketMQ does (a slave's copy is replaced by its sync).
+
+Theory of operation: :class:`ConsumerManager` is an in-memory table ``group -> clientId ->
+ClientInfo``; the server's close listener calls :meth:`ConsumerManager.on_close`.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode as R
+from broker.remoting.processors.common import HeaderError, field_int, field_str
+from broker.remoting.server import RemotingConnection
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.remoting.broker_remoting import BrokerRemoting
+
+RETRY_PREFIX = "%RETRY%"
+CHANNEL_EXPIRED_MS = 120_000
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    conn: Any
+    last_update_ms: int
+    subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> subString
+    message_model: str = "CLUSTERING"
+
+
+class ConsumerManager:
+    def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_MS) -> None:
+        self.groups: dict[str, dict[str, ClientInfo]] = {}
+        self.producers: dict[str, dict[str, ClientInfo]] = {}
+        self.channel_expired_ms = channel_expired_ms
+
+    def register(self, group: str, info: ClientInfo) -> bool:
+        table = self.groups.setdefault(group, {})
+        is_new = info.client_id not in table
+        table[info.client_id] = info
+        return is_new
+
+    def unregister(self, group: str, client_id: str) -> None:
+        for tables in (self.groups, self.producers):
+            t = tables.get(group)
+            if t is not None:
+                t.pop(client_id, None)
+                if not t:
+                    del tables[group]
+
+    def on_close(self, conn: Any) -> None:
+        for tables in (self.groups, self.producers):
+            for group in list(tables):
+                t = tables[group]
+                for cid in [cid for cid, info in t.items() if info.conn is conn]:
+                    del t[cid]
+                if not t:
+                    del tables[group]
+
+    def scan_expired(self, now_ms: int) -> None:
+        for tables in (self.groups, self.producers):
+            for group in list(tables):
+                t = tables[group]
+                for cid in [cid for cid, i in t.items() if i.last_update_ms + self.channel_expired_ms < now_ms]:
+                    del t[cid]
+                if not t:
+                    del tables[group]
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted(self.groups.get(group, {}))
+
+    def subscription_of(self, group: str, topic: str) -> Optional[str]:
+        for info in self.groups.get(group, {}).values():
+            if topic in info.subscriptions:
+                return info.subscriptions[topic]
+        return None
+
+
+class ClientManageProcessor:
+    def __init__(self, ctx: "BrokerRemoting") -> None:
+        self.ctx = ctx
+
+    @property
+    def c(self) -> Any:
+        return self.ctx.controller
+
+    def register(self, server: Any) -> None:
+        server.register(RC.HEART_BEAT, self.heart_beat)
+        server.register(RC.UNREGISTER_CLIENT, self.unregister_client)
+        server.register(RC.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list)
+        server.register(RC.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
+        server.register(RC.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
+
+    async def heart_beat(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            hb = json.loads(cmd.body or b"{}")
+            client_id = str(hb.get("clientID") or conn.remote_addr)
+        except (ValueError, AttributeError) as exc:
+            return cmd.response(R.SYSTEM_ERROR, f"HeartbeatData body is not valid JSON: {exc}")
+        now = int(time.time() * 1000)
+        groups_mgr = self.c.metadata.managers["subscriptionGroup"]
+        for cd in hb.get("consumerDataSet") or []:
+            group = str(cd.get("groupName") or "")
+            if not group:
+                continue
+            sgc = groups_mgr.find_subscription_group_config(group)
+            if sgc is not None and self.c.is_master() and self.c.metadata.topic(RETRY_PREFIX + group) is None:
+                n = max(1, sgc.retry_queue_nums)
+                self.c.metadata.create_topic(RETRY_PREFIX + group, n, n, 6)
+            subs = {str(sd.get("topic")): str(sd.get("subString") or "*") for sd in cd.get("subscriptionDataSet") or []
+                    if sd.get("topic")}
+            self.ctx.consumers.register(group, ClientInfo(client_id, conn, now, subs,
+                                                          str(cd.get("messageModel") or "CLUSTERING")))
+        for pd in hb.get("producerDataSet") or []:
+            group = str(pd.get("groupName") or "")
+            if group:
+                self.ctx.consumers.producers.setdefault(group, {})[client_id] = ClientInfo(client_id, conn, now)
+        conn.attrs["clientID"] = client_id
+        return cmd.response(R.SUCCESS)
+
+    async def unregister_client(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        client_id = cmd.ext_fields.get("clientID", "")
+        for key in ("producerGroup", "consumerGroup"):
+            group = cmd.ext_fields.get(key)
+            if group:
+                self.ctx.consumers.unregister(group, client_id)
+        return cmd.response(R.SUCCESS)
+
+    async def get_consumer_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        group = cmd.ext_fields.get("consumerGroup", "")
+        ids = self.ctx.consumers.consumer_ids(group)
+        if not ids:
+            return cmd.response(R.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return cmd.response(R.SUCCESS, None, body=json.dumps({"consumerIdList": ids}).encode())
+
+    async def query_consumer_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            group = field_str(cmd, "consumerGroup", required=True) or ""
+            topic = field_str(cmd, "topic", required=True) or ""
+            queue_id = field_int(cmd, "queueId")
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        offset = self.c.metadata.managers["consumerOffset"].query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return cmd.response(R.SUCCESS, None, {"offset": offset})
+        if self.c.store_access.min_offset_in_queue(topic, queue_id) <= 0:
+            return cmd.response(R.SUCCESS, None, {"offset": 0})
+        return cmd.response(R.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    async def update_consumer_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            group = field_str(cmd, "consumerGroup", required=True) or ""
+            topic = field_str(cmd, "topic", required=True) or ""
+            queue_id = field_int(cmd, "queueId")
+            offset = field_int(cmd, "commitOffset")
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        if offset >= 0:
+            self.c.metadata.commit_offset(group, topic, queue_id, offset)
+        return cmd.response(R.SUCCESS)

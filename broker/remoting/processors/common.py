@@ -1,0 +1,98 @@
+"""Shared pieces of the broker processors: header parsing, error mapping, raw store reads.
+
+Rules:
+- Header fields are strings (RocketMQ's ``decodeCommandCustomHeader``); a required field that is
+  missing or not a number is answered ``SYSTEM_ERROR`` "the custom field <name> is null" / "...
+  is not a number" (:class:`HeaderError`), never a traceback.
+- :func:`api_error_response` maps the HTTP API's :class:`BrokerApiError` codes to RocketMQ
+  response codes with RocketMQ's remarks: NOT_MASTER and SERVICE_NOT_AVAILABLE ->
+  ``SERVICE_NOT_AVAILABLE`` (a slave refuses writes that way in RocketMQ), TOPIC_NOT_EXIST,
+  NO_PERMISSION, MESSAGE_ILLEGAL/PROPERTIES_SIZE_EXCEEDED -> ``MESSAGE_ILLEGAL``, the
+  stored-but-not-durable statuses keep their codes, anything else ``SYSTEM_ERROR``.
+- Raw reads (:func:`raw_message_at`) return the commitlog record bytes exactly as stored, which
+  is what RocketMQ sends to clients in PULL/VIEW/QUERY bodies.
+
+Theory of operation: small pure helpers; the only store access is through the controller's
+StoreAccess object and the commitlog's ``get_message(offset, size)``.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Optional
+
+from broker.api import errors as E
+from broker.api.errors import BrokerApiError
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import ResponseCode as R
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+    "messages are put to the slave, message store has been shut down, etc.")
+
+_CODE_MAP = {
+    E.NOT_MASTER: R.SERVICE_NOT_AVAILABLE, E.SERVICE_NOT_AVAILABLE: R.SERVICE_NOT_AVAILABLE,
+    E.TOPIC_NOT_EXIST: R.TOPIC_NOT_EXIST, E.NO_PERMISSION: R.NO_PERMISSION,
+    E.MESSAGE_ILLEGAL: R.MESSAGE_ILLEGAL, E.PROPERTIES_SIZE_EXCEEDED: R.MESSAGE_ILLEGAL,
+    E.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT, E.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
+    E.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE, E.SUBSCRIPTION_GROUP_NOT_EXIST: R.SUBSCRIPTION_GROUP_NOT_EXIST,
+}
+
+
+class HeaderError(ValueError):
+    pass
+
+
+def field_str(cmd: RemotingCommand, name: str, default: Optional[str] = None, *, required: bool = False) -> Optional[str]:
+    v = cmd.ext_fields.get(name)
+    if v is None:
+        if required:
+            raise HeaderError(f"the custom field <{name}> is null")
+        return default
+    return v
+
+
+def field_int(cmd: RemotingCommand, name: str, default: Optional[int] = None) -> int:
+    v = cmd.ext_fields.get(name)
+    if v is None or v == "":
+        if default is None:
+            raise HeaderError(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not a number: {v[:40]!r}") from None
+
+
+def field_bool(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
+    v = cmd.ext_fields.get(name)
+    return default if v is None else v.strip().lower() == "true"
+
+
+def api_error_response(cmd: RemotingCommand, exc: BrokerApiError, header: Optional[dict[str, Any]] = None) -> RemotingCommand:
+    code = _CODE_MAP.get(exc.code, R.SYSTEM_ERROR)
+    remark = exc.message
+    if exc.code == E.NOT_MASTER:
+        master = (exc.extra or {}).get("masterAddress")
+        remark = f"{SERVICE_NOT_AVAILABLE_REMARK} ({exc.message}{'; master API ' + master if master else ''})"
+    elif exc.code == E.TOPIC_NOT_EXIST:
+        remark = exc.message + FAQ
+    elif exc.code == E.OS_PAGECACHE_BUSY:
+        remark = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+    return cmd.response(code, remark, header or {})
+
+
+_SIZE = struct.Struct(">i")
+
+
+def raw_message_at(controller: Any, offset: int) -> Optional[bytes]:
+    """The stored record at a commitlog offset (size read from its first 4 bytes)."""
+    commitlog = controller.store_access.commitlog
+    head = commitlog.get_message(offset, 4)
+    if head is None or len(head) < 4:
+        return None
+    size = _SIZE.unpack_from(head, 0)[0]
+    if size <= 0 or size > 64 * 1024 * 1024:
+        return None
+    buf = commitlog.get_message(offset, size)
+    return None if buf is None else bytes(buf)

@@ -1,0 +1,252 @@
+"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK.
+
+Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProcessor``):
+- V1 header names (``producerGroup, topic, defaultTopic, defaultTopicQueueNums, queueId, sysFlag,
+  bornTimestamp, flag, properties, reconsumeTimes, unitMode, batch, maxReconsumeTimes``); V2
+  uses the one-letter aliases ``a``..``m`` in that order. The body is the message body; for a
+  batch it is ``MessageDecoder.encodeMessages``: ``[totalSize:4][magic:4][bodyCrc:4][flag:4]
+  [bodyLen:4][body][propertiesLength:2][properties]`` per message.
+- The write gate is the controller's ``check_writable`` (through ``broker.processor``): a slave or
+  DLedger follower answers ``SERVICE_NOT_AVAILABLE``, as a RocketMQ slave's store does. Topic
+  checks (exists / auto-create, PERM_WRITE, queueId < writeQueueNums) are the HTTP API's.
+  A negative queueId lets the broker pick one (round robin).
+- ``%RETRY%<group>`` topics: the subscription group must exist (auto-created); when
+  ``reconsumeTimes >= maxReconsumeTimes`` (header, else the group's ``retryMaxTimes``) the
+  message goes to ``%DLQ%<group>`` instead.
+- Response header ``msgId`` (offset msgId; comma-joined for a batch), ``queueId``,
+  ``queueOffset``. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE are answered
+  with those codes and the full header: the message is stored.
+- CONSUMER_SEND_MSG_BACK (``offset, group, delayLevel, originMsgId, originTopic,
+  maxReconsumeTimes``): the stored message is re-put on ``%RETRY%<group>`` with
+  ``reconsumeTimes+1``, ``RETRY_TOPIC`` and ``ORIGIN_MESSAGE_ID`` set; to ``%DLQ%<group>`` past
+  the max or when ``delayLevel < 0``. Deviation: RocketMQ delays the retry (level
+  ``3 + reconsumeTimes``) through its ScheduleMessageService, which this project does not
+  have, so the retry is delivered at once.
+"""
+from __future__ import annotations
+
+import random
+import struct
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from broker.api.errors import BrokerApiError
+from broker.metadata.topic_config import TopicValidationError, validate_topic
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode as R
+from broker.remoting.processors.common import FAQ, HeaderError, api_error_response, field_bool, field_int, field_str
+from broker.remoting.server import RemotingConnection
+from broker.store.message import MessageExt, string_to_properties
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.remoting.broker_remoting import BrokerRemoting
+
+V2_ALIASES = dict(zip("abcdefghijklm", (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+    "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")))
+RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+PERM_RW = 6
+_BATCH_HEAD = struct.Struct(">iiiii")
+
+
+def v1_header(cmd: RemotingCommand) -> RemotingCommand:
+    """A V2 request seen with V1 field names (``SendMessageRequestHeaderV2.createSendMessageRequestHeaderV1``)."""
+    if cmd.code in (RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+        fields = {V2_ALIASES.get(k, k): v for k, v in cmd.ext_fields.items()}
+        return RemotingCommand(code=cmd.code, opaque=cmd.opaque, flag=cmd.flag, ext_fields=fields, body=cmd.body,
+                               version=cmd.version, serialize_type=cmd.serialize_type)
+    return cmd
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    out = []
+    pos, n = 0, len(body)
+    while pos < n:
+        if n - pos < _BATCH_HEAD.size:
+            raise HeaderError("batch body truncated")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+        start = pos + _BATCH_HEAD.size
+        if total < _BATCH_HEAD.size + 2 or pos + total > n or body_len < 0 or start + body_len + 2 > pos + total:
+            raise HeaderError(f"batch message at byte {pos} has a bad size")
+        mbody = body[start:start + body_len]
+        plen = struct.unpack_from(">h", body, start + body_len)[0]
+        ps = start + body_len + 2
+        if plen < 0 or ps + plen > pos + total:
+            raise HeaderError(f"batch message at byte {pos} has a bad properties length")
+        props = string_to_properties(body[ps:ps + plen].decode("utf-8")) if plen else {}
+        out.append((flag, mbody, props))
+        pos += total
+    return out
+
+
+class SendMessageProcessor:
+    def __init__(self, ctx: "BrokerRemoting") -> None:
+        self.ctx = ctx
+
+    @property
+    def c(self) -> Any:
+        return self.ctx.controller
+
+    def register(self, server: Any) -> None:
+        for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+            server.register(code, self.send_message)
+        server.register(RC.CONSUMER_SEND_MSG_BACK, self.consumer_send_msg_back)
+
+    # ------------------------------------------------------------------ helpers
+    def _born_host(self, conn: RemotingConnection) -> tuple[str, int]:
+        host, _, port = conn.remote_addr.rpartition(":")
+        return (host or "127.0.0.1", int(port) if port.isdigit() else 0)
+
+    def _group_config(self, group: str) -> Any:
+        return self.c.metadata.managers["subscriptionGroup"].find_subscription_group_config(group)
+
+    def _ensure_topic(self, topic: str, queue_nums: int) -> Any:
+        tc = self.c.metadata.topic(topic)
+        if tc is None:
+            tc = self.c.metadata.create_topic(topic, queue_nums, queue_nums, PERM_RW)
+        return tc
+
+    def _retry_or_dlq(self, topic: str, reconsume_times: int, max_times: Optional[int]) -> tuple[str, Optional[int]]:
+        """handleRetryAndDLQ: (topic to write, forced queueId or None)."""
+        if not topic.startswith(RETRY_PREFIX):
+            return topic, None
+        group = topic[len(RETRY_PREFIX):]
+        sgc = self._group_config(group)
+        if sgc is None:
+            raise _Refuse(R.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
+        limit = max_times if max_times is not None else sgc.retry_max_times
+        if reconsume_times >= limit:
+            dlq = DLQ_PREFIX + group
+            self._ensure_topic(dlq, 1)
+            return dlq, 0
+        self._ensure_topic(topic, max(1, sgc.retry_queue_nums))
+        return topic, None
+
+    async def _put(self, cmd: RemotingCommand, topic: str, queue_id: Optional[int],
+                   msgs: list[MessageExt], header_extra: dict[str, Any]) -> RemotingCommand:
+        bp = self.ctx.broker_processor
+        try:
+            self.c.check_writable()
+            tc = bp._topic_for_write(topic)  # noqa: SLF001 - the HTTP API's topic rules, shared on purpose
+            qid = bp._select_queue(topic, queue_id if queue_id is not None and queue_id >= 0 else None,  # noqa: SLF001
+                                   tc.write_queue_nums)
+        except BrokerApiError as exc:
+            if exc.code == "MESSAGE_ILLEGAL" and "queueId" in exc.message:
+                return cmd.response(R.SYSTEM_ERROR, exc.message)
+            return api_error_response(cmd, exc)
+        for m in msgs:
+            m.topic, m.queue_id = topic, qid
+        t0 = time.perf_counter()
+        try:
+            r = await bp._put(msgs)  # noqa: SLF001
+            status = r.status
+            if status == "PUT_OK":
+                status = await self.c.wait_for_replication(r.next_offset)
+        except BrokerApiError as exc:
+            return api_error_response(cmd, exc)
+        metrics = self.c.metrics
+        metrics.put_latency.observe(time.perf_counter() - t0, "remoting")
+        metrics.put_messages.inc(topic, status, amount=len(msgs))
+        header = {"msgId": ",".join(r.msg_ids), "queueId": qid, "queueOffset": r.queue_offsets[0], **header_extra}
+        code = {"PUT_OK": R.SUCCESS, "FLUSH_DISK_TIMEOUT": R.FLUSH_DISK_TIMEOUT,
+                "FLUSH_SLAVE_TIMEOUT": R.FLUSH_SLAVE_TIMEOUT, "SLAVE_NOT_AVAILABLE": R.SLAVE_NOT_AVAILABLE}.get(status)
+        if code is None:
+            return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}")
+        if code == R.SUCCESS:
+            metrics.put_bytes.inc(topic, amount=sum(len(m.body) for m in msgs))
+        return cmd.response(code, None, header)
+
+    # ------------------------------------------------------------------ SEND_MESSAGE(_V2), batch
+    async def send_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        cmd = v1_header(request)
+        try:
+            topic = field_str(cmd, "topic", required=True) or ""
+            validate_topic(topic)
+            queue_id = field_int(cmd, "queueId", -1)
+            sys_flag = field_int(cmd, "sysFlag", 0)
+            born_ts = field_int(cmd, "bornTimestamp", int(time.time() * 1000))
+            reconsume = field_int(cmd, "reconsumeTimes", 0)
+            max_reconsume = field_int(cmd, "maxReconsumeTimes", -1)
+            batch = cmd.code == RC.SEND_BATCH_MESSAGE or field_bool(cmd, "batch")
+            if batch:
+                items = decode_batch(cmd.body)
+                if not items:
+                    raise HeaderError("empty batch")
+                if topic.startswith(RETRY_PREFIX):
+                    return request.response(R.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
+            else:
+                items = [(field_int(cmd, "flag", 0), cmd.body,
+                          string_to_properties(field_str(cmd, "properties", "") or ""))]
+        except TopicValidationError as exc:
+            return request.response(R.SYSTEM_ERROR, f"The specified topic is illegal: {exc}")
+        except (HeaderError, UnicodeDecodeError) as exc:
+            return request.response(R.SYSTEM_ERROR, str(exc))
+        if len(cmd.body) > self.c.max_message_size:
+            return request.response(R.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length "
+                                    f"not matched. msg body length limit {self.c.max_message_size}B, msg properties "
+                                    "length limit 32KB.")
+        try:
+            topic, forced_q = self._retry_or_dlq(topic, reconsume, max_reconsume if max_reconsume >= 0 else None)
+        except _Refuse as exc:
+            return request.response(exc.code, exc.remark)
+        now = int(time.time() * 1000)
+        born_host = self._born_host(conn)
+        msgs = [MessageExt(topic=topic, body=bytes(body), flag=flag, properties=props, sys_flag=sys_flag,
+                           born_timestamp=born_ts, born_host=born_host, store_timestamp=now,
+                           store_host=self.c.store_host, reconsume_times=reconsume)
+                for flag, body, props in items]
+        return await self._put(request, topic, forced_q if forced_q is not None else queue_id, msgs, {})
+
+    # ------------------------------------------------------------------ CONSUMER_SEND_MSG_BACK
+    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            offset = field_int(cmd, "offset")
+            group = field_str(cmd, "group", required=True) or ""
+            delay_level = field_int(cmd, "delayLevel", 0)
+            max_times_field = cmd.ext_fields.get("maxReconsumeTimes")
+            max_times = int(max_times_field) if max_times_field not in (None, "") else None
+        except (HeaderError, ValueError) as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        sgc = self._group_config(group)
+        if sgc is None:
+            return cmd.response(R.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
+        if sgc.retry_queue_nums <= 0:
+            return cmd.response(R.SUCCESS)
+        try:
+            self.c.check_writable()
+        except BrokerApiError as exc:
+            return api_error_response(cmd, exc)
+        msg = self.c.store_access.message_at(offset)
+        if msg is None:
+            return cmd.response(R.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        props = dict(msg.properties)
+        props.setdefault("RETRY_TOPIC", msg.topic)
+        props.pop("WAIT", None)
+        limit = max_times if max_times is not None else sgc.retry_max_times
+        if msg.reconsume_times >= limit or delay_level < 0:
+            topic, qid = DLQ_PREFIX + group, 0
+            self._ensure_topic(topic, 1)
+            props.pop("DELAY", None)
+        else:
+            topic = RETRY_PREFIX + group
+            self._ensure_topic(topic, sgc.retry_queue_nums)
+            qid = random.randrange(sgc.retry_queue_nums)
+            # RocketMQ sets DELAY = delayLevel or 3 + reconsumeTimes; this project has no
+            # ScheduleMessageService to deliver delayed messages, so retries go out at once.
+            props.pop("DELAY", None)
+        props.setdefault("ORIGIN_MESSAGE_ID", cmd.ext_fields.get("originMsgId") or msg.msg_id)
+        inner = MessageExt(topic=topic, body=msg.body, flag=msg.flag, properties=props, sys_flag=msg.sys_flag,
+                           born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                           store_timestamp=int(time.time() * 1000), store_host=self.c.store_host,
+                           reconsume_times=msg.reconsume_times + 1)
+        resp = await self._put(cmd, topic, qid, [inner], {})
+        if resp.code != R.SUCCESS:
+            return cmd.response(R.SYSTEM_ERROR, resp.remark or "put failed")
+        return cmd.response(R.SUCCESS)
+
+
+class _Refuse(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code, self.remark = code, remark

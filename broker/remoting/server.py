@@ -1,0 +1,209 @@
+"""RemotingServer: asyncio driver of the remoting codec, dispatching requests by code.
+
+Rules (RocketMQ ``NettyRemotingServer`` / ``NettyRemotingAbstract.processRequestCommand``):
+- Each request is handed to the processor registered for its code; an unknown code is answered
+  ``REQUEST_CODE_NOT_SUPPORTED`` with the remark `` request type N not supported``. A
+  processor's unexpected exception is answered ``SYSTEM_ERROR`` with a one-line description;
+  the connection stays open.
+- The RPC hook (ACL) runs before the processor; a refusal is answered ``NO_PERMISSION`` with
+  the hook's remark. Oneway requests never get a response, whatever happens.
+- Responses carry the request's opaque, the response flag and the request's serialize type.
+  Requests of one connection are processed concurrently (pipelining); responses go out as
+  they complete, so clients match them by opaque.
+- A frame over the size limit, a length below 4, or an undecodable header closes that
+  connection (RocketMQ's decoder closes the channel); every other connection is unaffected.
+- Optional HTTP sharing: when ``http_factory`` is given, a connection whose first byte is an
+  ASCII letter (``GET``, ``POST``...) is handed to that protocol factory (aiohttp's low-level
+  server), so one port can speak both protocols. A remoting frame always starts with the high
+  byte of its length, which is 0 or 1 for any frame within the 16 MiB limit.
+- Flow control: a connection with more than ``max_in_flight`` requests being processed, or
+  whose transport's write buffer is above its high-water mark, stops being read until it drains.
+
+Theory of operation: one :class:`RemotingConnection` (an ``asyncio.Protocol``) per client; its
+:class:`broker.remoting.codec.FrameDecoder` turns bytes into commands, each processed in its own
+task. Close listeners let the name server and the broker drop what a dead connection registered.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Optional
+
+from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
+from broker.remoting.codes import ResponseCode, request_name
+
+log = logging.getLogger("broker.remoting")
+
+Handler = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[Optional[RemotingCommand]]]
+RpcHook = Callable[[RemotingCommand, "RemotingConnection"], None]
+
+
+class RpcHookRefusal(Exception):
+    """Raised by an RPC hook (ACL) to refuse a request; answered with ``code`` and the message."""
+
+    def __init__(self, message: str, code: int = ResponseCode.NO_PERMISSION) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RemotingConnection(asyncio.Protocol):
+    def __init__(self, server: "RemotingServer") -> None:
+        self.server = server
+        self.transport: Optional[asyncio.Transport] = None
+        self.decoder = FrameDecoder(server.max_frame_length)
+        self.remote_addr = "?"
+        self.in_flight = 0
+        self._read_paused = False
+        self._write_paused = False
+        self._first = True
+        self.closed = False
+        self.attrs: dict[str, Any] = {}  # per-connection state of processors (client ids...)
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.remote_addr = f"{peer[0]}:{peer[1]}"
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._first:
+            self._first = False
+            if self.server.http_factory is not None and data[:1].isalpha():
+                self._hand_to_http(data)
+                return
+        try:
+            frames = self.decoder.feed(data)
+        except RemotingCommandError as exc:
+            log.warning("closing remoting connection from %s: %s", self.remote_addr, exc)
+            self._abort()
+            return
+        for frame in frames:
+            try:
+                cmd = _decode(frame)
+            except RemotingCommandError as exc:
+                log.warning("closing remoting connection from %s: %s", self.remote_addr, exc)
+                self._abort()
+                return
+            if cmd.is_response:
+                continue  # we send no requests to clients that expect answers
+            self.in_flight += 1
+            asyncio.get_running_loop().create_task(self._process(cmd))
+        self._update_reading()
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        for listener in list(self.server.close_listeners):
+            try:
+                listener(self)
+            except Exception:  # noqa: BLE001 - a listener must not break the others
+                log.exception("connection close listener failed")
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # ------------------------------------------------------------------ internals
+    def _hand_to_http(self, data: bytes) -> None:
+        assert self.transport is not None and self.server.http_factory is not None
+        self.server.connections.discard(self)
+        proto = self.server.http_factory()
+        self.transport.set_protocol(proto)
+        proto.connection_made(self.transport)
+        proto.data_received(data)
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        want_pause = self._write_paused or self.in_flight > self.server.max_in_flight
+        if want_pause and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+        elif not want_pause and self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(encode(cmd))
+
+    async def _process(self, cmd: RemotingCommand) -> None:
+        try:
+            response = await self.server.dispatch(cmd, self)
+            if response is not None and not cmd.is_oneway:
+                response.opaque = cmd.opaque
+                response.flag |= 1
+                response.serialize_type = cmd.serialize_type
+                self.send(response)
+        finally:
+            self.in_flight -= 1
+            self._update_reading()
+
+
+def _decode(frame: bytes) -> RemotingCommand:
+    from broker.remoting.codec import decode_frame  # noqa: WPS433 - local for speed of lookup
+
+    return decode_frame(frame)
+
+
+class RemotingServer:
+    def __init__(self, *, name: str = "remoting", max_frame_length: int = MAX_FRAME_LENGTH,
+                 http_factory: Optional[Callable[[], asyncio.Protocol]] = None, max_in_flight: int = 4096) -> None:
+        self.name = name
+        self.max_frame_length = max_frame_length
+        self.http_factory = http_factory
+        self.max_in_flight = max_in_flight
+        self.processors: dict[int, Handler] = {}
+        self.rpc_hooks: list[RpcHook] = []
+        self.close_listeners: list[Callable[[RemotingConnection], None]] = []
+        self.connections: set[RemotingConnection] = set()
+        self._server: Optional[asyncio.base_events.Server] = None
+        self.port = 0
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.processors[code] = handler
+
+    async def dispatch(self, cmd: RemotingCommand, conn: RemotingConnection) -> Optional[RemotingCommand]:
+        handler = self.processors.get(cmd.code)
+        if handler is None:
+            error = f" request type {cmd.code} not supported"
+            log.warning("%s from %s:%s", self.name, conn.remote_addr, error)
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, error)
+        try:
+            for hook in self.rpc_hooks:
+                hook(cmd, conn)
+            return await handler(cmd, conn)
+        except RpcHookRefusal as exc:
+            log.warning("%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
+            return cmd.response(exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - RocketMQ answers SYSTEM_ERROR and keeps the channel
+            log.exception("%s: processing %s from %s failed", self.name, request_name(cmd.code), conn.remote_addr)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: RemotingConnection(self), host=host, port=port,
+                                                reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                if conn.transport is not None:
+                    conn.transport.close()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+            except asyncio.TimeoutError:
+                pass
+            self._server = None
