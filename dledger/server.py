@@ -98,9 +98,6 @@ class DLedgerServer:
         self._flushing = False
         self.fatal_error: Optional[str] = None
         self.stopped = asyncio.Event()
-        self.role = Role.FOLLOWER
-        self.term = 0
-        self.leader_id: Optional[str] = None
         self.counters = {
             "appends": 0, "append_batches": 0, "append_refused": 0, "committed_entries": 0,
             "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flushed_entries": 0, "ticks": 0,
@@ -137,9 +134,12 @@ class DLedgerServer:
         if not self._started or self._stopping:
             return
         self._stopping = True
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        tasks = list(self._tasks)
+        while tasks:  # re-cancel: 3.11's wait_for can swallow a racing cancellation
+            for t in tasks:
+                t.cancel()
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            tasks = list(pending)
         await self.transport.stop()
         err = DLedgerError(Code.INTERNAL_ERROR, "server shut down")
         for fut in self._pending.values():
@@ -165,8 +165,20 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ public API
     @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def leader_id(self) -> Optional[str]:
+        return self.core.leader_id
+
+    @property
     def is_leader(self) -> bool:
-        return self.role is Role.LEADER
+        return self.core.role is Role.LEADER
 
     @property
     def leader_address(self) -> Optional[str]:
@@ -350,10 +362,8 @@ class DLedgerServer:
                                        leader, self.config.address_of(leader)))
 
     def _role_changed(self, rc: Any) -> None:
-        old = self.role
-        self.role, self.term, self.leader_id = rc.role, rc.term, rc.leader_id
         self.counters["role_changes"] += 1
-        if old is not rc.role or rc.role is not Role.FOLLOWER or rc.leader_id is not None:
+        if rc.role is not Role.FOLLOWER or rc.leader_id is not None:
             log.info("%s: role %s term %d leader %s", self.config.self_id, rc.role.value, rc.term, rc.leader_id)
         for cb in list(self._role_listeners):
             try:

@@ -279,16 +279,19 @@ class _DialledConn(_Conn):
                 self.handshake_done.set_result(None)
 
     def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+        self._fail_handshake(exc)
+        self.abort()
+
+    def _fail_handshake(self, exc: BaseException) -> None:
         if not self.handshake_done.done():
             self.handshake_done.set_exception(exc)
-        self.abort()
+            self.handshake_done.exception()  # retrieved: the link may already be gone
 
     def on_frame(self, frame: Any) -> None:
         self.owner.on_peer_message(self.link.peer_id, frame)
 
     def on_closed(self) -> None:
-        if not self.handshake_done.done():
-            self.handshake_done.set_exception(ConnectionError("connection closed during handshake"))
+        self._fail_handshake(ConnectionError("connection closed during handshake"))
 
 
 class _PeerLink:
@@ -303,12 +306,15 @@ class _PeerLink:
         self.conn: Optional[_DialledConn] = None
         self.task: Optional[asyncio.Task[None]] = None
         self.last_error: Optional[str] = None
+        self.closing = False
 
     async def run(self) -> None:
+        # ``closing`` is checked after every await: on 3.11 ``wait_for`` can swallow a
+        # cancellation that races with its inner future completing.
         loop = asyncio.get_running_loop()
         delay = self.owner.reconnect_min_s
         host, port = self.addr
-        while True:
+        while not self.closing:
             conn: Optional[_DialledConn] = None
             try:
                 _, conn = await asyncio.wait_for(
@@ -316,6 +322,9 @@ class _PeerLink:
                     self.owner.handshake_timeout_s,
                 )
                 await asyncio.wait_for(asyncio.shield(conn.handshake_done), self.owner.handshake_timeout_s)
+                if self.closing:
+                    conn.abort()
+                    return
             except asyncio.CancelledError:
                 if conn is not None:
                     conn.abort()
@@ -350,6 +359,7 @@ class _PeerLink:
             delay = min(delay * 2, self.owner.reconnect_max_s)
 
     def close(self) -> None:
+        self.closing = True
         if self.task is not None:
             self.task.cancel()
         if self.conn is not None:
@@ -420,8 +430,11 @@ class PeerTransport:
         tasks = [lk.task for lk in self.links.values() if lk.task is not None]
         for conn in list(self._accepted):
             conn.abort()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        while tasks:
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            for t in pending:  # a swallowed cancellation: cancel again
+                t.cancel()
+            tasks = list(pending)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -1,0 +1,317 @@
+"""DLedgerServer: in-process 3-member groups on 127.0.0.1 (real sockets, real files, real clock)."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from dledger.config import DLedgerConfig
+from dledger.core.codes import Code, Role
+from dledger.errors import DLedgerError
+from dledger.rpc.client import DLedgerClient
+from dledger.server import DLedgerServer
+from dledger.storelog import open_store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Group:
+    def __init__(self, root: Path, n: int = 3, barrier: bool = True, **cfg) -> None:
+        self.root = root
+        self.ids = [f"n{i}" for i in range(n)]
+        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, free_ports(n)))
+        self.cfg = {"mapped_file_size_for_entry_data": 1 << 20, "mapped_file_size_for_entry_index": 32 * 1024, **cfg}
+        self.barrier = barrier
+        self.servers: dict[str, DLedgerServer] = {}
+
+    def config(self, nid: str) -> DLedgerConfig:
+        return DLedgerConfig(group="g", self_id=nid, peers=self.peers, store_base_dir=str(self.root), **self.cfg)
+
+    async def start(self, nid: str) -> DLedgerServer:
+        s = DLedgerServer(self.config(nid), leader_barrier_body=(lambda: b"") if self.barrier else None, seed=hash(nid))
+        await s.start()
+        self.servers[nid] = s
+        return s
+
+    async def start_all(self) -> None:
+        for nid in self.ids:
+            await self.start(nid)
+
+    async def stop(self, nid: str) -> None:
+        await self.servers.pop(nid).shutdown()
+
+    async def stop_all(self) -> None:
+        for nid in list(self.servers):
+            await self.stop(nid)
+
+    async def leader(self, timeout: float = 10.0, exclude: Optional[str] = None) -> DLedgerServer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            leaders = [s for n, s in self.servers.items() if s.is_leader and n != exclude]
+            if len(leaders) == 1:
+                # ready to take appends (barrier appended)
+                if leaders[0].core.barrier is None:
+                    return leaders[0]
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no leader: {[(n, s.role) for n, s in self.servers.items()]}")
+
+    async def converged(self, timeout: float = 10.0) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            sts = [s.status() for s in self.servers.values()]
+            ends = {st["end_index"] for st in sts}
+            commits = {st["committed_index"] for st in sts}
+            if len(ends) == 1 and commits == ends:
+                return ends.pop()
+            await asyncio.sleep(0.02)
+        raise AssertionError([(s["self_id"], s["end_index"], s["committed_index"]) for s in sts])
+
+
+@pytest.fixture
+async def group(tmp_path):
+    groups: list[Group] = []
+
+    def make(**kw) -> Group:
+        g = Group(tmp_path / f"g{len(groups)}", **kw)
+        groups.append(g)
+        return g
+
+    yield make
+    for g in groups:
+        await g.stop_all()
+
+
+def raw_entries(server: DLedgerServer, lo: int, hi: int) -> list[bytes]:
+    return [bytes(v) for v in server.log_view.store.get_raw(lo, hi + 1)]
+
+
+async def test_three_members_elect_one_leader_and_replicate(group):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    followers = [s for s in g.servers.values() if s is not leader]
+    assert all(s.role is Role.FOLLOWER and s.leader_id == leader.config.self_id for s in followers)
+    assert len({s.term for s in g.servers.values()}) == 1
+    futs = [leader.append(b"body-%d" % i) for i in range(200)]
+    # index and pos are known synchronously, before the quorum ack
+    assert all(f.index >= 0 and f.pos >= 0 and not f.done() for f in futs)
+    assert [f.index for f in futs] == list(range(futs[0].index, futs[0].index + 200))
+    results = await asyncio.gather(*futs)
+    assert results == [(f.index, f.pos) for f in futs]
+    end = await g.converged()
+    copies = [raw_entries(s, 0, end) for s in g.servers.values()]
+    assert copies[0] == copies[1] == copies[2]
+    for f, i in zip(futs, range(200)):
+        e = leader.log_view.store.get(f.index)
+        assert (e.pos, bytes(e.body)) == (f.pos, b"body-%d" % i)
+    st = leader.status()
+    assert st["role"] == "LEADER" and st["committed_index"] == end
+    assert set(st["peers"]) == {s.config.self_id for s in followers}
+    assert all(p["match_index"] == end for p in st["peers"].values())
+
+
+async def test_hooks_run_on_leader_only_and_followers_receive_patched_bytes(group):
+    g = group()
+    calls: dict[str, int] = {}
+
+    def make_hook(nid):
+        def hook(entry, buffer, body_offset):
+            calls[nid] = calls.get(nid, 0) + 1
+            if len(buffer) >= body_offset + 8:
+                buffer[body_offset:body_offset + 8] = struct.pack(">q", entry.pos + body_offset)  # like RocketMQ PHY_POS
+        return hook
+
+    await g.start_all()
+    for nid, s in g.servers.items():
+        s.add_append_hook(make_hook(nid))
+    leader = await g.leader()
+    calls.clear()
+    futs = [leader.append(b"\0" * 8 + b"payload") for _ in range(20)]
+    await asyncio.gather(*futs)
+    await g.converged()
+    assert calls == {leader.config.self_id: 20}
+    for s in g.servers.values():
+        for f in futs:
+            e = s.log_view.store.get(f.index)
+            assert struct.unpack(">q", bytes(e.body[:8]))[0] == f.pos + 48
+
+
+async def test_batch_positions_are_contiguous(group):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    bodies = [b"x" * (128 * (1 + i)) for i in range(10)]
+    fut = leader.append_batch(bodies)
+    assert len(fut.positions) == 10
+    base = fut.pos
+    # DLedger AppendAndPushTest.testBatchAppend: pos_i = base + 48*i + 128*(1+i)*i/2
+    assert fut.positions == [base + 48 * i + 128 * (1 + i) * i // 2 for i in range(10)]
+    res = await fut
+    assert res == [(fut.index + i, p) for i, p in enumerate(fut.positions)]
+
+
+async def test_follower_refuses_with_leader_hint(group):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    follower = next(s for s in g.servers.values() if s is not leader)
+    fut = follower.append(b"x")
+    assert fut.done() and fut.index == -1 and fut.code is Code.NOT_LEADER
+    err = fut.exception()
+    assert isinstance(err, DLedgerError) and err.leader_id == leader.config.self_id
+    assert err.leader_addr == leader.config.address_of(leader.config.self_id)
+
+
+async def test_ack_timeout_then_pending_full_then_leader_steps_down(group):
+    # DLedger AppendAndPushTest.testPushNetworkOffline + LeaderElectorTest.testThreeServerAndShutdownFollowers
+    g = group(max_wait_ack_ms=200, max_pending_requests=5, election_timeout_min_ms=1500,
+              election_timeout_max_ms=2000, heartbeat_interval_ms=100)
+    await g.start_all()
+    leader = await g.leader()
+    await asyncio.gather(leader.append(b"ok"))
+    term = leader.term
+    for nid in [n for n in g.servers if g.servers[n] is not leader]:
+        await g.stop(nid)
+    futs = [leader.append(b"lost-%d" % i) for i in range(5)]
+    full = leader.append(b"one too many")
+    assert full.done() and full.code is Code.LEADER_PENDING_FULL
+    for f in futs:
+        with pytest.raises(DLedgerError) as err:
+            await f
+        assert err.value.code == Code.WAIT_QUORUM_ACK_TIMEOUT
+    # no quorum for an election timeout: the leader steps down, term unchanged
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while leader.is_leader and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    assert not leader.is_leader and leader.core.status().term == term
+
+
+async def test_leadership_transfer(group):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    await asyncio.gather(*[leader.append(b"t%d" % i) for i in range(50)])
+    target = next(n for n in g.ids if n != leader.config.self_id)
+    old_term = leader.term
+    code = await leader.transfer_leadership(target)
+    assert code is Code.SUCCESS
+    new = await g.leader()
+    assert new.config.self_id == target and new.term > old_term
+    assert not leader.is_leader
+    await new.append(b"after transfer")
+    await g.converged()
+
+
+async def test_preferred_leader_takes_over(group):
+    g = group(preferred_leader_ids="n2", preferred_leader_check_ms=100)
+    await g.start_all()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while loop.time() < deadline:
+        leaders = [n for n, s in g.servers.items() if s.is_leader]
+        if leaders == ["n2"]:
+            break
+        await asyncio.sleep(0.05)
+    assert [n for n, s in g.servers.items() if s.is_leader] == ["n2"]
+
+
+async def test_restarted_follower_catches_up_and_restart_keeps_term(group, tmp_path):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    await asyncio.gather(*[leader.append(b"a%d" % i) for i in range(50)])
+    victim = next(n for n in g.ids if n != leader.config.self_id)
+    await g.stop(victim)
+    await asyncio.gather(*[leader.append(b"b%d" % i) for i in range(100)])
+    s = await g.start(victim)
+    assert s.term == leader.term  # currterm persisted and reloaded
+    end = await g.converged()
+    copies = [raw_entries(x, 0, end) for x in g.servers.values()]
+    assert copies[0] == copies[1] == copies[2]
+
+
+async def test_role_listeners_and_status_counters(group):
+    g = group()
+    seen: list[tuple[int, Role]] = []
+    await g.start_all()
+    for s in g.servers.values():
+        s.add_role_change_listener(lambda term, role: seen.append((term, role)))
+    leader = await g.leader()
+    code = await leader.transfer_leadership(next(n for n in g.ids if n != leader.config.self_id))
+    assert code is Code.SUCCESS
+    await g.leader()
+    assert any(r is Role.LEADER for _, r in seen) and any(r is Role.FOLLOWER for _, r in seen)
+    st = leader.status()
+    assert st["counters"]["role_changes"] >= 2 and st["transport"]["frames_sent"] > 0
+
+
+async def test_client_channel_append_get_status_transfer_and_redirect(group):
+    g = group(auth_token="s3cret")
+    await g.start_all()
+    leader = await g.leader()
+    peers = {n: ("127.0.0.1", g.config(n).peer_map[n][1]) for n in g.ids}
+    follower = next(n for n in g.ids if n != leader.config.self_id)
+    client = DLedgerClient(peers, "g", secret="s3cret", timeout=5)
+    client.leader_id = follower  # start at the wrong member: NOT_LEADER redirect
+    try:
+        res = await client.append_batch([b"one", b"two"])
+        assert client.leader_id == leader.config.self_id
+        assert [r.index for r in res] == [res[0].index, res[0].index + 1]
+        e = await client.get(res[1].index)
+        assert e["body"] == b"two" and e["pos"] == res[1].pos
+        st = await client.status(follower)
+        assert st["role"] == "FOLLOWER" and st["leader_id"] == leader.config.self_id
+        with pytest.raises(DLedgerError) as err:
+            await client.get(10_000)
+        assert err.value.code == Code.INDEX_OUT_OF_RANGE
+        assert await client.transfer(follower) == follower
+        res2 = await client.append(b"three")  # follows the new leader
+        assert client.leader_id == follower and res2.index > res[1].index
+    finally:
+        await client.close()
+    bad = DLedgerClient(peers, "g", secret="wrong", timeout=2)
+    try:
+        with pytest.raises(DLedgerError) as err:
+            await bad.append(b"x")
+        assert err.value.code == Code.UNKNOWN_MEMBER
+    finally:
+        await bad.close()
+
+
+async def test_store_reopens_with_identical_committed_entries(group, tmp_path):
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    futs = [leader.append(b"persist-%d" % i) for i in range(30)]
+    await asyncio.gather(*futs)
+    end = await g.converged()
+    configs = [s.config for s in g.servers.values()]
+    await g.stop_all()
+    stores = [open_store(c) for c in configs]
+    try:
+        assert all(s.committed_index == end for s in stores)  # checkpoint written at shutdown
+        raws = [[bytes(v) for v in s.get_raw(0, end + 1)] for s in stores]
+        assert raws[0] == raws[1] == raws[2] and len(raws[0]) == end + 1
+        for f, i in zip(futs, range(30)):
+            assert bytes(stores[0].get(f.index).body) == b"persist-%d" % i
+    finally:
+        for s in stores:
+            s.shutdown()
