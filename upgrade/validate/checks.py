@@ -168,7 +168,8 @@ def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: 
     if not dl.committed_unit_ok and dl.committed_index >= 0:
         f.add("dledger_continuity", node, locate(dl.index, dl.committed_index * 32)[0], dl.committed_index * 32,
               f"checkpoint committedIndex {dl.committed_index} has no valid index unit", None)
-    entries = [s for s in dl_sums if not s.get("discarded") and s["first_index"] is not None]
+    entries = sorted((s for s in dl_sums if not s.get("discarded") and s["first_index"] is not None),
+                     key=lambda s: s["start"])
     prev = None
     for s in entries:
         if prev is not None:
@@ -301,14 +302,6 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
              mismatches: list[dict] | None = None) -> tuple[Findings, dict[str, dict]]:
     f = Findings()
     nodes: dict[str, dict] = {}
-    for s in summaries.values():
-        if s.get("discarded"):
-            continue
-        for row in s["violations"]:
-            f.add_row(row)
-        stored = Counter(row["check"] for row in s["violations"])
-        for check, n in s["by_check"].items():
-            f.counts[check] += n - stored[check]
     by_kind: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for s in summaries.values():
         by_kind[s["node"]][s["kind"]].append(s)
@@ -346,6 +339,14 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
         info["barriers"] = old_info["barriers"] + info.get("dledger", {}).get("barriers", 0)
         info["cq_units_checked"] = sum(s["messages"] for s in k["cq"])
         nodes[lay.node] = info
+    for s in summaries.values():  # task rows last: the driver's root-cause rows are never crowded out
+        if s.get("discarded"):
+            continue
+        for row in s["violations"]:
+            f.add_row(row)
+        stored = Counter(row["check"] for row in s["violations"])
+        for check, n in s["by_check"].items():
+            f.counts[check] += n - stored[check]
     if not any(lay.divided_offset is not None and lay.old for lay in layouts):
         f.not_applicable.add("divide")
     if not any_dledger:

@@ -9,6 +9,8 @@ Rules:
 - Committed prefix only: DLedger data ranges stop at ``committed_pos``, index ranges at unit
   ``committed_index``. ConsumeQueue ranges stop at the file's last data extent (``SEEK_HOLE``)
   because CQ files are sparse and mostly empty.
+- ConsumeQueue ranges are ``R / CQ_DENSITY`` bytes (at least 64 KiB): each 20-byte unit is checked against its
+  message, so a CQ range costs about what a data range of R bytes costs.
 - Replica hashing (check 6) is planned here: with several nodes each range hashes its bytes up
   to the common limit (old region: the smallest write end / the divide; DLedger: the smallest
   ``committed_pos``; index: the smallest committed index).
@@ -27,6 +29,8 @@ from upgrade.validate.layout import FileRef, StoreLayout
 from upgrade.validate.records import walk_classic
 
 DEFAULT_RANGE_SIZE = 64 << 20
+CQ_DENSITY = 64  # CQ ranges cover range_size / 64 bytes: ~the messages of one data range
+CQ_MIN_RANGE = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,6 @@ class Plan:
     @property
     def total_bytes(self) -> int:
         return sum(r.end - r.start for r in self.ranges)
-
 
 def data_extent_end(path: str, size: int) -> int:
     """End of the last non-hole extent of a (sparse) file; ``size`` when holes are unsupported."""
@@ -164,7 +167,7 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
                 for s, e in _grid(f, max(limit, 0), step):
                     out.ranges.append(ScanRange(rid, "idx", lay.node, f.path, f.start, f.size, s, e, ctx, out.idx_limit))
                     rid += 1
-        step = max(20, range_size // 20 * 20)
+        step = max(CQ_MIN_RANGE, range_size // CQ_DENSITY) // 20 * 20  # a unit costs ~one message check
         for q in lay.queues:
             for f in q.files:
                 extent = data_extent_end(f.path, f.size)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from broker.store import message as codec
+from upgrade.validate import dlindex
 from upgrade.validate import records as rec
 from upgrade.validate.cq import scan_cq
 from upgrade.validate.plan import ScanRange
@@ -147,37 +148,6 @@ def scan_old(r: ScanRange) -> Summary:
     return s
 
 
-def _first_entry_from_index(r: ScanRange, at: int) -> int | None:
-    """Absolute pos of the first committed entry at or after ``at``, by binary search of the index."""
-    units = r.ctx.index
-    n = r.ctx.committed_index + 1
-    if not units or n <= 0:
-        return None
-
-    def unit(i: int) -> tuple[int, ...] | None:
-        from upgrade.validate.layout import read_index_unit
-        return read_index_unit(units, i)
-
-    lo, hi = 0, n
-    first = unit(0)
-    if first is not None and first[1] > at:  # entries cleaned before: find the begin
-        lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        u = unit(mid)
-        if u is None or u[0] != rec.DL_MAGIC or u[1] < at:
-            if u is not None and u[0] == rec.DL_MAGIC and u[1] < at:
-                lo = mid + 1
-            else:
-                return None
-        else:
-            hi = mid
-    if lo >= n:
-        return None
-    u = unit(lo)
-    return None if u is None else u[1]
-
-
 def scan_dl(r: ScanRange) -> Summary:
     s = new_summary(r)
     m = Mapped(r.path, r.start)
@@ -190,12 +160,20 @@ def scan_dl(r: ScanRange) -> Summary:
         elif r.start == 0:
             p = 0
         else:
-            hint = _first_entry_from_index(r, r.abs_start)
+            hint = dlindex.first_entry(r.ctx, r.abs_start)
             p = hint - abs0 if hint is not None and r.abs_start <= hint < r.abs_end else None
             if p is None or rec._II.unpack_from(m.mm, p)[0] != rec.DL_MAGIC:
                 p = rec.sync_dledger(m.mm, lo, hi, m.limit, abs0)
         s["first"] = None if p is None else abs0 + p
-        starts = np.array(_walk(m, r, s, p, hi, dledger=True), dtype=np.int64)
+        known = dlindex.index_starts(r.ctx, m.a, abs0, p, hi) if p is not None and p < hi else None
+        if known is None:  # walk the data itself
+            starts = np.array(_walk(m, r, s, p, hi, dledger=True), dtype=np.int64)
+        else:  # the index tiles the range exactly; walk only what follows its last entry
+            starts, sizes = known
+            nxt = int(starts[-1] + sizes[-1])
+            s["end_kind"], s["next"], s["end_pos"] = "range", abs0 + nxt, abs0 + nxt
+            if nxt < hi:
+                starts = np.concatenate((starts, np.array(_walk(m, r, s, nxt, hi, dledger=True), dtype=np.int64)))
         if s["end_kind"] == "range" and s["next"] is not None and s["next"] >= abs0 + climit:
             s["end_kind"] = "committed"
         if s["end_kind"] == "zeros" and s["end_pos"] < abs0 + climit:
