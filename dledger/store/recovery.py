@@ -34,16 +34,19 @@ few thousand entries.
 from __future__ import annotations
 
 import logging
+import struct
+import zlib
 from dataclasses import dataclass
 
 from dledger.entry import (BODY_OFFSET, CURRENT_MAGIC, HEADER, HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE,
-                           MAGIC_1, EntryCorruptionError, body_crc32)
+                           MAGIC_1, EntryCorruptionError, to_java_int)
 from dledger.store.errors import StoreLayoutError
 from dledger.store.mmap_file_list import BLANK_MAGIC_CODE, MmapFile, MmapFileList
 
 log = logging.getLogger(__name__)
 
 _INDEX_BATCH = 4096
+_II = struct.Struct(">ii")
 
 
 class _CheckFailed(Exception):
@@ -64,6 +67,24 @@ class RecoveryResult:
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise _CheckFailed(msg)
+
+
+def _explain(magic: int, size: int, entry_index: int, term: int, pos: int, body_size: int, abs_pos: int,
+             rel: int, fs: int, last_index: int, last_term: int) -> str:
+    """The first failed check, worded like DLedger's PreConditions messages."""
+    for ok, msg in (
+        (pos == abs_pos, f"pos {pos} != {abs_pos}"),
+        (body_size + BODY_OFFSET == size, f"size {size} != {body_size} + {BODY_OFFSET}"),
+        (rel + size <= fs, f"entry of {size} bytes overruns the file"),
+        (MAGIC_1 <= magic <= CURRENT_MAGIC, f"magic={magic} index={entry_index} currMagic={CURRENT_MAGIC}"),
+        (last_index == -1 or entry_index == last_index + 1, f"index={entry_index} lastEntryIndex={last_index}"),
+        (entry_index >= 0, f"index={entry_index}"),
+        (term >= last_term, f"term={term} lastEntryTerm={last_term}"),
+        (size > HEADER_SIZE, f"size {size} should > {HEADER_SIZE}"),
+    ):
+        if not ok:
+            return msg
+    return "entry check failed"
 
 
 def _index_unit(index_list: MmapFileList, entry_index: int) -> tuple[int, int, int, int, int] | None:
@@ -131,42 +152,55 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
             index.commit_stream(plan, pending)
             pending = bytearray()
 
+    mv = memoryview(f.mm)  # zero-copy CRC input; released when the scan leaves the file
+    ifile_from, ifile_limit, ifile_mm = 0, -1, None  # cached index file for unit comparisons
+    unpack_unit = INDEX_UNIT.unpack_from
+    unpack_header, unpack_ii, crc32 = HEADER.unpack_from, _II.unpack_from, zlib.crc32
     while True:
         abs_pos = f.from_offset + rel
         try:
             _check(rel + 8 <= fs, "header beyond file end")
-            magic = int.from_bytes(f.mm[rel:rel + 4], "big", signed=True)
+            magic, size = unpack_ii(mv, rel)
             if magic == BLANK_MAGIC_CODE:
                 process = f.end_offset
                 i += 1
                 if i >= len(files):
                     break
+                mv.release()
                 f, rel = files[i], 0
+                mv = memoryview(f.mm)
                 process = f.from_offset
                 continue
-            size = int.from_bytes(f.mm[rel + 4:rel + 8], "big", signed=True)
             if size == 0:
                 break
             _check(rel + BODY_OFFSET <= fs, "header beyond file end")
-            magic, size, entry_index, term, pos, _c, _cc, body_crc, body_size = HEADER.unpack_from(f.mm, rel)
-            _check(pos == abs_pos, f"pos {pos} != {abs_pos}")
-            _check(body_size + BODY_OFFSET == size, f"size {size} != {body_size} + {BODY_OFFSET}")
-            _check(rel + size <= fs, f"entry of {size} bytes overruns the file")
-            _check(MAGIC_1 <= magic <= CURRENT_MAGIC, f"magic={magic} index={entry_index} currMagic={CURRENT_MAGIC}")
-            if last_index != -1:
-                _check(entry_index == last_index + 1, f"index={entry_index} lastEntryIndex={last_index}")
-            _check(entry_index >= 0, f"index={entry_index}")
-            _check(term >= last_term, f"term={term} lastEntryTerm={last_term}")
-            _check(size > HEADER_SIZE, f"size {size} should > {HEADER_SIZE}")
+            magic, size, entry_index, term, pos, _c, _cc, body_crc, body_size = unpack_header(mv, rel)
+            if not (pos == abs_pos and body_size + BODY_OFFSET == size and rel + size <= fs
+                    and MAGIC_1 <= magic <= CURRENT_MAGIC and entry_index >= 0
+                    and (last_index == -1 or entry_index == last_index + 1)
+                    and term >= last_term and size > HEADER_SIZE):
+                raise _CheckFailed(_explain(magic, size, entry_index, term, pos, body_size, abs_pos, rel, fs,
+                                            last_index, last_term))
             if verify_crc and body_crc != 0:
-                actual = body_crc32(f.mm[rel + BODY_OFFSET:rel + size])
-                _check(actual == body_crc, f"body CRC mismatch for index {entry_index}: stored {body_crc}, "
-                                           f"computed {actual}")
+                actual = crc32(mv[rel + BODY_OFFSET:rel + size])
+                if to_java_int(actual) != body_crc:
+                    raise _CheckFailed(f"body CRC mismatch for index {entry_index}: stored {body_crc}, "
+                                       f"computed {to_java_int(actual)}")
         except _CheckFailed as exc:
             stop_reason = str(exc)
             break
         unit = (magic, abs_pos, size, entry_index, term)
-        if not need_write_index and _index_unit(index, entry_index) != unit:
+        if not need_write_index:
+            off = entry_index * INDEX_UNIT_SIZE - ifile_from
+            if 0 <= off <= ifile_limit:  # fast path: same index file as the previous unit
+                stored = unpack_unit(ifile_mm, off)
+            else:
+                stored = _index_unit(index, entry_index)
+                ifile = index.find_file(entry_index * INDEX_UNIT_SIZE)
+                if ifile is not None:
+                    ifile_from, ifile_mm = ifile.from_offset, ifile.mm
+                    ifile_limit = ifile.wrote - INDEX_UNIT_SIZE
+        if not need_write_index and stored != unit:
             log.warning("data and index disagree at index %d (%s): rewriting index units from data",
                         entry_index, f.path)
             off = entry_index * INDEX_UNIT_SIZE
@@ -184,6 +218,7 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
         process += size
         rel += size
     flush_units()
+    mv.release()
 
     stop_file = f.path.name
     stop_pos = f.from_offset + rel
