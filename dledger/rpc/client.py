@@ -188,6 +188,7 @@ class DLedgerClient:
                                    timeout=min(self.timeout, 2.0))
             )
             self._connecting[peer_id] = pending
+            pending.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "unretrieved"
             try:
                 conn = await asyncio.shield(pending)
                 self._conns[peer_id] = conn
