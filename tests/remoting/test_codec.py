@@ -1,0 +1,84 @@
+"""Remoting codec: golden bytes (JSON and ROCKETMQ headers), split feeding, bad frames."""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from broker.remoting.codec import (FrameDecoder, FrameTooLargeError, RemotingCommand, RemotingCommandError,
+                                   decode_frame, encode, stringify_fields)
+from broker.remoting.codes import RequestCode, ResponseCode, SerializeType, request_name
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_codes_match_rocketmq_4_9() -> None:
+    assert (RequestCode.SEND_MESSAGE, RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT, RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE, RequestCode.REGISTER_BROKER, RequestCode.GET_ROUTEINFO_BY_TOPIC) == \
+        (10, 11, 34, 310, 320, 103, 105)
+    assert (ResponseCode.SYSTEM_ERROR, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION,
+            ResponseCode.TOPIC_NOT_EXIST, ResponseCode.PULL_NOT_FOUND, ResponseCode.QUERY_NOT_FOUND) == \
+        (1, 3, 12, 11, 14, 16, 17, 19, 22)
+    assert request_name(36) == "CONSUMER_SEND_MSG_BACK"
+
+
+def test_json_golden_bytes() -> None:
+    cmd = RemotingCommand(code=34, opaque=7, ext_fields={"a": "b"}, body=b"xy", language="JAVA", version=401)
+    header = b'{"code":34,"extFields":{"a":"b"},"flag":0,"language":"JAVA","opaque":7,' \
+             b'"serializeTypeCurrentRPC":"JSON","version":401}'
+    assert encode(cmd) == struct.pack(">ii", 4 + len(header) + 2, len(header)) + header + b"xy"
+
+
+def test_rocketmq_binary_golden_bytes() -> None:
+    cmd = RemotingCommand(code=105, opaque=258, flag=1, remark="ok", ext_fields={"topic": "T"}, language="JAVA",
+                          version=401, serialize_type=SerializeType.ROCKETMQ)
+    header = (struct.pack(">hbhii", 105, 0, 401, 258, 1) + struct.pack(">i", 2) + b"ok"
+              + struct.pack(">i", 2 + 5 + 4 + 1) + struct.pack(">h", 5) + b"topic" + struct.pack(">i", 1) + b"T")
+    frame = encode(cmd)
+    assert frame == struct.pack(">ii", 4 + len(header), (1 << 24) | len(header)) + header
+    back = decode_frame(frame[4:])
+    assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.language, back.serialize_type) == \
+        (105, 258, 1, "ok", {"topic": "T"}, "JAVA", SerializeType.ROCKETMQ)
+    assert back.is_response and not back.is_oneway
+
+
+def test_json_ext_fields_from_javascript_become_java_strings() -> None:
+    # ali-ons puts numbers, booleans and nulls in extFields; Java sees their String forms
+    header = json.dumps({"code": 310, "flag": 2, "opaque": 1, "language": "JAVA", "version": 121,
+                         "extFields": {"e": 3, "k": False, "l": None, "g": 1.0}}).encode()
+    cmd = decode_frame(struct.pack(">i", len(header)) + header)
+    assert cmd.ext_fields == {"e": "3", "k": "false", "g": "1"} and cmd.is_oneway and cmd.body == b""
+    assert stringify_fields({"x": True, "y": [1, 2]}) == {"x": "true", "y": "[1,2]"}
+
+
+@pytest.mark.parametrize("stype", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_split_feeding_byte_by_byte(stype: int) -> None:
+    cmds = [RemotingCommand.request(10 + i, {"k": f"v{i}", "ü": "ß"}, bytes([i]) * i, opaque=i, serialize_type=stype)
+            for i in range(5)]
+    stream = b"".join(encode(c) for c in cmds)
+    dec = FrameDecoder()
+    got = []
+    for i in range(len(stream)):
+        got += dec.feed_commands(stream[i:i + 1])
+    assert [(c.code, c.opaque, c.ext_fields, c.body) for c in got] == \
+        [(c.code, c.opaque, c.ext_fields, c.body) for c in cmds]
+    assert dec.buffered == 0
+
+
+def test_bad_frames() -> None:
+    with pytest.raises(FrameTooLargeError):
+        FrameDecoder(max_frame_length=1024).feed(struct.pack(">i", 1021) + b"x")
+    FrameDecoder(max_frame_length=1024).feed(struct.pack(">i", 1020))  # exactly the limit (with prefix) is fine
+    with pytest.raises(RemotingCommandError):
+        FrameDecoder().feed(struct.pack(">i", 2) + b"ab")
+    with pytest.raises(RemotingCommandError, match="bad header length"):
+        decode_frame(struct.pack(">i", 100) + b"{}")
+    with pytest.raises(RemotingCommandError, match="JSON"):
+        decode_frame(struct.pack(">i", 3) + b"{{{")
+    with pytest.raises(RemotingCommandError, match="serialize type"):
+        decode_frame(struct.pack(">i", (7 << 24) | 0))
+    with pytest.raises(RemotingCommandError):  # binary header with an ext length beyond the header
+        h = struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">i", 0) + struct.pack(">i", 999)
+        decode_frame(struct.pack(">i", (1 << 24) | len(h)) + h)
