@@ -284,7 +284,8 @@ class MessageStoreConfig:
     dleger_peers: Optional[str] = _key("dLegerPeers")
     dleger_self_id: Optional[str] = _key("dLegerSelfId")
     preferred_leader_id: Optional[str] = _key("preferredLeaderId")
-    enable_batch_push: bool = _key("enableBatchPush", False)
+    # Apache defaults to false (one entry per push); we batch by default: it is the hot path.
+    enable_batch_push: bool = _key("enableBatchPush", True)
     # DLedger timing and integrity (our keys; DESIGN §4.2-4.3)
     dleger_heartbeat_interval_ms: int = _key("dLegerHeartbeatIntervalMs", 100, ours=True)
     dleger_election_timeout_min_ms: int = _key("dLegerElectionTimeoutMinMs", 300, ours=True)

@@ -290,7 +290,10 @@ class RaftCore:
         for pr in self.prs.values():
             pr.recent_active = True
         self.preferred_elapsed = 0
-        if self.cfg.leader_barrier:
+        # The barrier is only needed when this leader holds entries it does not know to be
+        # committed: they can commit only through a current-term entry (Raft §5.4.2). A fully
+        # committed log needs none, so an idle restart does not shift the next offset.
+        if self.cfg.leader_barrier and self.log.last_index > self.committed_index:
             self.log.append_leader(nxt, 1, self.term)
             self.barrier = AppendDecision(Code.SUCCESS, nxt, 1, self.term, self.id)
         self.need_bcast = True
