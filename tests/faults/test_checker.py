@@ -130,3 +130,15 @@ def test_no_write_after_heal_fails() -> None:
     events = [e for e in events if not (e["type"] == "ok" and e["op"] == 5)]
     res = check(events, {n: [m for m in log if m["key"] != "k-late"] for n, log in replicas.items()})
     assert res.counts["liveness"] == 1
+
+
+def test_dirty_read_of_unacknowledged_message_is_only_counted_when_not_strict() -> None:
+    events, replicas = clean()
+    events.append({"type": "read", "t": 9.0, "proc": "c0", "node": "n2", "queue": 1, "offset": 1,
+                   "msgs": [[1, 300, "k-fail"]]})  # read, then dropped (torn tail of an unacked write)
+    assert check(events, replicas).counts["read"] == 1
+    res = check(events, replicas, strict_reads=False)
+    assert res.ok and res.counts["dirty-read"] == 1
+    events.append({"type": "read", "t": 9.5, "proc": "c0", "node": "n2", "queue": 0, "offset": 0,
+                   "msgs": [[0, 0, "k2"]]})  # contradicts the acknowledged k0 at q0/0: always an anomaly
+    assert check(events, replicas, strict_reads=False).counts["read"] == 1

@@ -76,7 +76,7 @@ class FaultProc(BrokerProc):
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> "FaultProc":
         self._log_fh = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # SIGBUS/SIGSEGV tracebacks in the log
         cmd = [*self.wrapper, sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)]
         self.proc = subprocess.Popen(cmd, stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
         if wait:
@@ -223,7 +223,7 @@ class Cluster:
 class DLedgerCluster(Cluster):
     mode = "dledger"
 
-    def __init__(self, run_dir: Path, seed: int, file_size: int = 256 << 10, roots: Optional[dict[str, Path]] = None,
+    def __init__(self, run_dir: Path, seed: int, file_size: int = 64 << 10, roots: Optional[dict[str, Path]] = None,
                  **extra: Any) -> None:
         super().__init__(run_dir, seed, file_size)
         ports = free_ports(6)
@@ -308,7 +308,7 @@ class ClassicPair(Cluster):
 
     mode = "classic"
 
-    def __init__(self, run_dir: Path, seed: int, file_size: int = 256 << 10, role: str = "SYNC_MASTER",
+    def __init__(self, run_dir: Path, seed: int, file_size: int = 64 << 10, role: str = "SYNC_MASTER",
                  **extra: Any) -> None:
         super().__init__(run_dir, seed, file_size)
         ports = free_ports(3)

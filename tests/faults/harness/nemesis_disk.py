@@ -110,6 +110,21 @@ async def torn_write(ctx: Ctx) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- bit flip
+def persisted_committed_end(root: Path, self_id: str) -> Optional[int]:
+    """End position of the committed index recorded in the node's checkpoint (what recovery trusts)."""
+    from dledger.store.state_files import CheckpointFile
+
+    idx = CheckpointFile(root / f"dledger-{self_id}").load_committed_index()
+    index_dir = root / f"dledger-{self_id}" / "index"
+    if idx is None or idx < 0 or not index_dir.exists():
+        return None
+    raw = b"".join(p.read_bytes() for p in sorted(index_dir.iterdir()) if p.name.isdigit())
+    if len(raw) < (idx + 1) * 32:
+        return None
+    _magic, pos, size, _index, _term = struct.unpack_from(">iqiqq", raw, idx * 32)
+    return pos + size
+
+
 @nemesis("bitflip")
 async def bitflip(ctx: Ctx) -> dict[str, Any]:
     c, h = ctx.cluster, ctx.history
@@ -117,12 +132,15 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
     ld = await leader(ctx)
     victim = ctx.rng.choice([n for n in c.names if n != ld and n != ctx.tmpfs] or [n for n in c.names if n != ld])
     st = c.status(victim) or {}
-    committed = (st.get("dledger") or {}).get("committedPos") if dl else (st.get("commitLog") or {}).get("maxOffset")
+    committed = None if dl else (st.get("commitLog") or {}).get("flushedOffset")
     h.nemesis("bitflip", "start", node=victim)
     detail: dict[str, Any] = {"node": victim}
     restore: Optional[tuple[Path, int, int]] = None
     try:
         await asyncio.to_thread(c.kill9, victim)
+        if dl:
+            committed = persisted_committed_end(c.roots[victim], victim)
+        detail["committed_end"] = committed
         files = c.data_files(victim)
         closed = files[-3:-1] if len(files) >= 2 else files
         if not closed or committed is None:
@@ -135,7 +153,9 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
                 detail["skipped"] = "no committed record in the chosen file"
             else:
                 s, z = ctx.rng.choice(recs)
-                at = s + ctx.rng.randrange(48 if dl else 20, z)  # past the position fields: a body/property byte
+                rec = f.read_bytes()[s:s + z]
+                pad = re.search(rb"\|(x+)", rec)  # the message body's padding: what the record CRC covers
+                at = s + (pad.start(1) + ctx.rng.randrange(len(pad.group(1))) if pad else ctx.rng.randrange(48, z))
                 bit = 1 << ctx.rng.randrange(8)
                 with open(f, "r+b") as fh:
                     fh.seek(at)
@@ -149,7 +169,7 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
                 await asyncio.to_thread(p.start, False)
                 code = await wait_for(lambda: p.proc.poll(), 20.0)  # type: ignore[union-attr]
                 text = p.log_path.read_bytes()[log_before:].decode(errors="replace")
-                named = f.name in text and (str(at) in text or str(base + at) in text)
+                named = f.name in text and any(str(v) in text for v in (at, base + at, s, base + s))
                 detail.update(exit_code=code, refused=code is not None and code != 0, names_file_and_offset=named,
                               error=next((l for l in text.splitlines() if f.name in l), text.strip().splitlines()[-1:]))
                 if p.alive():

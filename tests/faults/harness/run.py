@@ -6,7 +6,8 @@ Rules
   ``classic``: master + slave), creates the topic, runs the workload, applies the nemeses one
   after the other (in the given order; ``shuffle=True`` lets the seed order them), stops the
   workload, waits until the replicas are in sync, stops every node cleanly (exit code 0
-  required), reads every replica's files and runs the checker.
+  required), reads every replica's files and runs the checker; ``validate`` (optional) gets the
+  store roots of all replicas (the Spark validator) before the cluster's mounts are removed.
 * The run directory keeps everything a post-mortem needs: ``seed``, ``history.jsonl``,
   ``statuses.jsonl``, ``final-status.json``, node logs and confs, the stores, ``result.json``.
   The same seed gives the same nemesis order, targets, workload keys/queues and proxy drops.
@@ -22,7 +23,7 @@ import random
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .checker import CheckResult, check
 from .cluster import QUEUES, TOPIC, ClassicPair, Cluster, DLedgerCluster
@@ -49,7 +50,7 @@ def log_leaders(cluster: Cluster) -> list[tuple[str, int]]:
 
 def run_faults(mode: str, nemeses: list[str], seed: int, run_dir: Path, *, fault_s: float = 2.5,
                warmup_s: float = 1.5, producers: int = 3, tmpfs_size: Optional[str] = "48m",
-               shuffle: bool = False) -> dict[str, Any]:
+               shuffle: bool = False, validate: Optional[Callable[[list[str]], dict[str, Any]]] = None) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "seed").write_text(f"{seed}\n{mode}\n{' '.join(nemeses)}\n")
     rng = random.Random(seed)
@@ -94,9 +95,12 @@ def run_faults(mode: str, nemeses: list[str], seed: int, run_dir: Path, *, fault
         (run_dir / "final-status.json").write_text(json.dumps({n: cluster.status(n) for n in cluster.names}, indent=1))
         result["exit_codes"] = cluster.stop_clean()
         replicas, problems = cluster.read_replicas()
-        res = check(history.events, replicas, status_samples=wl.status_samples, log_leaders=log_leaders(cluster))
+        res = check(history.events, replicas, status_samples=wl.status_samples, log_leaders=log_leaders(cluster),
+                    strict_reads=mode == "dledger")
         for p in problems:
             res.flag("store", p)
+        if validate is not None:  # the Spark validator on every replica (before tmpfs mounts go away)
+            result["validate"] = validate([str(cluster.roots[n]) for n in cluster.names])
         if any(code != 0 for code in result["exit_codes"].values()):
             res.flag("shutdown", f"unclean exit codes {result['exit_codes']}")
         if not result["in_sync"]:
