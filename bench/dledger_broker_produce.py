@@ -13,8 +13,11 @@ redirects). Cases:
 
 - ``single``: ``--clients`` concurrent writers, one 1 KiB message per request; ``batch``:
   ``--batch-clients`` writers, ``--batch`` messages per request (one DLedger entry each).
-  Reported: messages/s, MiB/s of bodies, request latency p50/p95/p99/max (ms), errors by code.
-  An acknowledgement means committed on a quorum (flushed on two of three nodes).
+  Reported: messages/s, MiB/s of bodies, request latency p50/p95/p99/max (ms), errors by code,
+  and the CPU each process used (cores busy, leader CPU-µs per message): on a shared machine
+  the CPU share the leader gets bounds the rate, and ``msgs_per_leader_core_s`` is the
+  contention-independent figure. An acknowledgement means committed on a quorum (flushed on
+  two of three nodes).
 - ``failover`` (``--failovers`` rounds): ``--failover-clients`` writers produce continuously;
   the leader is killed with SIGKILL; *failover time* = kill -> first write acknowledged by
   another node; *stall* = longest gap between two acknowledgements around the kill. The killed
@@ -145,6 +148,16 @@ class Group:
                 p.wait(5)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _pct(sorted_ms: list[float], q: float) -> float:
     return round(sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))], 3) if sorted_ms else 0.0
 
@@ -247,7 +260,16 @@ def main(argv: list[str] | None = None) -> int:
         group.wait(group.master, 60, "a master")
         seeds = [group.address(n) for n in IDS]
         for kind, clients in (("single", args.clients), ("batch", args.batch_clients)):
+            leader = group.master()
+            pids = {n: group.procs[n].pid for n in IDS} | {"client": os.getpid()}
+            cpu0, t0 = {k: _cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
             res = asyncio.run(_throughput(seeds, kind, clients, args.duration, args.batch, args.size))
+            wall = time.monotonic() - t0
+            busy = {("leader" if k == leader else k): round((_cpu_seconds(p) - cpu0[k]) / wall, 2) for k, p in pids.items()}
+            res["cpu_cores_busy"] = busy
+            if busy.get("leader"):
+                res["msgs_per_leader_core_s"] = round(res["msgs_per_s"] / busy["leader"])
+            res["loadavg_1m"] = float(open("/proc/loadavg").read().split()[0])
             report["results"].append(res)
             print(f"{kind:6} {res['msgs_per_s']:>10} msg/s  p50 {res['latency_ms']['p50']} ms  "
                   f"p99 {res['latency_ms']['p99']} ms  errors {res['errors']}", file=sys.stderr)

@@ -9,6 +9,8 @@ Rules:
   FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). A status that means "not stored" raises the
   matching API error.
 - Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
+- In DLedger mode concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` (one
+  store put, one DLedger batch for the requests of one loop iteration; results sliced back).
 
 Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
 processor never depend on the store's method names; hooks (``on_put``, ``wake_dispatch``)
@@ -58,6 +60,9 @@ class StoreAccess:
         self.store = store
         self.last_exit_ok = last_exit_ok
         self._put_hooks: list[Callable[[int], None]] = []
+        from broker.put_coalescer import coalescer_for  # noqa: WPS433
+
+        self.coalescer = coalescer_for(store)
 
     @staticmethod
     def store_takes_lock() -> bool:
@@ -99,7 +104,10 @@ class StoreAccess:
     async def put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
         # put_messages_async awaits the SYNC_FLUSH group commit without blocking the loop; the
         # store's replica hook is left unset: the controller does the SYNC_MASTER wait itself.
-        result = await self.store.put_messages_async(list(msgs))
+        if self.coalescer is not None:
+            result = await self.coalescer.put(msgs)
+        else:
+            result = await self.store.put_messages_async(list(msgs))
         status = getattr(result.status, "value", str(result.status))
         ar = result.append_result
         if ar is None or status in _NOT_STORED_CODES or status == "UNKNOWN_ERROR":
@@ -169,4 +177,6 @@ class StoreAccess:
             },
             "dispatchBehindBytes": self.dispatch_behind_bytes(),
             "lastExitOK": self.last_exit_ok,
+            **({"putCoalescer": {"mergedPuts": self.coalescer.merged_puts,
+                                 "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
         }

@@ -98,7 +98,7 @@ class DLedgerGroup:
 
     def wait_in_sync(self, timeout: float = 60.0) -> int:
         """Every node has committed (and dispatched) the same last index; returns it."""
-        def same() -> int | None:
+        def same() -> tuple[int] | None:
             ends = set()
             for n in IDS:
                 st = self.status(n)
@@ -108,8 +108,8 @@ class DLedgerGroup:
                 if d["committedIndex"] != d["endIndex"] or st["dispatchBehindBytes"]:
                     return None
                 ends.add(d["committedIndex"])
-            return ends.pop() if len(ends) == 1 else None
-        return wait_until(same, timeout, "all three nodes committed and dispatched the same index", interval=0.1)
+            return (ends.pop(),) if len(ends) == 1 else None  # a tuple: index 0 is an answer too
+        return wait_until(same, timeout, "all three nodes committed and dispatched the same index", interval=0.1)[0]
 
     def stop(self) -> None:
         """SIGTERM to every node at once (clean shutdown), then wait for each exit code 0."""
