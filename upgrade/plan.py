@@ -188,8 +188,14 @@ def _assign_ports(nodes: list[Node], base: int, http_base: int) -> None:
             k += 1
 
 
+def http_peers_of(nodes: list[Node]) -> str:
+    """``dLegerPeersHttp`` of the group: each node's HTTP API (httpListenPort, else listenPort) on its
+    dLegerPeers host, so followers answer NOT_MASTER with the leader's address and sync metadata."""
+    return ";".join(f"{n.self_id}-{n.host}:{n.http_listen_port or n.listen_port}" for n in nodes)
+
+
 def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, peers: str, file_size: int,
-                broker_name: str) -> str:
+                broker_name: str, http_peers: Optional[str] = None) -> str:
     """The DLedger conf of one node (validated by parsing it back)."""
     broker = dataclasses.replace(base.broker) if base else BrokerConfig()
     store = dataclasses.replace(base.store) if base else MessageStoreConfig()
@@ -203,6 +209,7 @@ def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, p
     store.mapped_file_size_commit_log = file_size
     store.enable_dleger_commit_log = True
     store.dleger_group, store.dleger_peers, store.dleger_self_id = group, peers, node.self_id
+    store.dleger_peers_http = http_peers
     store.broker_role = fresh_s.broker_role  # set at run time from the DLedger role
     store.ha_master_address = None
     broker.broker_id = fresh_b.broker_id
@@ -400,7 +407,7 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
     broker_name = mconf.broker.broker_name if mconf else group
     for n in nodes:
         own = confs.get(n.root)
-        text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name)
+        text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name, http_peers_of(nodes))
         b.add("write_conf", n.self_id, f"DLedger conf of {n.self_id}: same dLegerPeers and mappedFileSizeCommitLog="
               f"{file_size} on every node, dLegerSelfId={n.self_id}, storePathRootDir={n.root}, listenPort={n.listen_port}",
               path=n.conf_out, content=text)

@@ -139,6 +139,21 @@ def test_master_conf_keys_and_ports_are_kept(fixture_root: Path, tmp_path: Path)
     assert all(c.store.broker_role.value == "ASYNC_MASTER" for c in confs)  # set at run time in DLedger mode
 
 
+def test_confs_list_every_peers_http_api(fixture_root: Path, tmp_path: Path) -> None:
+    """Regression: without dLegerPeersHttp a follower answers NOT_MASTER with no masterAddress and
+    cannot sync metadata from the leader; the written confs list every node's HTTP API port."""
+    m = copy(fixture_root, "rmq-classic", tmp_path / "m")
+    conf = tmp_path / "m.conf"
+    conf.write_text(f"brokerName=broker-a\nlistenPort=30911\nstorePathRootDir={m}\nmappedFileSizeCommitLog=1048576\n"
+                    "brokerRole=SYNC_MASTER\n")
+    plan = make_plan("broker-a", PEERS, _ids(tmp_path, m), confs=load_confs([str(conf)]), conf_dir=tmp_path / "c")
+    assert plan.ok, plan.refusals
+    confs = [parse_conf(a.params["content"]) for a in plan.actions if a.kind == "write_conf"]
+    want = {n.self_id: f"{n.host}:{n.listen_port}" for n in plan.nodes}
+    assert [c.store.dledger_http_peer_map() for c in confs] == [want] * 3
+    assert [int(want[c.store.dleger_self_id].rpartition(":")[2]) for c in confs] == [30911, 30921, 30931]
+
+
 def test_argument_mistakes(fixture_root: Path, tmp_path: Path) -> None:
     m = copy(fixture_root, "rmq-classic", tmp_path / "m")
     with pytest.raises(PlanError, match="must match"):
