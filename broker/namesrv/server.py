@@ -180,7 +180,7 @@ def _read_properties(path: str) -> dict[str, str]:
         for line in fh:
             line = line.strip()
             if line and not line.startswith(("#", "!")):
-                k, _, v = line.replace(":", "=", 1).partition("=") if "=" not in line else line.partition("=")
+                k, _, v = line.partition("=") if "=" in line else line.partition(":")
                 out[k.strip()] = v.strip()
     return out
 
