@@ -9,7 +9,7 @@ Rules:
   are counted (``beyond_committed``) and not read (the broker may be running).
 - Fast path: header fields of all pointed-at messages are gathered with numpy and compared at
   once; tags codes come from the ``TAGS`` property hashed with Java's ``String.hashCode``
-  (cached). Any unit that fails the fast path - and every unit of ``SCHEDULE_TOPIC_XXXX``,
+  (cached per tag). Any unit that fails the fast path - and every unit of ``SCHEDULE_TOPIC_XXXX``,
   whose tags code is a delivery time - is re-checked with the shared codec
   (``check_message_and_return_size``), which is the authority and words the violation.
 
@@ -88,7 +88,7 @@ def _fast(dm: Mapped, r: ScanRange, p: np.ndarray, size: np.ndarray, qo: np.ndar
     ok &= (f.topic_len == len(topic)) & ~np.isin(f.sys_flag & codec.TRANSACTION_ROLLBACK_TYPE, TX_SKIP)
     rows = np.flatnonzero(ok)
     if len(rows) and len(topic):
-        got = dm.a[f.topic_off[rows][:, None] + np.arange(len(topic))]
+        got = np.take(dm.a, f.topic_off[rows][:, None] + np.arange(len(topic)))
         ok[rows] &= (got == np.frombuffer(topic, np.uint8)).all(axis=1)
     if r.topic == codec.RMQ_SYS_SCHEDULE_TOPIC or topic == BARRIER_TOPIC:
         ok[:] = False  # delivery-time tags codes and barriers: the codec decides
@@ -96,10 +96,9 @@ def _fast(dm: Mapped, r: ScanRange, p: np.ndarray, size: np.ndarray, qo: np.ndar
     rows = np.flatnonzero(ok)
     if len(rows):
         poff = f.topic_off[rows] + f.topic_len[rows]
-        plen = rec.gather(dm.a, poff, 2)
-        mm = dm.mm
-        codes = np.array([tags_code_of(mm[a + 2:a + 2 + n]) if n > 0 else 0
-                          for a, n in zip(poff.tolist(), plen.tolist())], dtype=np.int64)
+        mm = dm.mm  # per-blob parse measured faster than a numpy window search (0.7 vs 1.7 us/unit)
+        codes = np.array([tags_code_of(mm[o + 2:o + 2 + n]) if n > 0 else 0
+                          for o, n in zip(poff.tolist(), rec.gather(dm.a, poff, 2).tolist())], dtype=np.int64)
         ok[rows] &= codes == tags[rows]
     return ok
 

@@ -17,7 +17,7 @@ Rules:
 Theory of operation: the only per-record Python work is the size-chasing walk (one
 ``unpack_from`` per record; DLedger regions skip even that when positions come from the index)
 and one ``zlib.crc32`` per body; every other field is read for all records at once by fancy
-indexing ``a[pos[:, None] + arange(w)]`` and viewing the result as big-endian integers.
+indexing (``np.take(a, pos[:, None] + arange(w))``) and viewing the result as big-endian integers.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def gather(a: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
     if len(offs) == 0:
         return np.zeros(0, dtype=np.int64)
     idx = offs.astype(np.int64)[:, None] + np.arange(width, dtype=np.int64)
-    return a[idx].view(f">i{width}").ravel().astype(np.int64)
+    return np.take(a, idx).view(f">i{width}").ravel().astype(np.int64)  # take: ~10x faster than a[idx]
 
 
 def walk_classic(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str, int]:
@@ -221,12 +221,12 @@ def message_fields(a: np.ndarray, pos: np.ndarray, limit: np.ndarray | int, chec
     parsed = ok.copy()
     if check_crc and n:
         view = memoryview(mm if mm is not None else a)
-        crc_ok = np.ones(n, dtype=bool)
-        for i in np.flatnonzero(ok & (body_len > 0)).tolist():
-            o = int(body_off[i])
-            if (zlib.crc32(view[o:o + int(body_len[i])]) & 0x7FFFFFFF) != crc[i]:
-                crc_ok[i] = False
-        ok &= crc_ok
+        rows = np.flatnonzero(ok & (body_len > 0))
+        crc32 = zlib.crc32
+        bad = [i for i, o, e, c in zip(rows.tolist(), body_off[rows].tolist(), (body_off + body_len)[rows].tolist(),
+                                       crc[rows].tolist())
+               if (crc32(view[o:e]) & 0x7FFFFFFF) != c]
+        ok[bad] = False
     return MessageFields(pos, total, magic, queue_id, queue_offset, phy, sys_flag, body_off, body_len,
                          topic_off, topic_len, ok, parsed)
 

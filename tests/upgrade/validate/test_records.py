@@ -114,3 +114,25 @@ def test_runs_by_key():
     q = np.array([5, 0, 6, 8, 1, 9])
     offs = np.arange(6) * 100
     assert rec.runs_by_key(keys, q, offs) == [(0, 5, 6, 2, 0, 200), (0, 8, 9, 2, 300, 500), (1, 0, 1, 2, 100, 400)]
+
+
+def test_fast_tags_codes_match_codec(fixture_root):
+    """Tags codes of every variety message (non-ASCII, multi-tags, no tags) vs the codec."""
+    from upgrade.validate.cq import tags_code_of
+
+    path = _old_files(fixture_root / "variety-mixed")[3]
+    mm, fh = _map(path)
+    try:
+        starts, _k, _e = rec.walk_classic(mm, 0, len(mm), len(mm))
+        a = np.frombuffer(mm, dtype=np.uint8)
+        f = rec.message_fields(a, np.array(starts), len(mm), False, mm)
+        poff = (f.topic_off + f.topic_len).tolist()
+        plen = rec.gather(a, f.topic_off + f.topic_len, 2).tolist()
+        for p, o, n in zip(starts, poff, plen):
+            want = codec.check_message_and_return_size(mm, p, False)
+            if want.topic != codec.RMQ_SYS_SCHEDULE_TOPIC:
+                assert tags_code_of(bytes(mm[o + 2:o + 2 + n])) == want.tags_code
+        del a, f
+    finally:
+        mm.close()
+        fh.close()
