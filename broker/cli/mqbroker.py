@@ -13,6 +13,8 @@ Rules:
   prefixed ``mqbroker:``, never a traceback.
 - Logs go to stderr, one line per state change, ``time level logger message``; ``--log-level``
   (or ``$RMQ_LOG_LEVEL``) picks the level.
+- The event loops (the broker's, and the DLedger loop thread of a DLedger-mode store) are uvloop
+  when it is installed (DESIGN §6), unless ``$RMQ_NO_UVLOOP=1``.
 
 Theory of operation: parse args -> ``broker.config.load_conf`` -> ``BrokerController``
 -> ``asyncio.run(controller.run_until_signal())``.
@@ -50,6 +52,17 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+def _use_uvloop() -> None:
+    """Every event loop created from here on (``asyncio.run``, ``new_event_loop``) is uvloop's."""
+    if os.environ.get("RMQ_NO_UVLOOP") == "1":
+        return
+    try:
+        import uvloop  # noqa: WPS433
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mqbroker", description="Start a rocketmq-py broker from a .conf file.")
     p.add_argument("-c", "--config-file", required=True, help="broker .conf file (Java properties, RocketMQ keys)")
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from broker.controller import BrokerController, BrokerStartError  # noqa: WPS433
 
+    _use_uvloop()
     controller = BrokerController(broker_config, store_config, conf_path=args.config_file)
     try:
         asyncio.run(controller.run_until_signal())
