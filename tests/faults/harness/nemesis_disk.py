@@ -146,9 +146,12 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
         if not closed or committed is None:
             detail["skipped"] = f"{len(files)} data files, committed position {committed}"
         else:
-            f = closed[-1]
-            base = int(f.name)
-            recs = [(s, z) for s, z in records(f, dl) if base + s + z <= committed]
+            recs: list[tuple[int, int]] = []
+            for f in reversed(closed + files[-1:]):  # newest closed file with committed records, the last file at worst
+                base = int(f.name)
+                recs = [(s, z) for s, z in records(f, dl) if base + s + z <= committed]
+                if recs:
+                    break
             if not recs:
                 detail["skipped"] = "no committed record in the chosen file"
             else:
