@@ -88,10 +88,11 @@ class DLedgerGroup:
         except BrokerClientError:
             return None
 
-    def wait_master(self, timeout: float = 30.0, want: str | None = None) -> str:
-        """The one live node that is master with brokerId 0 (``want``: wait until it is that one)."""
+    def wait_master(self, timeout: float = 30.0, want: str | None = None, skip: tuple[str, ...] = ()) -> str:
+        """The one live node that is master with brokerId 0 (``want``: wait until it is that one;
+        ``skip``: nodes not to ask, e.g. a stopped one)."""
         def master() -> str | None:
-            found = [n for n in IDS if self.procs[n].alive()
+            found = [n for n in IDS if n not in skip and self.procs[n].alive()
                      and (st := self.status(n)) is not None and st["isMaster"] and st["brokerId"] == 0]
             return found[0] if len(found) == 1 and want in (None, found[0]) else None
         return wait_until(master, timeout, f"exactly one DLedger master ({want or 'any'})", interval=0.05)
@@ -370,5 +371,53 @@ def test_upgraded_fixture_group_serves_old_messages_and_continues(tmp_path: Path
                 m = wait_until(lambda c=c: c.pull("TopicA", 1, 625, 1)["messages"], 15, f"new message on {n}")
                 assert m[0]["commitLogOffset"] == r["commitLogOffset"]
         g.stop()
+    finally:
+        g.kill_all()
+
+
+@pytest.mark.timeout(240)
+def test_paused_leader_comes_back_as_follower_and_acks_nothing_stale(tmp_path: Path) -> None:
+    """SIGSTOP the leader (a partitioned, not dead, leader), let the others elect and take
+    writes, SIGCONT it: it must step down to slave, and nothing it may have acknowledged in
+    between may be missing from the committed log."""
+    g = DLedgerGroup(tmp_path)
+    try:
+        g.start()
+        old = g.wait_master()
+        with g.procs[old].client() as c:
+            c.create_topic(TOPIC, read_queue_nums=4, write_queue_nums=4)
+        others = [n for n in IDS if n != old]
+
+        async def scenario() -> dict[str, dict[str, Any]]:
+            prod = Producers([g.address(n) for n in others], n=4)
+            acked: dict[str, dict[str, Any]] = {}
+            g.procs[old].pause()
+            task = asyncio.ensure_future(prod.run())
+            new = await asyncio.to_thread(g.wait_master, 20, None, (old,))
+            await asyncio.sleep(1.0)
+            g.procs[old].resume()
+            # straight at the old leader, no redirects: an answer is either a refusal or a real ack
+            async with MasterFollowingProducer([g.address(old)], timeout=5.0) as direct:
+                for i in range(20):
+                    attempt = f"direct-{i}"
+                    try:
+                        r = await direct.send_once(TOPIC, "to the old leader", properties={"ATTEMPT": attempt}, queue_id=0)
+                    except (BrokerClientError, asyncio.TimeoutError):
+                        continue
+                    acked[attempt] = r
+            await asyncio.sleep(1.0)
+            prod.stop()
+            await task
+            assert new != old and len(prod.acked) > 20
+            acked.update(prod.acked)
+            return acked
+
+        acked = asyncio.run(scenario())
+        st = wait_until(lambda: (x := g.status(old)) and x["brokerRole"] == "SLAVE" and x, 15, "old leader is a slave")
+        assert st["brokerId"] == int(old[1:]) + 1 and st["masterAddress"] != g.address(old)
+        g.wait_in_sync(60)
+        g.stop()
+        files = {n: check_acked_on_node(g.roots[n], n, acked, 1 << 20) for n in IDS}
+        assert files[others[0]] == files[old] == files[others[1]]
     finally:
         g.kill_all()
