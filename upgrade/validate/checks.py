@@ -78,11 +78,11 @@ class Findings:
         self.not_applicable: set[str] = set()
 
     def add(self, check: str, node: str, file: str | None, offset: int | None, message: str,
-            file_offset: int | None = None, queue: str | None = None) -> None:
+            file_offset: int | None = None, queue: str | None = None, space: str = "physical") -> None:
         self.counts[check] += 1
         if len(self.rows[check]) < MAX_ROWS_PER_CHECK:
             self.rows[check].append({"check": check, "node": node, "file": file, "offset": offset,
-                                     "file_offset": file_offset, "queue": queue, "message": message})
+                                     "file_offset": file_offset, "queue": queue, "space": space, "message": message})
 
     def add_row(self, row: dict) -> None:
         self.counts[row["check"]] += 1
@@ -167,7 +167,7 @@ def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: 
                   where - fr.start)
     if not dl.committed_unit_ok and dl.committed_index >= 0:
         f.add("dledger_continuity", node, locate(dl.index, dl.committed_index * 32)[0], dl.committed_index * 32,
-              f"checkpoint committedIndex {dl.committed_index} has no valid index unit", None)
+              f"checkpoint committedIndex {dl.committed_index} has no valid index unit", None, space="index")
     entries = sorted((s for s in dl_sums if not s.get("discarded") and s["first_index"] is not None),
                      key=lambda s: s["start"])
     prev = None
@@ -182,6 +182,8 @@ def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: 
         prev = s
     n_entries = sum(s["records"] for s in dl_sums if not s.get("discarded"))
     info["entries"] = n_entries
+    stops = [s["end_pos"] for s in dl_sums if not s.get("discarded") and s["end_kind"] in ("zeros", "break", "overrun")]
+    info["data_end"] = min([e for e in stops if e < dl.committed_pos] or [dl.committed_pos])
     last_index = prev["last_index"] if prev else None
     if dl.committed_unit_ok and dl.committed_index >= 0 and last_index != dl.committed_index:
         end = max((s["next"] or 0) for s in dl_sums) if dl_sums else lay.divided_offset
@@ -192,7 +194,8 @@ def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: 
     idx_live = sorted((s for s in idx_sums if s["first_index"] is not None), key=lambda s: s["start"])
     for a, b in zip(idx_live, idx_live[1:]):
         if b["first_term"] < a["last_term"]:
-            f.add("dledger_continuity", node, b["file"], b["start"], "index unit term went backwards", b["start"] - b["file_start"])
+            f.add("dledger_continuity", node, b["file"], b["start"], "index unit term went backwards", b["start"] - b["file_start"],
+                  space="index")
     info["first_index"] = entries[0]["first_index"] if entries else None
     info["last_index"] = last_index
 
@@ -267,15 +270,16 @@ def _queues(f: Findings, lay: StoreLayout, data_sums: list[dict], cq_sums: list[
             if b["first_index"] != a["last_index"] + 1:
                 f.add("consumequeue", node, b["file"], b["first_index"] * 20,
                       f"hole in the ConsumeQueue: units {a['last_index'] + 1}..{b['first_index'] - 1} empty",
-                      b["first_index"] * 20 - b["file_start"], qname)
+                      b["first_index"] * 20 - b["file_start"], qname, space="consumequeue")
         lo, hi = live[0]["first_index"], live[-1]["last_index"] - entry["cq_beyond_committed"]
         if entry["max_queue_offset"] is not None and (hi < entry["max_queue_offset"] or lo > entry["min_queue_offset"]):
             f.add("consumequeue", node, live[-1]["file"], (hi + 1) * 20,
                   f"ConsumeQueue covers queue offsets {lo}..{hi} but the commitlog holds "
-                  f"{entry['min_queue_offset']}..{entry['max_queue_offset']}", None, qname)
+                  f"{entry['min_queue_offset']}..{entry['max_queue_offset']}", None, qname, space="consumequeue")
     for qname, entry in per_queue.items():
         if entry["messages"] and qname not in cq_by_q:
-            f.add("consumequeue", node, None, None, f"{entry['messages']} messages but no ConsumeQueue directory", None, qname)
+            f.add("consumequeue", node, None, None, f"{entry['messages']} messages but no ConsumeQueue directory", None, qname,
+                  space="consumequeue")
     info["per_queue"] = per_queue
 
 
@@ -287,6 +291,12 @@ def replica_mismatches(plan: Plan, summaries: dict[int, dict], node_order: list[
             groups[(s["kind"], s["hash"][0], s["hash"][1])][s["node"]] = s
     out = []
     for (kind, lo, hi), by_node in sorted(groups.items()):
+        ref_node = next(n for n in node_order if n in by_node)
+        for node in node_order:
+            if node not in by_node:  # e.g. a deleted file on one replica
+                s = by_node[ref_node]
+                out.append({"kind": kind, "node": node, "ref_node": ref_node, "path": None, "ref_path": s["path"],
+                            "file": s["file"], "file_start": s["file_start"], "lo": lo, "hi": hi, "missing": True})
         hashes = Counter(s["hash"][2] for s in by_node.values())
         best = max(hashes.values())
         ref_node = next(n for n in node_order if n in by_node and hashes[by_node[n]["hash"][2]] == best)
@@ -363,7 +373,8 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
                           f"divided offset {lay.divided_offset} differs from {ref.node}'s {ref.divided_offset}")
         for m in mismatches or []:
             at = m.get("at", m["lo"])
-            f.add("replicas", m["node"], m["file"], at,
-                  f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})",
-                  at - m["file_start"])
+            what = (f"{m['kind']} range {m['lo']}..{m['hi']} missing ({m['ref_node']} has it)" if m.get("missing")
+                    else f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})")
+            f.add("replicas", m["node"], m["file"], at, what, at - m["file_start"],
+                  space="index" if m["kind"] == "idx" else "physical")
     return f, nodes

@@ -35,6 +35,8 @@ TASKS_PER_CORE = 8
 
 
 def _diff(m: dict) -> dict:
+    if m.get("missing"):
+        return m
     lo, hi = m["lo"], m["hi"]
     rel = diff_bytes(m["path"], lo - m["file_start"], m["ref_path"], lo - m["file_start"], hi - lo)
     out = dict(m)

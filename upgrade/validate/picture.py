@@ -6,14 +6,13 @@ located violation a red tick with its check's number. Axis in MiB. Nothing here 
 anything: it draws the report.
 
 Theory of operation: report["nodes"][n]["segments"] are drawn with ``broken_barh``;
-violations with ``offset`` in the physical space (not CQ/index space) as markers.
+violations whose ``space`` is physical (not CQ/index bytes) as markers.
 """
 from __future__ import annotations
 
 from upgrade.validate.checks import CHECKS
 
 COLORS = {"old": "#4C72B0", "blank": "#BBBBBB", "dledger": "#55A868", "gap": "#C44E52"}
-PHYSICAL = {"structure", "old_continuity", "divide", "dledger_continuity", "replicas", "consumequeue"}
 
 
 def render_png(report: dict, path: str) -> None:
@@ -36,13 +35,9 @@ def render_png(report: dict, path: str) -> None:
             ax.axvline(div / mib, ymin=0, ymax=1, color="black", linestyle="--", linewidth=0.8)
             ax.text(div / mib, y + 8.5, f" divide {div:,}", fontsize=7)
         for name, c in report["checks"].items():
-            if name not in PHYSICAL:
-                continue
             for row in c["violations"]:
-                if row["node"] != node or row["offset"] is None:
-                    continue
-                if name == "consumequeue" and row.get("queue") and "unit" in row["message"]:
-                    continue  # CQ-space offsets are not physical offsets
+                if row["node"] != node or row["offset"] is None or row.get("space", "physical") != "physical":
+                    continue  # index- and CQ-space offsets are not on this axis
                 x = row["offset"] / mib
                 ax.plot([x, x], [y - 1, y + 9], color="red", linewidth=1.5)
                 ax.text(x, y - 2.5, str(CHECKS.index(name) + 1), color="red", fontsize=7, ha="center")

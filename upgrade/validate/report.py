@@ -3,8 +3,9 @@
 Rules:
 - ``ok`` is true iff every applicable check passed; the CLI exits 0 iff ``ok`` (2 otherwise).
 - Each check is ``{"status": "pass"|"fail"|"n/a", "violations": [...], "violation_count": n}``;
-  violation rows are ``{check, node, file, offset, file_offset, queue, message}``, sorted by
-  node and offset, capped per check (the count is exact).
+  violation rows are ``{check, node, file, offset, file_offset, queue, space, message}``
+  (``space``: what ``offset`` measures - ``physical``, ``index`` or ``consumequeue`` bytes),
+  sorted by node and offset, capped per check (the count is exact).
 - ``nodes`` holds the numbers: messages per region and per queue, divided offset, max offsets,
   committed index, transactional and barrier counts (not in ConsumeQueues, counted apart).
 - ``segments`` per node (for the picture): ``old``, ``blank``, ``dledger`` spans and gaps.
@@ -30,9 +31,6 @@ TITLES = {
 
 def _segments(lay: StoreLayout, info: dict) -> list[dict]:
     segs: list[dict] = []
-    for a, b in zip(lay.old, lay.old[1:]):
-        if b.start > a.end:
-            segs.append({"kind": "gap", "start": a.end, "end": b.start})
     if lay.old:
         we = info["old"].get("write_end")
         end_old = lay.old[-1].end
@@ -40,7 +38,13 @@ def _segments(lay: StoreLayout, info: dict) -> list[dict]:
         if lay.divided_offset is not None and we is not None and we < end_old:
             segs.append({"kind": "blank", "start": we, "end": end_old})
     if lay.dledger is not None and lay.dledger.data:
-        segs.append({"kind": "dledger", "start": lay.dledger.data[0].start, "end": lay.dledger.committed_pos})
+        end = info.get("dledger", {}).get("data_end", lay.dledger.committed_pos)
+        segs.append({"kind": "dledger", "start": lay.dledger.data[0].start, "end": end})
+        if end < lay.dledger.committed_pos:  # committed bytes that are not there
+            segs.append({"kind": "gap", "start": end, "end": lay.dledger.committed_pos})
+    for a, b in zip(lay.old, lay.old[1:]):  # gaps last: drawn on top
+        if b.start > a.end:
+            segs.append({"kind": "gap", "start": a.end, "end": b.start})
     return segs
 
 
@@ -48,7 +52,8 @@ def build_report(layouts: list[StoreLayout], findings: Findings, nodes: dict[str
                  summaries: dict[int, dict] | None = None) -> dict:
     checks: dict[str, Any] = {}
     for name in CHECKS:
-        rows = sorted(findings.rows[name], key=lambda r: (r["node"] or "", r["offset"] if r["offset"] is not None else -1))
+        rows = sorted(findings.rows[name], key=lambda r: (r["node"] or "", r.get("space", "physical") != "physical",
+                                                          r["offset"] if r["offset"] is not None else -1))
         if name in findings.not_applicable and not rows:
             status = "n/a"
         else:

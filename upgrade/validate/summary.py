@@ -27,6 +27,8 @@ TX_SKIP = (codec.TRANSACTION_PREPARED_TYPE, codec.TRANSACTION_ROLLBACK_TYPE)
 CQ_UNIT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 IDX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
 CHECK_FOR_KIND = {"old": "old_continuity", "dl": "dledger_continuity"}
+# what a violation's ``offset`` measures: physical commitlog offsets, DLedger index bytes, CQ bytes
+SPACE = {"old": "physical", "dl": "physical", "idx": "index", "cq": "consumequeue"}
 
 
 class Summary(dict):
@@ -40,7 +42,7 @@ class Summary(dict):
             self["violations"].append({
                 "check": check, "node": self["node"], "file": file or self["file"], "offset": int(offset),
                 "file_offset": int(offset - self["file_start"]) if file_offset is None else int(file_offset),
-                "queue": queue, "message": message,
+                "queue": queue, "space": SPACE[self["kind"]], "message": message,
             })
 
 

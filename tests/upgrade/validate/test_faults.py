@@ -157,3 +157,13 @@ def test_dledger_index_unit_not_matching_its_entry(spark, store_copy, fixture_se
     report = _validate(spark, root)
     assert_located(report, "dledger_continuity", "n0", index.name, unit * 32, contains=f"index unit {unit}")
     assert failing(report) == {"dledger_continuity"}
+
+
+def test_replica_missing_an_old_file(spark, store_copy, fixture_set):
+    a, b = _replica_pair(store_copy, fixture_set.mixed)
+    name = f"{1 << 20:020d}"
+    os.remove(b / "commitlog" / name)
+    report = _validate(spark, a, b)
+    assert_located(report, "replicas", "n1", name, 1 << 20, contains="missing (n0 has it)")
+    assert_located(report, "old_continuity", "n1", name, 1 << 20, contains="missing file")
+    assert report["nodes"]["n1"]["segments"][-1] == {"kind": "gap", "start": 1 << 20, "end": 2 << 20}
