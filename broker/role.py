@@ -106,6 +106,18 @@ class DLedgerRoleChangeHandler:
         if self.commitlog.leader_ready:
             self._post_ready(self.server.term)
         self._task = self._loop.create_task(self._run(), name="DLedgerRoleChangeHandler")
+        self._register_gauges()
+
+    def _register_gauges(self) -> None:
+        """Prometheus gauges read from plain attributes (no hop to the DLedger loop per scrape)."""
+        m, srv, dl = self.c.metrics, self.server, self.commitlog.dledger_store
+        m.register_gauge("rocketmq_dledger_term", "Current DLedger term", lambda: [({}, srv.term)])
+        m.register_gauge("rocketmq_dledger_is_leader", "1 on the DLedger leader",
+                         lambda: [({"self_id": self.self_id, "leader_id": str(srv.leader_id)}, int(self.is_leader))])
+        m.register_gauge("rocketmq_dledger_end_index", "Last DLedger entry index", lambda: [({}, dl.ledger_end_index)])
+        m.register_gauge("rocketmq_dledger_committed_index", "Committed DLedger entry index",
+                         lambda: [({}, dl.committed_index)])
+        m.register_gauge("rocketmq_dledger_role_changes", "Role changes applied by the broker", lambda: [({}, self.changes)])
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -91,6 +91,9 @@ async def test_single_node_group_becomes_master_and_keeps_queue_offsets(tmp_path
                     await call
                 assert exc.value.code == code
             assert (await api.set_preferred_leader(["n0"]))["preferredLeaders"] == ["n0"]
+            text = await api.metrics()
+            assert 'rocketmq_dledger_is_leader{self_id="n0",leader_id="n0"} 1' in text
+            assert f"rocketmq_dledger_committed_index {d['committedIndex']}" in text
     finally:
         await c.shutdown()
     # restart: the rebuilt queue offsets continue where the committed log ended
