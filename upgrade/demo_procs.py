@@ -1,0 +1,214 @@
+"""Process helpers for the demo (``upgrade.demo``): free ports, conf files, broker child processes.
+
+Rules:
+- Every broker is a real ``mqbroker -c FILE`` child process (``python -m broker.cli.mqbroker``)
+  in its own session (``start_new_session``), so a Ctrl-C in the terminal reaches the demo only
+  and the demo decides how its children end. Each one is registered in a :class:`Procs` set; the
+  demo calls :meth:`Procs.kill_all` in ``finally`` (SIGKILL of whatever is still alive), so
+  nothing outlives the demo, also on Ctrl-C or an error.
+- A clean stop is SIGTERM and a wait for exit code 0 (the broker's orderly shutdown removes its
+  ``abort`` file); a broker that hangs is SIGKILLed and reported as not clean.
+- Ports are 127.0.0.1 ports the kernel just handed out (bound, then released); a group of ports
+  that must keep a fixed distance (listenPort, listenPort+1 for HA, listenPort+10 for the node
+  ``mqupgrade plan`` adds) is checked as a whole.
+- Each broker's stdout/stderr goes to ``<log dir>/<name>.log``; errors quote its tail.
+
+Theory of operation: thin wrappers over ``subprocess.Popen`` and the synchronous HTTP client
+(:class:`broker.api.client.SyncBrokerClient`), polled with :func:`wait_until`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+from broker.api.client import BrokerClientError, SyncBrokerClient
+
+REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+class DemoError(Exception):
+    """Something in the demo did not go as it must (one line for the user, no traceback)."""
+
+
+# ---- ports --------------------------------------------------------------------------------------
+def _bindable(port: int) -> bool:
+    if not 1024 < port < 65535:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all bound at once, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_with_offsets(offsets: Iterable[int], avoid: Iterable[int] = ()) -> int:
+    """A free port ``p`` with ``p + d`` free for every ``d`` in ``offsets`` and none in ``avoid``."""
+    offs, bad = sorted(set(offsets) | {0}), set(avoid)
+    for _ in range(500):
+        p = free_ports(1)[0]
+        cand = [p + d for d in offs]
+        if not bad.intersection(cand) and all(_bindable(c) for c in cand):
+            return p
+    raise DemoError(f"no free 127.0.0.1 ports at offsets {offs}")
+
+
+# ---- conf files ---------------------------------------------------------------------------------
+def write_conf(template: Path, out: Path, overrides: dict[str, Any], header: Optional[str] = None) -> Path:
+    """Copy a ``.conf`` template with keys replaced (in place) or appended; RocketMQ key names."""
+    lines, seen = [], set()
+    if header:
+        lines += [f"# {h}" for h in header.splitlines()]
+    for line in template.read_text(encoding="utf-8").splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key in overrides and not line.lstrip().startswith("#"):
+            lines.append(f"{key}={overrides[key]}")
+            seen.add(key)
+        else:
+            lines.append(line)
+    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def read_conf_value(path: Path, key: str) -> Optional[str]:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        k, eq, v = line.partition("=")
+        if eq and not k.lstrip().startswith("#") and k.strip() == key:
+            return v.strip()
+    return None
+
+
+# ---- waiting ------------------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+               check: Optional[Callable[[], None]] = None) -> T:
+    """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        if check is not None:
+            check()
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise DemoError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+# ---- broker processes ---------------------------------------------------------------------------
+class BrokerProc:
+    """One ``mqbroker -c conf`` child process and its HTTP API address."""
+
+    def __init__(self, name: str, conf: Path, api_port: int, log_dir: Path) -> None:
+        self.name, self.conf, self.api_port = name, conf, api_port
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.api_port}"
+
+    def start(self) -> "BrokerProc":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)], stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), start_new_session=True,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise DemoError(f"{self.name} exited with code {self.proc.returncode}; last log lines:\n{self.log_tail()}")
+
+    def status(self, timeout: float = 3.0) -> Optional[dict[str, Any]]:
+        """``GET /status``, or None while the broker does not answer."""
+        try:
+            with SyncBrokerClient(self.address, timeout=timeout) as c:
+                return c.status()
+        except (BrokerClientError, OSError):
+            return None
+
+    def client(self, timeout: float = 15.0) -> SyncBrokerClient:
+        return SyncBrokerClient(self.address, timeout=timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
+        return wait_until(self.status, timeout, f"{self.name} to answer on {self.address}", 0.1, self.check_alive)
+
+    def stop(self, timeout: float = 30.0, signalled: bool = False) -> bool:
+        """SIGTERM (once: unless ``signalled``) and wait; True when it exited with 0 (a clean shutdown)."""
+        if self.proc is None:
+            return True
+        if self.proc.poll() is None:
+            if not signalled:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                return False
+        return self.proc.returncode == 0
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return "(no log)"
+
+
+class Procs:
+    """Every child the demo started; :meth:`kill_all` in ``finally`` leaves nothing running."""
+
+    def __init__(self) -> None:
+        self.items: list[BrokerProc] = []
+
+    def add(self, p: BrokerProc) -> BrokerProc:
+        self.items.append(p)
+        return p
+
+    def stop_all(self, procs: Iterable[BrokerProc]) -> list[str]:
+        """SIGTERM to all of ``procs`` at once, then wait: names of those that did not stop cleanly."""
+        live = [p for p in procs if p.alive()]
+        for p in live:
+            assert p.proc is not None
+            p.proc.send_signal(signal.SIGTERM)
+        return [f"{p.name} (exit code {p.proc.returncode if p.proc else None})" for p in live
+                if not p.stop(signalled=True)]
+
+    def kill_all(self) -> None:
+        for p in self.items:
+            try:
+                p.kill9()
+            except Exception:  # noqa: BLE001 - best effort, never mask the original error
+                pass
