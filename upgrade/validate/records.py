@@ -40,7 +40,8 @@ DL_BLANK = -1  # DLedger data-file blank magic (MmapFileList.BLANK_MAGIC_CODE), 
 DL_HEADER = dl_codec.BODY_OFFSET
 DL_POS_OFFSET = dl_codec.POS_OFFSET
 
-_II = struct.Struct(">ii")
+PAIR = struct.Struct(">ii")  # the first 8 bytes of any record: (size, magic) or (magic, size)
+
 _MAGIC_BYTES = (struct.pack(">i", V1), struct.pack(">i", V2), struct.pack(">i", BLANK))
 _U32 = np.uint32
 
@@ -60,7 +61,7 @@ def walk_classic(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str
     end_pos) or ``overrun`` (fewer than 8 bytes left before ``limit``, the file end).
     """
     starts: list[int] = []
-    unpack = _II.unpack_from
+    unpack = PAIR.unpack_from
     append = starts.append
     while p < stop:
         if p + 8 > limit:
@@ -83,7 +84,7 @@ def walk_classic(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str
 def walk_dledger(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str, int]:
     """Entry starts from ``p`` while ``p < stop`` (same end kinds as :func:`walk_classic`)."""
     starts: list[int] = []
-    unpack = _II.unpack_from
+    unpack = PAIR.unpack_from
     append = starts.append
     while p < stop:
         if p + 8 > limit:
@@ -106,7 +107,7 @@ def walk_dledger(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str
 def _chain_ok(mm: Any, p: int, limit: int, depth: int = 3) -> bool:
     starts, kind, end = walk_classic(mm, p, limit, limit)
     if kind == "blank":
-        size, _ = _II.unpack_from(mm, end)
+        size, _ = PAIR.unpack_from(mm, end)
         return end + size == limit
     return len(starts) >= depth or kind in ("zeros", "range") and len(starts) > 0
 
@@ -129,7 +130,7 @@ def sync_classic(mm: Any, p: int, stop: int, limit: int) -> int | None:
             return None
         cand = h - 4
         if cand >= p:
-            size, magic = _II.unpack_from(mm, cand)
+            size, magic = PAIR.unpack_from(mm, cand)
             if magic == BLANK:
                 if cand + size == limit:
                     return cand
@@ -157,7 +158,7 @@ def sync_dledger(mm: Any, p: int, stop: int, limit: int, abs_base: int) -> int |
         h = mm.find(needle, q, stop + 4)
         if h < 0:
             return None
-        if h + 8 <= limit and _II.unpack_from(mm, h)[1] == limit - h:
+        if h + 8 <= limit and PAIR.unpack_from(mm, h)[1] == limit - h:
             return h
         q = h + 1
     return None

@@ -5,7 +5,7 @@ Rules:
   can finish the last record it owns) and never writes. It returns one summary dict: counts,
   the first/next record positions (for chaining ranges on the driver), per-queue runs of queue
   offsets, entry index/term bounds, a hash for replica comparison, and violation rows
-  ``{check, node, file, offset, file_offset, queue, message}`` (at most MAX_VIOLATIONS per range,
+  ``{check, node, file, offset, file_offset, queue, space, message}`` (at most MAX_VIOLATIONS per range,
   the rest counted). Never per-record rows.
 - Offsets in summaries are absolute (physical offset, index-space or CQ-space bytes).
 - Validity comes from the shared codecs (see ``records``); PHY_POS, pos fields, index/term
@@ -19,6 +19,7 @@ once with numpy, and summarise. ConsumeQueue ranges are handled by ``cq``.
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from upgrade.validate import records as rec
 from upgrade.validate.cq import scan_cq
 from upgrade.validate.plan import ScanRange
 from upgrade.validate.summary import BARRIER_TOPIC, CHECK_FOR_KIND, IDX_UNIT, TX_SKIP, Mapped, Summary, new_summary
+
 
 def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
     if r.hash_limit is None:
@@ -110,7 +112,7 @@ def _walk(m: Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger
             p = nxt
             continue
         if kind == "blank":
-            size_or_magic = rec._II.unpack_from(m.mm, q)
+            size_or_magic = rec.PAIR.unpack_from(m.mm, q)
             remaining = size_or_magic[1] if dledger else size_or_magic[0]
             if q + remaining != m.limit:
                 s.violation("structure", abs0 + q,
@@ -162,7 +164,7 @@ def scan_dl(r: ScanRange) -> Summary:
         else:
             hint = dlindex.first_entry(r.ctx, r.abs_start)
             p = hint - abs0 if hint is not None and r.abs_start <= hint < r.abs_end else None
-            if p is None or rec._II.unpack_from(m.mm, p)[0] != rec.DL_MAGIC:
+            if p is None or rec.PAIR.unpack_from(m.mm, p)[0] != rec.DL_MAGIC:
                 p = rec.sync_dledger(m.mm, lo, hi, m.limit, abs0)
         s["first"] = None if p is None else abs0 + p
         known = dlindex.index_starts(r.ctx, m.a, abs0, p, hi) if p is not None and p < hi else None
@@ -242,7 +244,9 @@ def scan_idx(r: ScanRange) -> Summary:
             sel = np.flatnonzero((pos >= f.start) & (pos + 48 <= f.end))
             if len(sel) == 0:
                 continue
-            dm = opened.setdefault(f.path, Mapped(f.path, 0))
+            dm = opened.get(f.path)
+            if dm is None:
+                dm = opened[f.path] = Mapped(f.path, 0)
             p = pos[sel] - f.start
             fields = [rec.gather(dm.a, p + k, w) for k, w in ((0, 4), (4, 4), (8, 8), (16, 8), (24, 8))]
             want = [units["magic"][sel], units["size"][sel], units["index"][sel], units["term"][sel], pos[sel]]
@@ -276,7 +280,7 @@ def _begin_index(r: ScanRange) -> int:
         raw = fh.read(48)
     if len(raw) < 48:
         return 0
-    magic, _size, index = rec.struct.unpack_from(">iiq", raw)
+    magic, _size, index = struct.unpack_from(">iiq", raw)
     return index if magic == rec.DL_MAGIC else 0
 
 
