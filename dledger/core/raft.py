@@ -155,6 +155,24 @@ class RaftCore:
         self.need_bcast = True
         return AppendDecision(Code.SUCCESS, first, count, self.term, self.id)
 
+    def abandon_proposal(self, d: AppendDecision) -> None:
+        """Take back the indexes of the last :meth:`propose` because the driver could not write
+        them (disk full, I/O error).  Allowed only right after that ``propose``: ``d`` must be
+        the log's tail and the newest pending request, and no ``ready()`` may have run since
+        (nothing about these entries can have left the core yet).  The request is dropped
+        without a completion; the driver answers its client itself."""
+        self._guard()
+        if (d.code is not Code.SUCCESS or self.role is not Role.LEADER or d.term != self.term
+                or d.last_index != self.log.last_index or not self.pending
+                or self.pending[-1][:2] != (d.first_index, d.last_index)
+                or self.sendable_last != d.last_index
+                or any(pr.next > d.first_index for pr in self.prs.values())):
+            raise RuntimeError(f"abandon_proposal({d.first_index}..{d.last_index}) is not the "
+                               f"latest proposal")
+        self.pending.pop()
+        self.log.runs.truncate(d.first_index)
+        self.sendable_last = self.log.last_index
+
     def on_persisted(self, index: int, term: int) -> None:
         """The store has flushed every entry up to ``index`` (whose term was ``term``)."""
         self._guard()

@@ -31,6 +31,8 @@ Leader append path (driver first, then core; all synchronous, nothing in between
         store.append_as_leader(...)    # exactly `count` entries, indexes d.first_index..
                                        # d.last_index, all with term d.term (hooks run here)
     else: answer the client with d.code (and d.leader_id as redirect hint)
+    if the store write fails: core.abandon_proposal(d) at once (before any ready()), which
+                               takes the indexes back, and answer the client with the error
 
 The proposal then completes through ``Ready.completions``: one :class:`Completion` per
 proposal (a batch completes once, when its last entry commits), with SUCCESS, or

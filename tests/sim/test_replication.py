@@ -207,3 +207,31 @@ def test_propose_before_barrier_is_handed_out_is_not_ready() -> None:
     c.process("n0")
     assert core.propose().code is Code.SUCCESS
     assert c.nodes["n0"].log.datas[1] == b"barrier"
+
+
+def test_abandoned_proposal_frees_its_indexes() -> None:
+    """A driver whose store refused a proposal's entries takes the indexes back; the next
+    proposal reuses them and replication goes on as if the failed one never happened."""
+    import pytest
+
+    c = Cluster(3, seed=31)
+    ld = c.wait_leader()
+    assert c.propose(ld, 2).code is Code.SUCCESS
+    c.stabilize()
+    core = c.core(ld)
+    end, pending = core.log.last_index, core.status().pending
+    d = core.propose(3)  # the driver's write fails: nothing is appended to the store
+    assert d.code is Code.SUCCESS and d.first_index == end + 1
+    core.abandon_proposal(d)
+    assert core.log.last_index == end and core.status().pending == pending
+    with pytest.raises(RuntimeError):
+        core.abandon_proposal(d)  # no longer the tail
+    c.process(ld)
+    assert c.propose(ld, 1).first_index == end + 1
+    c.stabilize()
+    assert core.committed_index == end + 1
+    _same_logs(c)
+    # too late once the entries may have been pushed
+    d = c.propose(ld, 1)
+    with pytest.raises(RuntimeError):
+        core.abandon_proposal(d)
