@@ -19,6 +19,7 @@ pytestmark = pytest.mark.multiprocess
 
 CLASSIC = ["kill-leader", "kill-follower", "kill-all", "pause-leader", "pause-follower", "partition-leader",
            "oneway-loss", "oneway-cut", "delay", "torn-write", "bitflip", "disk-full"]
+_DISK_FULL: dict[str, Any] = {}
 
 
 @pytest.mark.spark
@@ -33,9 +34,19 @@ def test_classic_pair_faults_then_spark_validator(fault_run_dir: Path, record_re
 
     result = run_faults("classic", CLASSIC, seed_for(8201), fault_run_dir, fault_s=2.0, validate=validate)
     record_result(result)
-    assert_clean(result)
     details = {n["name"]: n["detail"] for n in result["nemeses"]}
+    _DISK_FULL.update(details.get("disk-full", {}))
+    assert_clean(result)
     assert "skipped" not in details["torn-write"], details["torn-write"]
     flip = details["bitflip"]
     assert "skipped" not in flip and flip["refused"] and flip["names_file_and_offset"], flip
     assert result["validate"]["exit_code"] == 0, result["validate"]["summary"]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: on a full disk the master dies with SIGBUS (IndexFile.put_key writes "
+                                       "through mmap into a sparse file) instead of refusing writes with an error "
+                                       "naming the file; no acknowledged message is lost")
+def test_classic_full_disk_refuses_writes_with_a_clear_error() -> None:
+    if not _DISK_FULL or "skipped" in _DISK_FULL:
+        pytest.skip(f"no disk-full run in this session ({_DISK_FULL or 'not run'})")
+    assert _DISK_FULL["alive_while_full"] and _DISK_FULL["log_names_path"], _DISK_FULL
