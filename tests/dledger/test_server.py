@@ -107,7 +107,11 @@ async def test_three_members_elect_one_leader_and_replicate(group):
     await g.start_all()
     leader = await g.leader()
     followers = [s for s in g.servers.values() if s is not leader]
-    assert all(s.role is Role.FOLLOWER and s.leader_id == leader.config.self_id for s in followers)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0  # followers learn the leader from its first heartbeat
+    while not all(s.role is Role.FOLLOWER and s.leader_id == leader.config.self_id for s in followers):
+        assert loop.time() < deadline, [(s.config.self_id, s.role, s.leader_id) for s in followers]
+        await asyncio.sleep(0.01)
     assert len({s.term for s in g.servers.values()}) == 1
     futs = [leader.append(b"body-%d" % i) for i in range(200)]
     # index and pos are known synchronously, before the quorum ack
