@@ -43,6 +43,7 @@ import contextlib
 import io
 import json
 import mmap
+import os
 import shutil
 import signal
 import sys
@@ -57,7 +58,8 @@ from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import decode_message
 from dledger.entry import BODY_OFFSET, check_header, read_header
 from upgrade.demo_procs import (
-    REPO, BrokerProc, DemoError, Procs, free_ports, port_with_offsets, read_conf_value, wait_until, write_conf,
+    REPO, BrokerProc, DemoError, Procs, free_ports, kill_pids, port_with_offsets, read_conf_value, spark_jvms_of,
+    wait_until, write_conf,
 )
 
 TOPICS = ("DemoOrders", "DemoPayments")
@@ -111,6 +113,8 @@ class Demo:
         self.logs = self.work / "logs"
         self.roots = {"master": self.work / "master", "slave": self.work / "slave", "new": self.work / "new-node"}
         self.facts: dict[str, Any] = {}
+        self.jvms_before: Optional[set[int]] = None  # set when this demo starts its own Spark
+        self.finished = False
 
     # ---- output ---------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -324,8 +328,6 @@ class Demo:
 
     # ---- 4. validator ---------------------------------------------------------------------------
     def validate(self) -> int:
-        import os
-
         from upgrade.validate.cli import main as validate_main
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything here is on loopback
@@ -340,6 +342,8 @@ class Demo:
         self.say(f"[4/5] mqupgrade validate (PySpark {self.a.spark_master}"
                  f"{', shared session' if self.spark is not None else ''}) over the three store roots")
         print(f"  $ mqupgrade validate {' '.join(a.replace(str(self.work), '$WORK') for a in argv)}", flush=True)
+        if self.spark is None:
+            self.jvms_before = spark_jvms_of(os.getpid())
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             code = validate_main(argv, spark=self.spark)
@@ -404,10 +408,13 @@ class Demo:
         self.dledger()
         vcode = self.validate()
         problems = self.read_back()
+        self.finished = True
         return self.summary(problems, vcode)
 
     def cleanup(self) -> None:
         self.procs.kill_all()
+        if not self.finished and self.jvms_before is not None:  # interrupted while our Spark started
+            kill_pids(spark_jvms_of(os.getpid()) - self.jvms_before)
         if not self.a.workdir:
             shutil.rmtree(self.work, ignore_errors=True)
 

@@ -187,6 +187,30 @@ class BrokerProc:
             return "(no log)"
 
 
+def spark_jvms_of(parent: int) -> set[int]:
+    """Pids of the Spark JVMs (``SparkSubmit``) that are children of ``parent`` (Linux /proc)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == parent and b"org.apache.spark.deploy.SparkSubmit" in (d / "cmdline").read_bytes():
+                out.add(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def kill_pids(pids: Iterable[int]) -> None:
+    """SIGKILL each pid (a JVM interrupted while starting outlives us otherwise)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class Procs:
     """Every child the demo started; :meth:`kill_all` in ``finally`` leaves nothing running."""
 
