@@ -552,4 +552,6 @@ def _sigterm(_sig: int, _frame: Any) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     signal.signal(signal.SIGTERM, _sigterm)
-    sys.exit(main())
+    code = main()
+    kill_pids(spark_jvms_of(os.getpid()), grace=10.0)  # as a program, every Spark JVM here is ours
+    sys.exit(code)

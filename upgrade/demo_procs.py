@@ -202,13 +202,31 @@ def spark_jvms_of(parent: int) -> set[int]:
     return out
 
 
-def kill_pids(pids: Iterable[int]) -> None:
-    """SIGKILL each pid (a JVM interrupted while starting outlives us otherwise)."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def kill_pids(pids: Iterable[int], grace: float = 0.0) -> None:
+    """End our child processes ``pids``: SIGTERM and up to ``grace`` seconds, then SIGKILL; reaped.
+
+    A Spark JVM outlives the Python driver by a few seconds (it notices the closed pipe), and one
+    interrupted while starting does not notice at all; the demo ends its own before it exits.
+    """
+    pending = set(pids)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not pending or (sig == signal.SIGTERM and grace <= 0):
+            continue
+        for pid in pending:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while pending and time.monotonic() < deadline:
+            for pid in list(pending):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # not ours to reap (or already reaped)
+                    done = 0 if Path(f"/proc/{pid}").exists() else pid
+                if done:
+                    pending.discard(pid)
+            time.sleep(0.05)
 
 
 class Procs:
