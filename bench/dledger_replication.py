@@ -172,6 +172,9 @@ def _client_proc(peers: dict, n_clients: int, size: int, batch: int, warmup: flo
         await client.close()
         return {"lat": lat, "appends": done, "errors": errors}
 
+    from dledger.cli import use_uvloop
+
+    use_uvloop()  # same loop as the servers (DESIGN §6); DLEDGER_NO_UVLOOP=1 opts out
     q.put(asyncio.run(run()))
 
 

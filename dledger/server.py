@@ -41,10 +41,12 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
+from .coalesce import AppendCoalescer, ClientReply, Proposal, Sink
 from .config import DLedgerConfig
 from .core.codes import Code, Role
+from .core.ready import AppendDecision
 from .core.messages import MessageError, from_dict
 from .errors import DLedgerError
 from .rpc import transport as tp
@@ -81,13 +83,16 @@ class DLedgerServer:
         *,
         leader_barrier_body: Optional[Callable[[], bytes]] = None,
         seed: Optional[int] = None,
+        coalesce_window_ms: float = 0.0,
+        coalesce_max_entries: int = 1024,
+        coalesce_max_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.config = config.validate()
         self.peer_map = config.peer_map
         self.leader_barrier_body = leader_barrier_body
         self._rng = random.Random(seed)
         self._role_listeners: list[RoleListener] = []
-        self._pending: dict[int, AppendFuture] = {}  # first index -> future
+        self._pending: dict[int, Union[AppendFuture, Proposal]] = {}  # first index -> waiter(s)
         self._transfers: dict[str, asyncio.Future] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._drive_scheduled = False
@@ -99,10 +104,15 @@ class DLedgerServer:
         self.fatal_error: Optional[str] = None
         self.stopped = asyncio.Event()
         self.counters = {
-            "appends": 0, "append_batches": 0, "append_refused": 0, "committed_entries": 0,
-            "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flushed_entries": 0, "ticks": 0,
-            "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
+            # appends: entries; append_requests: append calls and client append requests;
+            # append_batches: proposals = store write batches (fewer than requests when coalesced)
+            "appends": 0, "append_requests": 0, "append_batches": 0, "append_refused": 0,
+            "coalesced_requests": 0, "coalesce_flushes": 0, "committed_entries": 0,
+            "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flush_io_seconds": 0.0,
+            "flushed_entries": 0, "ticks": 0, "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
         }
+        self.coalescer = AppendCoalescer(self, window_s=coalesce_window_ms / 1000.0,
+                                         max_entries=coalesce_max_entries, max_bytes=coalesce_max_bytes)
         self.store = open_store(config)
         self.log_view = StoreLog(self.store)
         self.core = self.log_view.make_core(config, self._rng, barrier=leader_barrier_body is not None)
@@ -142,9 +152,12 @@ class DLedgerServer:
             tasks = list(pending)
         await self.transport.stop()
         err = DLedgerError(Code.INTERNAL_ERROR, "server shut down")
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(err)
+        self.coalescer.fail_all(err)
+        for waiter in self._pending.values():
+            if isinstance(waiter, Proposal):
+                waiter.finish(err, self.counters)
+            elif not waiter.done():
+                waiter.set_exception(DLedgerError(err.code, err.message))
         self._pending.clear()
         for fut in self._transfers.values():
             if not fut.done():
@@ -198,36 +211,97 @@ class DLedgerServer:
         """Append many entries, each its own entry; completes when the last one commits."""
         return self._append(list(bodies), batch=True)
 
+    def append_queued(self, bodies: Iterable[bytes]) -> AppendFuture:
+        """Append many entries like :meth:`append_batch`, coalesced with every other request
+        queued in this loop iteration (``dledger.coalesce``): ``index``/``pos``/``positions``
+        are set only once the batch is written (they are -1 / empty when the call returns)."""
+        loop = self._loop or asyncio.get_running_loop()
+        fut = AppendFuture(loop=loop)
+        fut.batch = True
+        bodies = list(bodies)
+        bad = self._check_request(bodies)
+        if bad is not None:
+            return self._refuse(fut, *bad)
+        self._enqueue(bodies, fut)
+        return fut
+
+    def _check_request(self, bodies: list[bytes]) -> Optional[tuple[Code, str]]:
+        """Per-request checks (no state): empty request, oversize entry."""
+        if not bodies:
+            return Code.REQUEST_WITH_EMPTY_BODYS, "no bodies"
+        for b in bodies:
+            if BODY_OFFSET + len(b) > MAX_ENTRY_SIZE:
+                return (Code.UNEXPECTED_ARGUMENT,
+                        f"entry of {BODY_OFFSET + len(b)} bytes exceeds the {MAX_ENTRY_SIZE}-byte limit")
+        return None
+
+    def _enqueue(self, bodies: list[bytes], sink: Sink) -> None:
+        self.counters["append_requests"] += 1
+        self.counters["coalesced_requests"] += 1
+        self.coalescer.submit(bodies, sum(map(len, bodies)), sink)
+
+    def _propose_write(self, bodies: list[bytes]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
+        """Reserve indexes in the core and write the entries (hooks run); or the refusal."""
+        if not self._started or self._stopping or self.fatal_error:
+            return DLedgerError(Code.LEADER_NOT_READY, "server not running")
+        if self.log_view.store.disk_full:
+            return DLedgerError(Code.DISK_FULL, "store is full")
+        d = self.core.propose(len(bodies))
+        if d.code is not Code.SUCCESS:
+            leader = (d.leader_id or self.leader_id) if d.code is Code.NOT_LEADER else None
+            return DLedgerError(d.code, f"{self.config.self_id} cannot append", leader, self.config.address_of(leader))
+        try:
+            positions = self.log_view.append_as_leader(bodies, d.first_index, d.term)
+        except AssertionError as exc:  # store and core disagree about the log: a bug, stop
+            self._fatal(f"local append of {d.first_index}..{d.last_index}: {exc}")
+            return DLedgerError(Code.DISK_ERROR, f"local append failed: {exc}")
+        except Exception as exc:
+            # The store left no trace (it rolls a failed batch back); the core takes the
+            # indexes back, so the member keeps serving (e.g. after freeing disk space).
+            self.core.abandon_proposal(d)
+            log.warning("%s: local append of %d entries failed: %s", self.config.self_id, len(bodies), exc)
+            code = Code.DISK_FULL if self.log_view.store.disk_full else Code.DISK_ERROR
+            return DLedgerError(code, f"local append failed: {exc}")
+        self.counters["appends"] += len(bodies)
+        self.counters["append_batches"] += 1
+        return d, positions
+
+    def _after_appends(self) -> None:
+        self._flush_wakeup.set()  # type: ignore[union-attr]
+        if not self._drive_scheduled:
+            self._drive()  # push the new entries in this iteration, not the next
+
+    def _propose_group(self, bodies: list[bytes], members: list[tuple[Sink, int, int]]) -> None:
+        """One proposal for the requests in ``members`` (called by the coalescer's flush)."""
+        out = self._propose_write(bodies)
+        if isinstance(out, DLedgerError):
+            self.counters["append_refused"] += len(members)
+            Proposal(-1, [], members).finish(out, self.counters)
+            return
+        d, positions = out
+        group = Proposal(d.first_index, positions, members)
+        for sink, off, n in members:
+            if isinstance(sink, AppendFuture):
+                sink.index, sink.last_index = d.first_index + off, d.first_index + off + n - 1
+                sink.positions = positions[off:off + n]
+                sink.pos = sink.positions[0]
+        self._pending[d.first_index] = group
+
     def _append(self, bodies: list[bytes], batch: bool) -> AppendFuture:
         loop = self._loop or asyncio.get_running_loop()
         fut = AppendFuture(loop=loop)
         fut.batch = batch
-        if not bodies:
-            return self._refuse(fut, Code.REQUEST_WITH_EMPTY_BODYS, "no bodies")
-        if not self._started or self._stopping or self.fatal_error:
-            return self._refuse(fut, Code.LEADER_NOT_READY, "server not running")
-        if self.log_view.store.disk_full:
-            return self._refuse(fut, Code.DISK_FULL, "store is full")
-        for b in bodies:
-            if BODY_OFFSET + len(b) > MAX_ENTRY_SIZE:
-                return self._refuse(fut, Code.UNEXPECTED_ARGUMENT, f"entry of {BODY_OFFSET + len(b)} bytes "
-                                    f"exceeds the {MAX_ENTRY_SIZE}-byte limit")
-        d = self.core.propose(len(bodies))
-        if d.code is not Code.SUCCESS:
-            leader = d.leader_id if d.code is Code.NOT_LEADER else None
-            return self._refuse(fut, d.code, f"{self.config.self_id} cannot append", leader or self.leader_id)
-        try:
-            positions = self.log_view.append_as_leader(bodies, d.first_index, d.term)
-        except Exception as exc:
-            # The core already reserved these indexes and cannot take them back: the member's
-            # log and its core now disagree, so it stops instead of serving a wrong log.
-            self._fatal(f"local append of {d.first_index}..{d.last_index} failed: {exc}")
-            return self._refuse(fut, Code.DISK_ERROR, f"local append failed: {exc}")
+        bad = self._check_request(bodies)
+        if bad is not None:
+            return self._refuse(fut, *bad)
+        self.counters["append_requests"] += 1
+        out = self._propose_write(bodies)
+        if isinstance(out, DLedgerError):
+            return self._refuse(fut, out.code, out.message, out.leader_id)
+        d, positions = out
         fut.index, fut.last_index, fut.positions = d.first_index, d.last_index, positions
         fut.pos = positions[0]
         self._pending[d.first_index] = fut
-        self.counters["appends"] += len(bodies)
-        self.counters["append_batches"] += 1
         self._flush_wakeup.set()  # type: ignore[union-attr]
         self._kick()
         return fut
@@ -347,19 +421,26 @@ class DLedgerServer:
                 fut.set_result(code)
 
     def _complete(self, c: Any) -> None:
-        fut = self._pending.pop(c.first_index, None)
-        if fut is None or fut.done():
+        waiter = self._pending.pop(c.first_index, None)
+        if waiter is None:
             return
         if c.code is Code.SUCCESS:
             self.counters["committed_entries"] += c.last_index - c.first_index + 1
-            fut.set_result(fut.results() if fut.batch else (fut.index, fut.pos))
+            if isinstance(waiter, Proposal):
+                waiter.finish(None, self.counters)
+            elif not waiter.done():
+                waiter.set_result(waiter.results() if waiter.batch else (waiter.index, waiter.pos))
             return
         if c.code is Code.WAIT_QUORUM_ACK_TIMEOUT:
             self.counters["ack_timeouts"] += 1
-        fut.code = c.code
         leader = self.leader_id if c.code is Code.NOT_LEADER else None
-        fut.set_exception(DLedgerError(c.code, f"append of index {c.first_index}..{c.last_index} term {c.term}",
-                                       leader, self.config.address_of(leader)))
+        err = DLedgerError(c.code, f"append of index {c.first_index}..{c.last_index} term {c.term}",
+                           leader, self.config.address_of(leader))
+        if isinstance(waiter, Proposal):
+            waiter.finish(err, self.counters)
+        elif not waiter.done():
+            waiter.code = c.code
+            waiter.set_exception(err)
 
     def _role_changed(self, rc: Any) -> None:
         self.counters["role_changes"] += 1
@@ -414,7 +495,7 @@ class DLedgerServer:
             t0 = time.perf_counter()
             self._flushing = True
             try:
-                await asyncio.to_thread(self.log_view.flush)
+                await asyncio.to_thread(self._timed_flush)
             finally:
                 self._flushing = False
             self.counters["flushes"] += 1
@@ -422,6 +503,11 @@ class DLedgerServer:
             if end_index >= 0:
                 self.core.on_persisted(end_index, end_term)
                 self._kick()
+
+    def _timed_flush(self) -> None:  # worker thread
+        t0 = time.perf_counter()
+        self.log_view.flush()
+        self.counters["flush_io_seconds"] += time.perf_counter() - t0
 
     async def _checkpoint_loop(self) -> None:
         period = self.config.checkpoint_interval_ms / 1000.0
@@ -442,11 +528,12 @@ class DLedgerServer:
                 if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
                     session.reply(self._error(rid, Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes"))
                     return
-                fut = self.append_batch(bodies)
-                if fut.done():
-                    session.reply(self._future_reply(rid, fut))
-                else:
-                    fut.add_done_callback(lambda f: session.reply(self._future_reply(rid, f)))
+                bad = self._check_request(bodies)
+                if bad is not None:
+                    self.counters["append_refused"] += 1
+                    session.reply(self._error(rid, *bad))
+                    return
+                self._enqueue(bodies, ClientReply(session.reply, rid))
             elif op == "get":
                 session.reply(self._get(rid, req.get("index")))
             elif op == "status":
@@ -472,17 +559,6 @@ class DLedgerServer:
             out["leader_addr"] = self.config.address_of(lid)
         return out
 
-    def _future_reply(self, rid: Any, fut: AppendFuture) -> dict:
-        exc = fut.exception()
-        if exc is None:
-            return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "results": fut.results()}
-        if isinstance(exc, DLedgerError):
-            out = {"t": "resp", "rid": rid, "code": int(exc.code), "error": exc.message}
-            if exc.leader_id:
-                out["leader_id"], out["leader_addr"] = exc.leader_id, exc.leader_addr
-            return out
-        return self._error(rid, Code.INTERNAL_ERROR, str(exc))
-
     def _transfer_reply(self, rid: Any, to: str, task: asyncio.Task) -> dict:
         if task.cancelled() or task.exception() is not None:
             return self._error(rid, Code.INTERNAL_ERROR, "transfer failed")
@@ -499,3 +575,4 @@ class DLedgerServer:
             return self._error(rid, Code.INDEX_OUT_OF_RANGE,
                                f"index {index} outside [{self.log_view.ledger_begin_index}, {committed}] (committed)")
         return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "entry": self.log_view.get_entry(index)}
+

@@ -59,7 +59,7 @@ class RpcConnection(asyncio.Protocol):
         self.transport: Optional[asyncio.Transport] = None
         self.remote_id: Optional[str] = None
         self.ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self.pending: dict[int, asyncio.Future[dict]] = {}
+        self.pending: dict[int, tuple[asyncio.Future[dict], Optional[asyncio.TimerHandle]]] = {}
         self._rids = itertools.count(1)
         self.lost: Optional[BaseException] = None
 
@@ -89,10 +89,12 @@ class RpcConnection(asyncio.Protocol):
         self.outbox.transport = None
         if not self.ready.done():
             self.ready.set_exception(ConnectionError(f"connection closed during handshake: {self.lost}"))
-        for fut in self.pending.values():
+        pending, self.pending = self.pending, {}
+        for fut, timer in pending.values():
+            if timer is not None:
+                timer.cancel()
             if not fut.done():
                 fut.set_exception(ConnectionError(f"connection lost: {self.lost}"))
-        self.pending.clear()
 
     def pause_writing(self) -> None:
         self.outbox.paused = True
@@ -109,14 +111,19 @@ class RpcConnection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.abort()
             return
+        pending = self.pending
         for frame in frames:
             if not self.ready.done():
                 self._handshake(frame)
                 continue
             if isinstance(frame, dict) and frame.get("t") == "resp":
-                fut = self.pending.pop(frame.get("rid"), None)  # type: ignore[arg-type]
-                if fut is not None and not fut.done():
-                    fut.set_result(frame)
+                entry = pending.pop(frame.get("rid"), None)  # type: ignore[arg-type]
+                if entry is not None:
+                    fut, timer = entry
+                    if timer is not None:
+                        timer.cancel()
+                    if not fut.done():
+                        fut.set_result(frame)
 
     def _handshake(self, frame: Any) -> None:
         assert self.transport is not None
@@ -136,17 +143,26 @@ class RpcConnection(asyncio.Protocol):
     def is_open(self) -> bool:
         return self.lost is None and self.transport is not None and not self.transport.is_closing()
 
-    def request_nowait(self, op: str, **fields: Any) -> "asyncio.Future[dict]":
+    def request_nowait(self, op: str, timeout: Optional[float] = None, **fields: Any) -> "asyncio.Future[dict]":
+        """Send a request; the future gets the response frame, or ``asyncio.TimeoutError``
+        after ``timeout`` seconds (one timer, no wrapper task: this is the per-request path)."""
         if not self.is_open:
             raise ConnectionError(f"connection is closed: {self.lost}")
         rid = next(self._rids)
-        fut: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
-        self.pending[rid] = fut
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict] = loop.create_future()
+        timer = loop.call_later(timeout, self._expire, rid) if timeout is not None else None
+        self.pending[rid] = (fut, timer)
         self.outbox.put(fr.encode_frame({"t": "req", "rid": rid, "op": op, **fields}))
         return fut
 
+    def _expire(self, rid: int) -> None:
+        entry = self.pending.pop(rid, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(asyncio.TimeoutError(f"no response to request {rid}"))
+
     async def request(self, op: str, timeout: float = 5.0, **fields: Any) -> dict:
-        return await asyncio.wait_for(self.request_nowait(op, **fields), timeout)
+        return await self.request_nowait(op, timeout=timeout, **fields)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -216,10 +232,12 @@ class DLedgerClient:
                 raise DLedgerError(Code.NETWORK_ERROR, f"no leader reachable within {self.timeout}s: {last}")
             sent = False
             try:
-                conn = await asyncio.wait_for(self.connection(target), remaining)
-                fut = conn.request_nowait(op, **fields)
+                conn = self._conns.get(target)  # type: ignore[arg-type]
+                if conn is None or not conn.is_open:
+                    conn = await asyncio.wait_for(self.connection(target), remaining)  # type: ignore[arg-type]
+                fut = conn.request_nowait(op, timeout=max(deadline - loop.time(), 0.001), **fields)
                 sent = True
-                resp = await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
+                resp = await fut
             except (OSError, ConnectionError, asyncio.TimeoutError, fr.HandshakeRejected) as exc:
                 if isinstance(exc, fr.HandshakeRejected):
                     raise DLedgerError(exc.code, f"{target} refused the connection: {exc.reason}") from None

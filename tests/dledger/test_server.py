@@ -31,8 +31,10 @@ def free_ports(n: int) -> list[int]:
 
 
 class Group:
-    def __init__(self, root: Path, n: int = 3, barrier: bool = True, **cfg) -> None:
+    def __init__(self, root: Path, n: int = 3, barrier: bool = True, server_kw: Optional[dict] = None,
+                 **cfg) -> None:
         self.root = root
+        self.server_kw = server_kw or {}
         self.ids = [f"n{i}" for i in range(n)]
         self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, free_ports(n)))
         self.cfg = {"mapped_file_size_for_entry_data": 1 << 20, "mapped_file_size_for_entry_index": 32 * 1024, **cfg}
@@ -43,7 +45,8 @@ class Group:
         return DLedgerConfig(group="g", self_id=nid, peers=self.peers, store_base_dir=str(self.root), **self.cfg)
 
     async def start(self, nid: str) -> DLedgerServer:
-        s = DLedgerServer(self.config(nid), leader_barrier_body=(lambda: b"") if self.barrier else None, seed=hash(nid))
+        s = DLedgerServer(self.config(nid), leader_barrier_body=(lambda: b"") if self.barrier else None, seed=hash(nid),
+                          **self.server_kw)
         await s.start()
         self.servers[nid] = s
         return s
@@ -176,6 +179,10 @@ async def test_follower_refuses_with_leader_hint(group):
     await g.start_all()
     leader = await g.leader()
     follower = next(s for s in g.servers.values() if s is not leader)
+    for _ in range(500):  # the follower learns the leader from its first push
+        if follower.leader_id is not None:
+            break
+        await asyncio.sleep(0.01)
     fut = follower.append(b"x")
     assert fut.done() and fut.index == -1 and fut.code is Code.NOT_LEADER
     err = fut.exception()
@@ -319,3 +326,85 @@ async def test_store_reopens_with_identical_committed_entries(group, tmp_path):
     finally:
         for s in stores:
             s.shutdown()
+
+
+async def test_concurrent_client_appends_are_coalesced(group):
+    """64 clients' single-body requests on one connection: fewer store write batches than
+    requests, hooks once per entry, every request gets its own (index, pos)."""
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    hooked: list[int] = []
+    leader.add_append_hook(lambda entry, buf, off: hooked.append(entry.index))
+    peers = {n: ("127.0.0.1", g.config(n).peer_map[n][1]) for n in g.ids}
+    client = DLedgerClient(peers, "g", timeout=5)
+    try:
+        await client.append(b"warm")
+        before = dict(leader.status()["counters"])
+        hooked.clear()
+        res = await asyncio.gather(*(client.append(b"c-%d" % i) for i in range(64)))
+        after = leader.status()["counters"]
+        idx = sorted(r.index for r in res)
+        assert idx == list(range(idx[0], idx[0] + 64)) and sorted(hooked) == idx
+        assert after["coalesced_requests"] - before["coalesced_requests"] == 64
+        batches = after["append_batches"] - before["append_batches"]
+        assert 1 <= batches < 64, batches
+        for i in (0, 31, 63):
+            e = await client.get(res[i].index)
+            assert e["body"] == b"c-%d" % i and e["pos"] == res[i].pos
+    finally:
+        await client.close()
+
+
+async def test_append_queued_bounds_window_and_refusals(group):
+    g = group(server_kw={"coalesce_max_entries": 4, "coalesce_window_ms": 30})
+    await g.start_all()
+    leader = await g.leader()
+    b0 = leader.status()["counters"]["append_batches"]
+    futs = []
+    for i in range(10):  # across loop iterations, inside one window
+        futs.append(leader.append_queued([b"q-%d" % i]))
+        await asyncio.sleep(0)
+    big = leader.append_queued([b"big-%d" % i for i in range(6)])  # larger than the bound: whole
+    assert big.index == -1 and not big.done()  # not written before the flush
+    results = await asyncio.gather(*futs, big)
+    assert leader.status()["counters"]["append_batches"] - b0 == 4  # 4 + 4 + 2, then the 6
+    flat = [r for rs in results for r in rs]
+    assert [i for i, _ in flat] == list(range(flat[0][0], flat[0][0] + 16))
+    assert big.index == flat[10][0] and big.positions == [p for _, p in flat[10:]]
+    follower = next(s for s in g.servers.values() if s is not leader)
+    for _ in range(500):
+        if follower.leader_id is not None:
+            break
+        await asyncio.sleep(0.01)
+    with pytest.raises(DLedgerError) as err:
+        await follower.append_queued([b"x"])
+    assert err.value.code == Code.NOT_LEADER and err.value.leader_id == leader.config.self_id
+    empty = leader.append_queued([])
+    assert empty.done() and empty.code is Code.REQUEST_WITH_EMPTY_BODYS
+
+
+async def test_failed_store_write_releases_indexes(group):
+    """A store write that fails (here: an injected OSError) fails only its requests; the core
+    takes the indexes back and the member keeps serving."""
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    await leader.append(b"before")
+    real = leader.log_view.append_as_leader
+    end = leader.log_view.ledger_end_index
+
+    def broken(*a, **k):
+        raise OSError(5, "injected I/O error")
+
+    leader.log_view.append_as_leader = broken  # type: ignore[method-assign]
+    sync = leader.append(b"lost")
+    queued = leader.append_queued([b"lost-too"])
+    with pytest.raises(DLedgerError) as err:
+        await queued
+    assert sync.done() and sync.code is Code.DISK_ERROR and err.value.code == Code.DISK_ERROR
+    leader.log_view.append_as_leader = real  # type: ignore[method-assign]
+    assert leader.fatal_error is None and leader.core.log.last_index == end
+    index, _ = await leader.append(b"after")
+    assert index == end + 1
+    assert (await g.converged()) >= end + 1
