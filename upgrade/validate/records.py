@@ -105,11 +105,19 @@ def walk_dledger(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str
 
 
 def _chain_ok(mm: Any, p: int, limit: int, depth: int = 3) -> bool:
-    starts, kind, end = walk_classic(mm, p, limit, limit)
-    if kind == "blank":
-        size, _ = PAIR.unpack_from(mm, end)
-        return end + size == limit
-    return len(starts) >= depth or kind in ("zeros", "range") and len(starts) > 0
+    """``depth`` records chain from ``p`` (or the chain ends cleanly in a blank/zeros before)."""
+    for _ in range(depth):
+        if p + 8 > limit:
+            return p == limit
+        size, magic = PAIR.unpack_from(mm, p)
+        if magic == BLANK:
+            return p + size == limit
+        if magic != V1 and magic != V2:
+            return size == 0 and magic == 0
+        if size < MIN_RECORD or p + size > limit:
+            return False
+        p += size
+    return True
 
 
 def sync_classic(mm: Any, p: int, stop: int, limit: int) -> int | None:
