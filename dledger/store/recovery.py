@@ -22,9 +22,20 @@ Rules
 
 Where we differ, deliberately (DESIGN §7): DLedger calls ``System.exit`` for (4) and silently
 truncates whatever the scan did not accept. We raise :class:`StoreLayoutError` for (4), and
-if the scan ends (cleanly or not) *below the committed index recorded in the checkpoint* we
-raise :class:`EntryCorruptionError` naming the file and offset instead of truncating committed
-data, unless the operator passes ``allow_truncate_committed=True``. I/O errors (a full disk
+:class:`EntryCorruptionError` naming the file and offset instead of truncating, unless the
+operator passes ``allow_truncate_committed=True``, when
+
+* the scan ends (cleanly or not) *below the committed index recorded in the checkpoint*; or
+* the entry that stopped the scan is followed by a valid entry continuing the chain (index
+  ``last + 2``, its own ``pos``, term not lower, CRC good), found after the invalid entry's
+  declared size or through the next index units. The checkpoint lags what a node flushed and
+  acknowledged after a crash, so an invalid entry with intact entries after it is corruption
+  of possibly committed data, not a torn tail. Only an invalid entry with nothing valid after
+  it (zeros, a write cut short, stale bytes behind an earlier truncation) is a torn tail and is
+  truncated, with a warning naming the file and offset.
+
+The message tells the operator how to recover: restore the node from a replica (move the
+``dledger-<id>`` directory away and restart, the leader re-replicates). I/O errors (a full disk
 while rewriting index units) propagate; they never shorten the log.
 
 Theory of operation: the scan reads headers straight from the read-only mappings with
@@ -47,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _INDEX_BATCH = 4096
 _II = struct.Struct(">ii")
+_PROBE_UNITS = 64  # index units past an invalid entry checked for valid successors
 
 
 class _CheckFailed(Exception):
@@ -107,6 +119,64 @@ def _precheck(f: MmapFile, index_list: MmapFileList) -> int:
     assert unit is not None
     _check(unit == (magic, f.from_offset, size, entry_index, term), f"index unit {unit} disagrees")
     return entry_index
+
+
+def _entry_at(data: MmapFileList, pos: int, want_index: int | None, min_term: int,
+              verify_crc: bool) -> bool:
+    """Is there a well-formed entry at absolute ``pos`` (optionally with index ``want_index``)?"""
+    f = data.find_file(pos)
+    if f is None:
+        return False
+    rel, fs = pos - f.from_offset, data.file_size
+    if rel + BODY_OFFSET > fs:
+        return False
+    magic, size, entry_index, term, epos, _c, _cc, body_crc, body_size = HEADER.unpack_from(f.mm, rel)
+    if not (epos == pos and body_size + BODY_OFFSET == size and size > HEADER_SIZE and rel + size <= fs
+            and MAGIC_1 <= magic <= CURRENT_MAGIC and entry_index >= 0 and term >= min_term
+            and (want_index is None or entry_index == want_index)):
+        return False
+    if verify_crc and body_crc != 0:
+        return to_java_int(zlib.crc32(memoryview(f.mm)[rel + BODY_OFFSET:rel + size])) == body_crc
+    return True
+
+
+def _valid_successor(data: MmapFileList, index: MmapFileList, f: MmapFile, rel: int, last_index: int | None,
+                     last_term: int, verify_crc: bool) -> tuple[int, int] | None:
+    """``(index, pos)`` of a valid entry continuing the chain past the invalid one at ``f``+``rel``.
+
+    A torn tail has nothing valid after it; corruption in the middle does. Two probes: the entry
+    just after the invalid one's declared size (the next file's start after a blank or the file
+    end), and the index units of the next few entries, each checked against its data. Stale
+    bytes left behind a truncation do not continue the chain (wrong index, pos or term).
+    """
+    fs = data.file_size
+    want = None if last_index is None else last_index + 2
+    stop_pos = f.from_offset + rel
+    candidates: list[int] = []
+    if rel + 8 <= fs:
+        _magic, size = _II.unpack_from(f.mm, rel)
+        if HEADER_SIZE < size and rel + size <= fs:
+            nxt = rel + size
+            if nxt + 8 > fs or _II.unpack_from(f.mm, nxt)[0] == BLANK_MAGIC_CODE:
+                candidates.append(f.end_offset)
+            else:
+                candidates.append(f.from_offset + nxt)
+    else:
+        candidates.append(f.end_offset)
+    if want is None:
+        return None
+    for pos in candidates:
+        if _entry_at(data, pos, want, last_term, verify_crc):
+            return want, pos
+    for k in range(want, want + _PROBE_UNITS):
+        unit = _index_unit(index, k)
+        if unit is None:
+            break
+        magic, pos, _size, entry_index, term = unit
+        if entry_index == k and pos > stop_pos and term >= last_term and _entry_at(data, pos, k, last_term,
+                                                                                   verify_crc):
+            return k, pos
+    return None
 
 
 def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool = True,
@@ -222,8 +292,22 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
 
     stop_file = f.path.name
     stop_pos = f.from_offset + rel
+    follows = None
+    if stop_reason is not None and not allow_truncate_committed:
+        base = last_index if last_index != -1 else (first_entry_index - 1 if first_entry_index >= 0 else None)
+        follows = _valid_successor(data, index, f, rel, base, last_term, verify_crc)
+    if (follows is not None and not (checkpoint_committed is not None and checkpoint_committed > last_index)):
+        succ_index, succ_pos = follows
+        raise EntryCorruptionError(
+            f"corrupt entry {base + 1} in the middle of the log: "
+            f"{stop_reason}; a valid entry (index {succ_index} at pos {succ_pos}) follows, so this is not "
+            f"a torn tail and the entries after it may have been acknowledged. Refusing to start. Restore "
+            f"this node from a replica (stop it, move {data.store_path.parent} away and restart it so the "
+            "leader re-replicates the log), or pass allow_truncate_committed=True to drop everything from "
+            "here on", pos=stop_pos, path=str(f.path))
     if stop_reason is not None:
-        log.warning("recovery stopped at pos %d of %s: %s", stop_pos, f.path, stop_reason)
+        log.warning("recovery stopped at pos %d of %s: %s; nothing valid follows, truncating it as a torn tail",
+                    stop_pos, f.path, stop_reason)
     if last_file.from_offset - process > fs:
         raise StoreLayoutError(
             f"recovery of {data.store_path} ended at {process}, more than a file before the last file "
@@ -234,6 +318,8 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
         raise EntryCorruptionError(
             f"committed entry {failing} (checkpoint committedIndex={checkpoint_committed}) is "
             f"{'unreadable: ' + stop_reason if stop_reason else 'missing'}; refusing to truncate committed "
-            "data (pass allow_truncate_committed=True to override)",
+            f"data{'' if follows is None else f' (valid entry {follows[0]} follows at pos {follows[1]})'}. "
+            f"Restore this node from a replica (move {data.store_path.parent} away and restart it), or pass "
+            "allow_truncate_committed=True to override",
             pos=stop_pos, path=str(f.path))
     return RecoveryResult(last_index, last_term, process, first_entry_index, stop_reason, stop_pos, stop_file)

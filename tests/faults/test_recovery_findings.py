@@ -8,7 +8,8 @@ StoreLayoutError): recovery logs a WARNING naming the file and the offset and si
 truncates every later entry. The dropped entries were acknowledged by this node (they may have
 formed the commit quorum), so if the other holder is lost too, a committed entry can vanish.
 The classic commitlog recovery already tells the two cases apart (torn tail = only zeros
-follow; otherwise StoreCorruptionError). Strict xfail until the DLedger recovery does the same.
+follow; otherwise StoreCorruptionError); the DLedger recovery now does the same (a valid entry
+continuing the chain after the invalid one = EntryCorruptionError naming file and offset).
 """
 from __future__ import annotations
 
@@ -55,17 +56,20 @@ def test_torn_tail_beyond_checkpoint_is_truncated(tmp_path: Path) -> None:
     store.shutdown()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG (dledger/store/recovery.py): mid-log corruption beyond a stale checkpoint "
-                          "committedIndex is truncated as if it were a torn tail, dropping acknowledged entries")
 def test_mid_log_corruption_beyond_stale_checkpoint_is_refused(tmp_path: Path) -> None:
     entries = _write(tmp_path, committed=5)
     # intact entries 37..39 follow (within a file of the end: more than a file is refused already)
-    _flip(tmp_path, entries[36].pos + 48 + 100)
+    path = _flip(tmp_path, entries[36].pos + 48 + 100)
     try:
         store = _make(tmp_path)
     except (EntryCorruptionError, StoreLayoutError) as exc:
         assert str(entries[36].pos) in str(exc) or "36" in str(exc)
+        assert path.name in str(exc) and "CRC" in str(exc)
+        # the explicit operator override still truncates
+        store = DLedgerMmapFileStore(tmp_path, "n0", data_file_size=4096, index_file_size=INDEX_UNIT_SIZE * 1024,
+                                     allow_truncate_committed=True).startup()
+        assert store.ledger_end_index == 35
+        store.shutdown()
         return
     end = store.ledger_end_index
     store.shutdown()

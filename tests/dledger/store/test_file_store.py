@@ -377,12 +377,62 @@ def test_recovery_truncates_corrupt_uncommitted_tail(tmp_path: Path) -> None:
     end26 = sum(probe.get_entry_pos_and_size(26))
     probe.data_file_list.shutdown()
     probe.index_file_list.shutdown()
-    poke(path, rel + 24, struct.pack(">q", 12345))  # corrupt the pos field of entry 27
+    poke(path, rel + 24, struct.pack(">q", 12345))  # corrupt the pos field of entry 27 ...
+    _zero_after(tmp_path, end26 + 100)  # ... and tear the write there: nothing valid follows
     store = make(tmp_path, data_size=4096)
     assert store.ledger_end_index == 26 and store.write_pos == end26
     assert store.index_file_list.max_wrote_position == 27 * INDEX_UNIT_SIZE
     assert "pos 12345" in store.last_recovery.stop_reason
     assert store.committed_index == 19
+
+
+def _zero_after(base: Path, pos: int) -> None:
+    """Zero every data byte from absolute ``pos`` on (a write torn there)."""
+    for f in sorted((base / "dledger-n0" / "data").iterdir()):
+        start, size = int(f.name), f.stat().st_size
+        if start + size > pos:
+            rel = max(pos - start, 0)
+            poke(f, rel, bytes(size - rel))
+
+
+@pytest.mark.parametrize("field", ["pos", "size", "body"])
+def test_recovery_refuses_mid_log_corruption_beyond_checkpoint(tmp_path: Path, field: str) -> None:
+    """An invalid entry followed by valid ones is corruption, not a torn tail, even beyond the
+    checkpoint's (lagging) committed index: refused naming file and offset; override truncates."""
+    store = make(tmp_path, data_size=4096)
+    store.append_batch_as_leader([bytes([i]) * 200 for i in range(40)], 1)
+    store.update_committed_index(1, 19)
+    flush_and_close(store)
+    probe = make(tmp_path, data_size=4096)
+    path, rel = entry_file(probe, 27)
+    pos27 = probe.get_entry_pos_and_size(27)[0]
+    probe.data_file_list.shutdown()
+    probe.index_file_list.shutdown()
+    at, data = {"pos": (24, struct.pack(">q", 12345)), "size": (4, struct.pack(">i", 7)),
+                "body": (48 + 10, b"\xee")}[field]
+    poke(path, rel + at, data)
+    with pytest.raises(EntryCorruptionError) as info:
+        make(tmp_path, data_size=4096)
+    msg = str(info.value)
+    assert "corrupt entry 27" in msg and path.name in msg and f"pos {pos27}" in msg and "index 28" in msg
+    assert "replica" in msg and "allow_truncate_committed" in msg
+    store = make(tmp_path, data_size=4096, allow_truncate_committed=True)
+    assert (store.ledger_end_index, store.committed_index) == (26, 19)
+
+
+def test_stale_bytes_behind_a_truncation_are_a_torn_tail(tmp_path: Path) -> None:
+    """Truncate, then append fewer bytes than were cut: the old suffix's bytes stay on disk past
+    the new end and must not be taken for valid data following corruption."""
+    store = make(tmp_path, data_size=1 << 16)
+    store.append_batch_as_leader([bytes([i]) * 300 for i in range(30)], 1)
+    store.truncate(9)
+    store.append_batch_as_leader([b"n" * 500], 2)  # index 10 now ends mid-way through old entry 11
+    store.append_batch_as_leader([b"m" * 20], 2)
+    flush_and_close(store)
+    store = make(tmp_path, data_size=1 << 16)
+    assert (store.ledger_end_index, store.ledger_end_term) == (11, 2)
+    assert store.get(11).body == b"m" * 20
+    assert store.last_recovery.stop_reason is not None  # the stale bytes were met, and dropped
 
 
 def test_recovery_refuses_to_truncate_committed_data(tmp_path: Path) -> None:
