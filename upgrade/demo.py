@@ -21,7 +21,8 @@ Rules:
   offset and the validator passes; 1 with one line (no traceback) when a step cannot go on
   (a broker died, a timeout, a refused plan); 130 on Ctrl-C.
 - Everything runs on 127.0.0.1 ports the kernel hands out, in a temporary directory (deleted at
-  the end) or ``--workdir`` (kept, with logs, confs, plan, journal, report and picture). Every
+  the end, kept when the run failed) or ``--workdir`` (always kept: logs, confs, plan, journal,
+  report and picture). Every
   broker is a child process that :class:`upgrade.demo_procs.Procs` kills in ``finally``, also on
   Ctrl-C or SIGTERM: nothing is left running.
 - One progress line per step, prefixed with the elapsed time; tool output is indented below it.
@@ -411,11 +412,16 @@ class Demo:
         self.finished = True
         return self.summary(problems, vcode)
 
-    def cleanup(self) -> None:
+    def cleanup(self, keep: bool = False) -> None:
+        """Kill what is still running; delete the temporary directory unless the run failed."""
         self.procs.kill_all()
         if not self.finished and self.jvms_before is not None:  # interrupted while our Spark started
             kill_pids(spark_jvms_of(os.getpid()) - self.jvms_before)
-        if not self.a.workdir:
+        if self.a.workdir:
+            return
+        if keep and self.work.is_dir():
+            print(f"demo: the run failed; kept {self.work} (broker logs in {self.logs})", file=sys.stderr, flush=True)
+        else:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -534,16 +540,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None, spark: Any = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     demo = Demo(args, spark)
+    code = 1
     try:
-        return demo.run()
+        code = demo.run()
+        return code
     except DemoError as exc:
         print(f"demo: {exc}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
+        code = 130
         print("demo: interrupted; every broker it started is being killed", file=sys.stderr, flush=True)
         return 130
     finally:
-        demo.cleanup()
+        demo.cleanup(keep=code in (1, 2))
 
 
 def _sigterm(_sig: int, _frame: Any) -> None:
