@@ -10,10 +10,14 @@ Rules
   the append hooks), persist the hard state (``currterm``, fsynced) **before** sending any
   message, send messages, apply the commit index to the store, complete append futures, notify
   role listeners, then ``advance``.
-* Durability: entries count towards a quorum only once flushed. A flusher task groups every
-  append made while the previous flush ran into the next one (group commit); before a flush it
-  captures ``(ledger_end_index, ledger_end_term)`` and reports exactly that pair afterwards, so a
-  truncation racing the flush makes the report stale and the core ignores it.
+* Durability: entries count towards a quorum only once flushed. A dedicated flusher thread
+  (``storelog.GroupFlusher``) groups every append made while the previous flush ran into the
+  next one (group commit) and reports exactly the ``(ledger_end_index, ledger_end_term)`` pair
+  the loop handed it, so a truncation racing the flush makes the report stale and the core
+  ignores it. A failed flush stops the member (durability can no longer be promised).
+* Client appends (and :meth:`DLedgerServer.append_queued`) are coalesced: every request that
+  arrives in one loop iteration becomes part of one proposal and one store write
+  (``dledger.coalesce``). ``append``/``append_batch`` stay synchronous, one proposal per call.
 * ``append(body)`` / ``append_batch(bodies)`` are synchronous up to the local append: the
   returned :class:`AppendFuture` already carries ``index`` and ``pos`` (and ``positions`` for a
   batch) when the call returns, as RocketMQ needs ``pos + 48`` for its msgId before the quorum
@@ -52,7 +56,7 @@ from .errors import DLedgerError
 from .rpc import transport as tp
 from .entry import BODY_OFFSET
 from .store.file_store import MAX_ENTRY_SIZE
-from .storelog import StoreLog, open_store
+from .storelog import GroupFlusher, StoreLog, open_store
 
 log = logging.getLogger("dledger.server")
 
@@ -99,8 +103,7 @@ class DLedgerServer:
         self._started = False
         self._stopping = False
         self._tasks: list[asyncio.Task] = []
-        self._flush_wakeup: Optional[asyncio.Event] = None
-        self._flushing = False
+        self._flusher: Optional[GroupFlusher] = None
         self.fatal_error: Optional[str] = None
         self.stopped = asyncio.Event()
         self.counters = {
@@ -108,7 +111,7 @@ class DLedgerServer:
             # append_batches: proposals = store write batches (fewer than requests when coalesced)
             "appends": 0, "append_requests": 0, "append_batches": 0, "append_refused": 0,
             "coalesced_requests": 0, "coalesce_flushes": 0, "committed_entries": 0,
-            "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flush_io_seconds": 0.0,
+            "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flush_report_seconds": 0.0,
             "flushed_entries": 0, "ticks": 0, "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
         }
         self.coalescer = AppendCoalescer(self, window_s=coalesce_window_ms / 1000.0,
@@ -129,12 +132,13 @@ class DLedgerServer:
         if self._started:
             return
         self._loop = asyncio.get_running_loop()
-        self._flush_wakeup = asyncio.Event()
+        self._flusher = GroupFlusher(self.log_view, self._loop, self._on_flushed, self._on_flush_error, self.counters,
+                                     name=f"dledger-flush-{self.config.self_id}")
+        self._flusher.start()
         await self.transport.start()
         self._started = True
         self._tasks = [
             self._loop.create_task(self._tick_loop(), name=f"dledger-tick-{self.config.self_id}"),
-            self._loop.create_task(self._flush_loop(), name=f"dledger-flush-{self.config.self_id}"),
             self._loop.create_task(self._checkpoint_loop(), name=f"dledger-ckpt-{self.config.self_id}"),
         ]
         self._kick()
@@ -150,6 +154,8 @@ class DLedgerServer:
                 t.cancel()
             _, pending = await asyncio.wait(tasks, timeout=1.0)
             tasks = list(pending)
+        if self._flusher is not None:
+            await asyncio.to_thread(self._flusher.stop)
         await self.transport.stop()
         err = DLedgerError(Code.INTERNAL_ERROR, "server shut down")
         self.coalescer.fail_all(err)
@@ -267,7 +273,7 @@ class DLedgerServer:
         return d, positions
 
     def _after_appends(self) -> None:
-        self._flush_wakeup.set()  # type: ignore[union-attr]
+        self._flusher.request()  # type: ignore[union-attr]
         if not self._drive_scheduled:
             self._drive()  # push the new entries in this iteration, not the next
 
@@ -302,7 +308,7 @@ class DLedgerServer:
         fut.index, fut.last_index, fut.positions = d.first_index, d.last_index, positions
         fut.pos = positions[0]
         self._pending[d.first_index] = fut
-        self._flush_wakeup.set()  # type: ignore[union-attr]
+        self._flusher.request()  # type: ignore[union-attr]
         self._kick()
         return fut
 
@@ -403,7 +409,7 @@ class DLedgerServer:
         if rd.hard_state is not None:
             lv.persist_hard_state(rd.hard_state.term, rd.hard_state.vote)
         if wrote:
-            self._flush_wakeup.set()  # type: ignore[union-attr]
+            self._flusher.request()  # type: ignore[union-attr]
         send = self.transport.send
         for m in rd.messages:
             send(m.dst, m.to_dict())
@@ -485,29 +491,16 @@ class DLedgerServer:
             next_at = max(next_at + due * period, now)
             self._kick()
 
-    async def _flush_loop(self) -> None:
-        ev = self._flush_wakeup
-        assert ev is not None
-        while True:
-            await ev.wait()
-            ev.clear()
-            end_index, end_term = self.log_view.ledger_end_index, self.log_view.ledger_end_term
-            t0 = time.perf_counter()
-            self._flushing = True
-            try:
-                await asyncio.to_thread(self._timed_flush)
-            finally:
-                self._flushing = False
-            self.counters["flushes"] += 1
-            self.counters["flush_seconds"] += time.perf_counter() - t0
-            if end_index >= 0:
-                self.core.on_persisted(end_index, end_term)
-                self._kick()
+    def _on_flushed(self, end_index: int, end_term: int, t_done: float) -> None:
+        """Loop thread: the flusher made everything up to ``(end_index, end_term)`` durable."""
+        self.counters["flush_report_seconds"] += time.perf_counter() - t_done
+        if not self._started or self._stopping or self.fatal_error:
+            return
+        self.core.on_persisted(end_index, end_term)
+        self._kick()
 
-    def _timed_flush(self) -> None:  # worker thread
-        t0 = time.perf_counter()
-        self.log_view.flush()
-        self.counters["flush_io_seconds"] += time.perf_counter() - t0
+    def _on_flush_error(self, exc: BaseException) -> None:
+        self._fatal(f"flush failed: {exc}")
 
     async def _checkpoint_loop(self) -> None:
         period = self.config.checkpoint_interval_ms / 1000.0
