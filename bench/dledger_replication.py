@@ -10,7 +10,14 @@ Rules
   with ``--clients`` concurrent synchronous clients (each waits for its ack before the next
   append), spread over ``--procs`` client processes. Reported: appends/s, latency p50/p99/p999
   (per request, ms), errors. Durability policy: group fsync on every member; an append is acked
-  after a quorum has fsynced it.
+  after a quorum has fsynced it. Each row also carries what the leader saw during the measured
+  window (``leader``: requests, store write batches = proposals, requests per batch, group
+  commits and their mean duration), the CPU seconds each member used (``server_cpu_s``, Linux)
+  and the load average before and after (``loadavg``): the machine is shared, so read rates
+  next to the load.
+* ``--extra-clients N`` (default 256, 0 = off) adds a 1 KiB single-body row with N clients:
+  with one body per request, a closed loop of C clients cannot exceed C / latency, so this row
+  shows the throughput when the group, not the client count, is the limit.
 * Failover: a single synchronous client appends continuously; the leader gets SIGKILL; the
   time from the kill to the first acknowledged append is measured; the killed member is
   restarted and allowed to catch up before the next trial.
@@ -178,6 +185,48 @@ def _client_proc(peers: dict, n_clients: int, size: int, batch: int, warmup: flo
     q.put(asyncio.run(run()))
 
 
+def _cpu_seconds(pid: int) -> Optional[float]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+async def _leader_counters(cluster: "Cluster", leader: str) -> dict:
+    client = DLedgerClient(cluster.peers, "bench", timeout=2.0)
+    try:
+        return (await client.status(leader))["counters"]
+    finally:
+        await client.close()
+
+
+def measured_load(cluster: "Cluster", clients: int, procs: int, size: int, batch: int, warmup: float,
+                  seconds: float) -> dict:
+    """``run_load`` plus the leader's counters, members' CPU and load average around it."""
+    leader = asyncio.run(cluster.leader())
+    before = asyncio.run(_leader_counters(cluster, leader))
+    cpu0 = {n: _cpu_seconds(p.pid) for n, p in cluster.procs.items()}
+    load0 = os.getloadavg()
+    res = run_load(cluster.peers, clients, procs, size, batch, warmup, seconds)
+    load1 = os.getloadavg()
+    cpu1 = {n: _cpu_seconds(p.pid) for n, p in cluster.procs.items()}
+    after = asyncio.run(_leader_counters(cluster, leader))
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("append_requests", "append_batches", "appends", "flushes",
+                                                          "flush_seconds")}
+    res["leader"] = {
+        "id": leader, "requests": d["append_requests"], "store_write_batches": d["append_batches"],
+        "requests_per_batch": round(d["append_requests"] / d["append_batches"], 1) if d["append_batches"] else None,
+        "group_commits": d["flushes"],
+        "flush_ms_mean": round(d["flush_seconds"] / d["flushes"] * 1000, 3) if d["flushes"] else None,
+    }
+    res["server_cpu_s"] = {("leader" if n == leader else n): round(cpu1[n] - cpu0[n], 2)
+                           for n in cpu0 if cpu0[n] is not None and cpu1.get(n) is not None}
+    res["loadavg"] = [round(load0[0], 2), round(load1[0], 2)]
+    return res
+
+
 def run_load(peers: dict, clients: int, procs: int, size: int, batch: int, warmup: float, seconds: float) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -254,6 +303,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=None, help="failover trials")
     ap.add_argument("--sizes", default="128,1024")
     ap.add_argument("--client-batch", type=int, default=16, help="bodies per request in the client-batching scenario")
+    ap.add_argument("--extra-clients", type=int, default=256,
+                    help="also run 1 KiB single-body with this many clients (0: off; not with --quick)")
     ap.add_argument("--no-failover", action="store_true")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
@@ -265,9 +316,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     scenarios = []
     for push in (["batch"] if args.quick else ["batch", "single"]):
         for size in sizes:
-            scenarios.append({"size": size, "push": push, "client_batch": 1})
+            scenarios.append({"size": size, "push": push, "client_batch": 1, "clients": args.clients})
         if push == "batch":
-            scenarios.append({"size": 1024, "push": push, "client_batch": args.client_batch})
+            scenarios.append({"size": 1024, "push": push, "client_batch": args.client_batch, "clients": args.clients})
+            if args.extra_clients and not args.quick:
+                scenarios.append({"size": 1024, "push": push, "client_batch": 1, "clients": args.extra_clients})
 
     out: dict[str, Any] = {
         "benchmark": "dledger_replication", "nodes": 3, "host_cpus": os.cpu_count(),
@@ -285,7 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 asyncio.run(cluster.leader())
                 for sc in (s for s in scenarios if s["push"] == push):
-                    res = run_load(cluster.peers, args.clients, args.procs, sc["size"], sc["client_batch"], warmup, seconds)
+                    res = measured_load(cluster, sc["clients"], args.procs, sc["size"], sc["client_batch"], warmup,
+                                        seconds)
                     row = {**sc, **res}
                     out["throughput"].append(row)
                     print(json.dumps(row), file=sys.stderr)

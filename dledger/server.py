@@ -497,7 +497,8 @@ class DLedgerServer:
         if not self._started or self._stopping or self.fatal_error:
             return
         self.core.on_persisted(end_index, end_term)
-        self._kick()
+        if not self._drive_scheduled:
+            self._drive()  # acks / commits go out in this iteration
 
     def _on_flush_error(self, exc: BaseException) -> None:
         self._fatal(f"flush failed: {exc}")

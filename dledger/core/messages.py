@@ -145,15 +145,22 @@ KINDS: dict[str, type] = {
 
 # --------------------------------------------------------------------------- codec
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _to_dict(msg: Any) -> dict[str, Any]:
+    cls = type(msg)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(msg))
     out: dict[str, Any] = {"t": msg.KIND}
-    for f in fields(msg):
-        v = getattr(msg, f.name)
-        if f.name == "entries":
-            v = [e.to_list() for e in v]
+    for name in names:
+        v = getattr(msg, name)
+        if name == "entries":
+            v = [[e.index, e.term, e.data] for e in v]
         elif isinstance(v, (Code, VoteResult)):
             v = int(v)
-        out[f.name] = v
+        out[name] = v
     return out
 
 
@@ -196,19 +203,26 @@ def _entries(name: str, v: Any) -> tuple[Entry, ...]:
     if not isinstance(v, (list, tuple)):
         raise MessageError(f"field {name!r} must be a list")
     out: list[Entry] = []
+    append = out.append
     for i, e in enumerate(v):
+        if type(e) is list and len(e) == 3:  # the common case, checked inline (per entry)
+            idx, term, data = e
+            if type(idx) is int and type(term) is int and idx >= 0 and term >= 0 and type(data) is bytes:
+                append(Entry(idx, term, data))
+                continue
         if not isinstance(e, (list, tuple)) or len(e) != 3:
             raise MessageError(f"entry #{i} must be [index, term, data]")
         idx, term, data = e
-        _int(0)(f"entries[{i}].index", idx)
-        _int(0)(f"entries[{i}].term", term)
+        _NON_NEGATIVE(f"entries[{i}].index", idx)
+        _NON_NEGATIVE(f"entries[{i}].term", term)
         if type(data) is not bytes:
             raise MessageError(f"entries[{i}].data must be bytes, got {type(data).__name__}")
-        out.append(Entry(idx, term, data))
+        append(Entry(idx, term, data))
     return tuple(out)
 
 
 _TERM = _int(-1)
+_NON_NEGATIVE = _int(0)
 _INDEX = _int(-1)
 _SCHEMA: dict[type, dict[str, Callable[[str, Any], Any]]] = {
     VoteRequest: {"src": _str, "dst": _str, "term": _int(0), "last_index": _INDEX,
