@@ -247,6 +247,42 @@ def topics_of(mm: Any, f: MessageFields, rows: np.ndarray) -> list[bytes]:
     return [mm[o:o + n] for o, n in zip(offs, lens)]
 
 
+def topic_ids(a: np.ndarray, mm: Any, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    """Exact topic identity for many records at once: (id per record, topic bytes per id).
+
+    Records are grouped by (length, first 8 bytes, last 8 bytes) with numpy; each group is then
+    verified byte for byte against its first member, and a group that is not uniform (topics
+    equal at both ends but different inside) is split exactly in Python.
+    """
+    n = len(off)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), []
+    cols = np.arange(8, dtype=np.int64)
+    head = np.take(a, np.minimum(off[:, None] + cols, len(a) - 1))
+    head = np.where(cols[None, :] < length[:, None], head, 0).view(np.int64).ravel()
+    tail_at = off + length - 8
+    tail = np.take(a, np.clip(tail_at[:, None] + cols, 0, len(a) - 1))
+    tail = np.where(tail_at[:, None] + cols >= off[:, None], tail, 0).view(np.int64).ravel()
+    keys = np.stack([length, head, tail], axis=1)
+    _uniq, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    ids = inverse.astype(np.int64)
+    names: list[bytes] = [bytes(mm[int(off[i]):int(off[i] + length[i])]) for i in first.tolist()]
+    for g, i0 in enumerate(first.tolist()):
+        n_g = int(length[i0])
+        if n_g <= 16:
+            continue  # head and tail cover every byte
+        members = np.flatnonzero(inverse == g)
+        body = np.take(a, off[members][:, None] + np.arange(8, n_g - 8))
+        same = (body == body[0]).all(axis=1)
+        for i in members[~same].tolist():  # rare: split exactly
+            t = bytes(mm[int(off[i]):int(off[i] + length[i])])
+            if t not in names:
+                names.append(t)
+            ids[i] = names.index(t)
+    return ids, names
+
+
 def codec_verdict(mm: Any, p: int, check_crc: bool = True) -> tuple[bool, str]:
     """The shared codec's verdict on the record at ``p``: (valid, reason)."""
     req = codec.check_message_and_return_size(mm, p, check_crc)

@@ -67,23 +67,21 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
         s.violation(phy_check, abs_of(int(starts[i])),
                     f"PHY_POS field is {int(f.phy[i])}, expected {int(phy_expect[i])}")
     rows = np.flatnonzero(parsed)
-    topics = rec.topics_of(m.mm, f, rows)
+    tids, names = rec.topic_ids(m.a, m.mm, f.topic_off[rows], f.topic_len[rows])
     tx = (f.sys_flag[rows] & codec.TRANSACTION_ROLLBACK_TYPE)
     skip = np.isin(tx, TX_SKIP)
-    barrier = np.array([t == BARRIER_TOPIC for t in topics], dtype=bool)
+    barrier = np.isin(tids, [i for i, t in enumerate(names) if t == BARRIER_TOPIC])
     s["tx_skipped"] += int(skip.sum())
     s["barriers"] += int((barrier & ~skip).sum())
     disp = ~skip & ~barrier
     s["dispatchable"] += int(disp.sum())
     if not disp.any():
         return
-    key_ids: dict[tuple[bytes, int], int] = {}
-    qids = f.queue_id[rows].tolist()
-    keys = np.array([key_ids.setdefault((t, q), len(key_ids)) for t, q in zip(topics, qids)], dtype=np.int64)
-    names = {v: k for k, v in key_ids.items()}
+    qids = f.queue_id[rows]
+    keys = tids * (1 << 32) + (qids & 0xFFFFFFFF)
     offs = abs_of(starts[rows])
     for key, q0, q1, n, o0, o1 in rec.runs_by_key(keys[disp], f.queue_offset[rows][disp], offs[disp]):
-        topic, qid = names[key]
+        topic, qid = names[key >> 32], int(np.int32(np.uint32(key & 0xFFFFFFFF)))
         s["runs"].append([topic.decode("utf-8", "replace"), qid, q0, q1, n, o0, o1])
 
 

@@ -167,3 +167,28 @@ def test_replica_missing_an_old_file(spark, store_copy, fixture_set):
     assert_located(report, "replicas", "n1", name, 1 << 20, contains="missing (n0 has it)")
     assert_located(report, "old_continuity", "n1", name, 1 << 20, contains="missing file")
     assert report["nodes"]["n1"]["segments"][-1] == {"kind": "gap", "start": 1 << 20, "end": 2 << 20}
+
+
+def test_classic_master_and_lagging_slave(spark, store_copy, fixture_set, manifests):
+    """Classic replicas compare up to the smaller write end; a lagging slave is fine, a flip is not."""
+    master = store_copy(fixture_set.classic)
+    slave = master.parent / (master.name + "-slave")
+    subprocess.run(["cp", "-r", "--sparse=always", str(master), str(slave)], check=True)
+    last = max(manifests(fixture_set.classic), key=lambda r: r["commitLogOffset"])
+    path, at = data_file(slave, last["commitLogOffset"], None)
+    patch(path, at, bytes(last["storeSize"]))  # the slave has not received the last message yet
+    for cq in (slave / "consumequeue").rglob("0" * 20):  # nor dispatched it
+        data = bytearray(cq.read_bytes())
+        for q in range(0, len(data), 20):
+            if int.from_bytes(data[q:q + 8], "big") == last["commitLogOffset"] and int.from_bytes(data[q + 8:q + 12], "big"):
+                data[q:q + 20] = bytes(20)
+        cq.write_bytes(bytes(data))
+    report = _validate(spark, master, slave)
+    assert report["ok"], failing(report)
+    assert report["checks"]["replicas"]["status"] == "pass"
+    msg = manifests(fixture_set.classic)[100]
+    path, at = data_file(slave, msg["commitLogOffset"] + 47, None)
+    flip(path, at)
+    report = _validate(spark, master, slave)
+    assert_located(report, "replicas", slave.name, path.name, msg["commitLogOffset"] + 47, contains=f"differ from {master.name}")
+    assert failing(report) == {"replicas"}

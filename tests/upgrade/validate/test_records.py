@@ -136,3 +136,18 @@ def test_fast_tags_codes_match_codec(fixture_root):
     finally:
         mm.close()
         fh.close()
+
+
+def test_topic_ids_are_exact():
+    topics = [b"A", b"TopicA", b"TopicB", b"same-head-XXXXXX-same-tail", b"same-head-YYYYYY-same-tail", b"",
+              b"%RETRY%VarGroupC", b"TopicA"]
+    buf = bytearray()
+    offs = []
+    for t in topics * 3:
+        buf += b"\xff" * 5
+        offs.append(len(buf))
+        buf += t
+    a = np.frombuffer(bytes(buf), dtype=np.uint8)
+    ids, names = rec.topic_ids(a, bytes(buf), np.array(offs), np.array([len(t) for t in topics * 3]))
+    assert [names[i] for i in ids] == topics * 3
+    assert len(set(names)) == len(names) == 7
