@@ -228,6 +228,8 @@ class DLedgerServer:
         bad = self._check_request(bodies)
         if bad is not None:
             return self._refuse(fut, *bad)
+        if not self._started or self._stopping or self.fatal_error:
+            return self._refuse(fut, Code.LEADER_NOT_READY, "server not running")
         self._enqueue(bodies, fut)
         return fut
 
@@ -273,7 +275,9 @@ class DLedgerServer:
         return d, positions
 
     def _after_appends(self) -> None:
-        self._flusher.request()  # type: ignore[union-attr]
+        if self._flusher is None or not self._started:
+            return
+        self._flusher.request()
         if not self._drive_scheduled:
             self._drive()  # push the new entries in this iteration, not the next
 
