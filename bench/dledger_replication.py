@@ -15,7 +15,7 @@ Rules
   commits and their mean duration), the CPU seconds each member used (``server_cpu_s``, Linux)
   and the load average before and after (``loadavg``): the machine is shared, so read rates
   next to the load.
-* ``--extra-clients N`` (default 256, 0 = off) adds a 1 KiB single-body row with N clients:
+* ``--extra-clients N,M`` (default 128,256; empty = off) adds 1 KiB single-body rows with N, M clients:
   with one body per request, a closed loop of C clients cannot exceed C / latency, so this row
   shows the throughput when the group, not the client count, is the limit.
 * Failover: a single synchronous client appends continuously; the leader gets SIGKILL; the
@@ -303,8 +303,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=None, help="failover trials")
     ap.add_argument("--sizes", default="128,1024")
     ap.add_argument("--client-batch", type=int, default=16, help="bodies per request in the client-batching scenario")
-    ap.add_argument("--extra-clients", type=int, default=256,
-                    help="also run 1 KiB single-body with this many clients (0: off; not with --quick)")
+    ap.add_argument("--extra-clients", default="128,256",
+                    help="also run 1 KiB single-body with these many clients, comma-separated ('': off; not with --quick)")
     ap.add_argument("--no-failover", action="store_true")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
@@ -319,8 +319,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             scenarios.append({"size": size, "push": push, "client_batch": 1, "clients": args.clients})
         if push == "batch":
             scenarios.append({"size": 1024, "push": push, "client_batch": args.client_batch, "clients": args.clients})
-            if args.extra_clients and not args.quick:
-                scenarios.append({"size": 1024, "push": push, "client_batch": 1, "clients": args.extra_clients})
+            for n in ([int(x) for x in args.extra_clients.split(",") if x.strip()] if not args.quick else []):
+                scenarios.append({"size": 1024, "push": push, "client_batch": 1, "clients": n})
 
     out: dict[str, Any] = {
         "benchmark": "dledger_replication", "nodes": 3, "host_cpus": os.cpu_count(),
