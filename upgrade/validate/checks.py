@@ -218,7 +218,7 @@ def _divide(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_by_file: dict,
               None if pos is None else pos - last.start)
     else:
         info["blank_at"] = pos
-    first = lay.dledger.data[0] if lay.dledger else None
+    first = lay.dledger.data[0] if lay.dledger and lay.dledger.data else None  # none yet right after the freeze
     if first is not None:
         heads = [s for s in dl_by_file.get((node, first.path), []) if s["start"] == first.start]
         if not heads or heads[0]["first"] != div:

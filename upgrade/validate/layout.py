@@ -21,7 +21,7 @@ import os
 import re
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 _NAME = re.compile(r"^\d{20}$")
@@ -79,10 +79,14 @@ class StoreLayout:
 
     @property
     def divided_offset(self) -> int | None:
-        """First DLedger data file's start offset (``dividedCommitlogOffset``), None if classic."""
-        if self.dledger is None or not self.dledger.data:
+        """``dividedCommitlogOffset``: the first DLedger data file's start; before DLedger has
+        created one (a store just frozen by the upgrade), the end of the last old file, as
+        RocketMQ computes it; None for a classic store."""
+        if self.dledger is None:
             return None
-        return self.dledger.data[0].start
+        if self.dledger.data:
+            return self.dledger.data[0].start
+        return self.old[-1].end if self.old else None
 
 
 def _numbered_files(d: Path) -> tuple[FileRef, ...]:
@@ -186,6 +190,8 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     old = _numbered_files(path / "commitlog")
     sizes = Counter(f.size for f in old)
     old_size = sizes.most_common(1)[0][0] if sizes else 0
+    if dl is not None and not dl.data and old:  # frozen, DLedger not started yet: nothing committed
+        dl = replace(dl, committed_pos=old[-1].end)
     label = node or (dl.self_id if dl else path.name)
     return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path))
 

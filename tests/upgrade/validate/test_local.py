@@ -32,3 +32,22 @@ def test_balance_spreads_cost():
     groups = job.balance(list(range(1, 101)), 8, float)
     loads = [sum(g) for g in groups]
     assert len(groups) == 8 and max(loads) - min(loads) <= 100 and sorted(sum(groups, [])) == list(range(1, 101))
+
+
+def test_store_frozen_by_the_upgrade_before_dledger_starts(store_copy, fixture_set, manifests):
+    """Old commitlog closed by the upgrade's blank, empty dledger dir: the divide holds (no Spark)."""
+    root = store_copy(fixture_set.classic)
+    end = fixture_set.classic_max_offset
+    last = root / "commitlog" / f"{end - end % (1 << 20):020d}"
+    with open(last, "r+b") as fh:  # what the first DLedger start (or mqupgrade apply) writes
+        fh.seek(end % (1 << 20))
+        fh.write(((1 << 20) - end % (1 << 20)).to_bytes(4, "big") + (0xCBD43194).to_bytes(4, "big"))
+    (root / "dledger-n0").mkdir()
+    report = job.run_validation([str(root)], local=True, range_size=256 << 10, progress=False)
+    assert report["ok"], report["checks"]
+    node = report["nodes"]["n0"]
+    assert report["checks"]["divide"]["status"] == "pass"
+    assert node["divided_offset"] == fixture_set.divided_offset and node["messages"] == len(manifests(fixture_set.classic))
+    (root / "commitlog" / last.name).write_bytes(b"")  # and a broken freeze is caught
+    broken = job.run_validation([str(root)], local=True, range_size=256 << 10, progress=False)
+    assert broken["checks"]["divide"]["status"] == "fail"
