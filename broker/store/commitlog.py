@@ -259,50 +259,59 @@ class CommitLog:
         with self._put_lock:
             now = int(time.time() * 1000)
             mfq = self.mapped_file_queue
+            n_before = len(mfq.mapped_files)
             mf = mfq.get_last_mapped_file(0)
             assert mf is not None
+            touched = [mf]
+            first_pos = mf.wrote_position
             table = self.topic_queue_table
             local: dict[tuple[str, int], int] = {}
             base = mf.file_from_offset
             file_pos = mf.wrote_position
             run_start = 0
             last_ts = 0
-            for i in range(n_msgs):
-                msg = msgs[i]
-                s = starts[i]
-                n = sizes[i]
-                if file_pos + n + END_FILE_MIN_BLANK_LENGTH > fsize:
-                    if s > run_start:
-                        mf.append(view[run_start:s])
-                        mf.store_timestamp = last_ts
-                    mf.append_end_of_file(blank_record(fsize - file_pos))
-                    table.update(local)
-                    mf = mfq.get_last_mapped_file(0)
-                    assert mf is not None and mf.wrote_position == 0
-                    base = mf.file_from_offset
-                    file_pos = 0
-                    run_start = s
-                key = (msg.topic, msg.queue_id)
-                tran = msg.sys_flag & 0xC
-                if tran == 0x4 or tran == 0xC:
-                    qo = 0
-                else:
-                    qo = local.get(key)
-                    if qo is None:
-                        qo = table.get(key, 0)
-                    local[key] = qo + 1
-                phy = base + file_pos
-                pack_qp(data, s + 20, qo, phy)
-                if keep_ts:
-                    last_ts = msg.store_timestamp
-                else:
-                    pack_q(data, s + (68 if data[s + 39] & 0x10 else 56), now)  # STORETIMESTAMP
-                    last_ts = now
-                phys[i] = phy
-                qoffs[i] = qo
-                file_pos += n
-            mf.append(view[run_start:])
+            try:
+                for i in range(n_msgs):
+                    msg = msgs[i]
+                    s = starts[i]
+                    n = sizes[i]
+                    if file_pos + n + END_FILE_MIN_BLANK_LENGTH > fsize:
+                        if s > run_start:
+                            mf.append(view[run_start:s], publish=False)
+                            mf.store_timestamp = last_ts
+                        mf.append_end_of_file(blank_record(fsize - file_pos), publish=False)
+                        mf = mfq.get_last_mapped_file(0)
+                        assert mf is not None and mf.wrote_position == 0
+                        touched.append(mf)
+                        base = mf.file_from_offset
+                        file_pos = 0
+                        run_start = s
+                    key = (msg.topic, msg.queue_id)
+                    tran = msg.sys_flag & 0xC
+                    if tran == 0x4 or tran == 0xC:
+                        qo = 0
+                    else:
+                        qo = local.get(key)
+                        if qo is None:
+                            qo = table.get(key, 0)
+                        local[key] = qo + 1
+                    phy = base + file_pos
+                    pack_qp(data, s + 20, qo, phy)
+                    if keep_ts:
+                        last_ts = msg.store_timestamp
+                    else:
+                        pack_q(data, s + (68 if data[s + 39] & 0x10 else 56), now)  # STORETIMESTAMP
+                        last_ts = now
+                    phys[i] = phy
+                    qoffs[i] = qo
+                    file_pos += n
+                mf.append(view[run_start:], publish=False)
+            except BaseException:
+                self._roll_back(touched, first_pos, n_before)
+                raise
             mf.store_timestamp = last_ts
+            for f in touched:  # visible to readers (dispatch, HA) only once the whole batch is in
+                f.publish()
             table.update(local)
         end = phys[-1] + sizes[-1]
         return AppendMessageResult(
@@ -310,6 +319,20 @@ class CommitLog:
             logics_offset=qoffs[0], msg_num=n_msgs, physical_offsets=phys, queue_offsets=qoffs,
             store_hosts=[m.store_host for m in msgs], end_offset=end,
         )
+
+    def _roll_back(self, touched: list[MappedFile], first_pos: int, n_before: int) -> None:
+        """Undo a put that failed part way (a full disk): nothing of it was published, and
+        nothing of it stays on disk (a crash must not resurrect a refused put)."""
+        mfq = self.mapped_file_queue
+        created = mfq.mapped_files[n_before:]
+        mfq.mapped_files = mfq.mapped_files[:n_before]
+        for f in created:
+            f.destroy()
+        first = touched[0]
+        if first not in created:
+            first.wrote_position = first_pos
+            first.zero_from(first_pos)
+        log.warning("put rolled back in %s: nothing of it is in the commitlog", self.store_path)
 
     def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
         """HA slave: append raw commitlog bytes that must land exactly at the current max offset."""
@@ -321,14 +344,18 @@ class CommitLog:
                 return False
             view = memoryview(data)
             at = start_offset
-            while view:
-                mf = mfq.get_last_mapped_file(at)
-                if mf is None or mf.file_from_offset + mf.wrote_position != at:
-                    return False
-                take = min(len(view), mf.remaining)
-                mf.append(view[:take])
-                view = view[take:]
-                at += take
+            try:
+                while view:
+                    mf = mfq.get_last_mapped_file(at)
+                    if mf is None or mf.file_from_offset + mf.wrote_position != at:
+                        return False
+                    take = min(len(view), mf.remaining)
+                    mf.append(view[:take])
+                    view = view[take:]
+                    at += take
+            except OSError as exc:  # a full disk (DiskFullError names the file): keep what is in
+                log.error("HA append at %d refused in %s: %s", at, self.store_path, exc)
+                return False
             return True
 
     # --- reading ----------------------------------------------------------------------------

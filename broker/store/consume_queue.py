@@ -7,7 +7,9 @@ Rules (RocketMQ 4.9.8 ``ConsumeQueue`` / ``DefaultMessageStore``; reference §2.
   ``SCHEDULE_TOPIC_XXXX``). Unit for queue offset *q* lives at byte ``q * 20`` of the queue's
   byte space.
 - Files: ``<root>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>``, each exactly
-  ``mappedFileSizeConsumeQueue`` bytes (default 6,000,000), preallocated sparse, mmapped.
+  ``mappedFileSizeConsumeQueue`` bytes (default 6,000,000), preallocated sparse, mmapped. Blocks
+  are reserved (``mapped_file.BlockReserve``) before bytes are stored through the mapping: a
+  full disk raises ``DiskFullError`` naming the file and offset, never SIGBUS.
 - A unit is valid iff ``offset >= 0 and size > 0``; the first invalid unit ends the queue.
 - A queue whose first file is created at a non-zero queue offset is pre-filled with
   ``(0, 0x7FFFFFFF, 0)`` units up to that offset (``fillPreBlank``) and its min offset starts
@@ -41,6 +43,7 @@ from typing import Iterator, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
+from broker.store.mapped_file import BlockReserve
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +85,11 @@ class _CqFile:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, file_size)  # sparse, like RandomAccessFile.setLength
+                BlockReserve(fd, path, file_size).ensure_head()  # DiskFullError: no file is left behind
                 os.rename(tmp, path)
             except BaseException:
                 os.close(fd)
+                tmp.unlink(missing_ok=True)
                 raise
         else:
             fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
@@ -96,6 +101,7 @@ class _CqFile:
                     f"{file_size}; check it manually"
                 )
         self._fd = fd
+        self._reserve = BlockReserve(fd, path, file_size)  # blocks before mmap stores: never SIGBUS
         self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
         self.wrote = 0 if create else file_size
         self.flushed = self.wrote
@@ -108,6 +114,8 @@ class _CqFile:
         end = self.wrote + len(data)
         if end > self.file_size:
             raise ConsumeQueueError(f"{self.path}: append of {len(data)} bytes at {self.wrote} overflows the file")
+        if end > self._reserve.ready_to:
+            self._reserve.ensure(self.wrote, end)
         self.mm[self.wrote:end] = data
         self.wrote = end
 
@@ -293,8 +301,8 @@ class ConsumeQueue:
                         "Topic: %s QID: %d Diff: %d",
                         expect, current, self.topic, self.queue_id, expect - current,
                     )
+            f.append(_UNIT.pack(offset, size, tags_code))  # DiskFullError: nothing moved, dispatch retries
             self.max_physic_offset = offset + size
-            f.append(_UNIT.pack(offset, size, tags_code))
             return True
 
     def _last_file_for(self, start_offset: int) -> _CqFile:

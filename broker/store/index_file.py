@@ -3,7 +3,10 @@
 Rules (RocketMQ 4.9.8 ``IndexFile`` / ``IndexHeader`` / ``IndexService``; reference §2.2):
 
 - File ``<storePathRootDir>/index/<yyyyMMddHHmmssSSS>`` (local wall-clock time at creation), size
-  ``40 + maxHashSlotNum*4 + maxIndexNum*20``, preallocated sparse and mmapped.
+  ``40 + maxHashSlotNum*4 + maxIndexNum*20``, preallocated sparse and mmapped. The pages a
+  ``put_key`` touches get their blocks first (``mapped_file.BlockReserve``): on a full disk it
+  raises ``DiskFullError`` naming the file and offset, having written nothing (a store through
+  the mapping into an unbackable hole would kill the process with SIGBUS). Dispatch retries.
 - Header ``>qqqqii``: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset,
   hashSlotCount (slots ever taken), indexCount (next entry number; starts at **1** so that a
   slot value of 0 means "empty"). Header fields are written through to the page on every change.
@@ -41,6 +44,7 @@ from typing import Callable, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
+from broker.store.mapped_file import BlockReserve
 from broker.store.java_hash import index_key_hash
 
 log = logging.getLogger(__name__)
@@ -100,10 +104,19 @@ class IndexFile:
                     f"{self.path}: index file is {actual} bytes, but maxHashSlotNum={hash_slot_num} and "
                     f"maxIndexNum={index_num} give {self.file_size}; configure the values it was written with"
                 )
+            # page-sized granules: slots are written at random, so reserve only what is touched
+            self._reserve = BlockReserve(os.dup(fd), self.path, self.file_size, granule=mmap.PAGESIZE)
             if not exists:
                 os.ftruncate(fd, self.file_size)
+                self._reserve.ensure_head()
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self._mm = mmap.mmap(fd, self.file_size, access=access)
+        except BaseException:
+            if hasattr(self, "_reserve"):
+                os.close(self._reserve.fd)
+            if not exists:
+                self.path.unlink(missing_ok=True)  # no half-made index file on a full disk
+            raise
         finally:
             os.close(fd)
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
@@ -143,6 +156,7 @@ class IndexFile:
             )
 
     def _write_header(self) -> None:
+        self._reserve.ensure(0, INDEX_HEADER_SIZE)
         _HEADER.pack_into(
             self._mm, 0,
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
@@ -152,14 +166,34 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+    def reserve_keys(self, keys: list[str]) -> list[int]:
+        """Blocks for the slots and entries of ``keys`` (DiskFullError if the disk is full);
+        returns their hashes."""
+        hashes = [index_key_hash(key) for key in keys]
+        if self.read_only or not keys:
+            return hashes
+        reserve = self._reserve.ensure
+        for key_hash in hashes:
+            abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+            reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)
+        first = self._entries_base + self.index_count * INDEX_SIZE
+        reserve(first, min(first + len(keys) * INDEX_SIZE, self.file_size))
+        return hashes
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
         """Append one entry; False when the file is full (the caller rolls to a new file)."""
         if self.index_count >= self.index_num:
             return False
         if self.read_only:
             raise IndexFileError(f"{self.path}: index file opened read-only")
-        key_hash = index_key_hash(key)
+        if key_hash is None:
+            key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        abs_index = self._entries_base + self.index_count * INDEX_SIZE
+        reserve = self._reserve.ensure  # blocks first (DiskFullError names file and offset), then stores
+        reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)  # (on tmpfs even reading a hole needs a page)
+        reserve(abs_index, abs_index + INDEX_SIZE)
+        reserve(0, INDEX_HEADER_SIZE)
         mm = self._mm
         (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
         if slot_value <= INVALID_INDEX or slot_value > self.index_count:
@@ -169,7 +203,6 @@ class IndexFile:
         else:
             delta = store_timestamp - self.begin_timestamp  # negative clamps to 0 either way
             time_diff = min(delta // 1000, _INT_MAX) if delta > 0 else 0
-        abs_index = self._entries_base + self.index_count * INDEX_SIZE
         _ENTRY.pack_into(mm, abs_index, key_hash, phy_offset, time_diff, slot_value)
         _SLOT.pack_into(mm, abs_slot, self.index_count)
         if self.index_count <= 1:
@@ -192,7 +225,9 @@ class IndexFile:
         key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         mm = self._mm
-        (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
+        # pread, not the mapping: the slot may be a hole, and on a full tmpfs a read fault on a
+        # hole of a shared mapping is SIGBUS (pread returns zeros); entries below the count exist
+        (slot_value,) = _SLOT.unpack(os.pread(self._reserve.fd, HASH_SLOT_SIZE, abs_slot))
         count = self.index_count
         if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
             return
@@ -214,12 +249,21 @@ class IndexFile:
         self._write_header()
         self._mm.flush()
 
+    def _close_fd(self) -> None:
+        if self._reserve.fd >= 0:
+            os.close(self._reserve.fd)
+            self._reserve.fd = -1
+
     def close(self) -> None:
         if not self._mm.closed:
-            self.flush()
-            self._mm.close()
+            try:
+                self.flush()
+            finally:
+                self._mm.close()
+                self._close_fd()
 
     def destroy(self) -> None:
+        self._close_fd()
         if not self._mm.closed:
             self._mm.close()
         try:
@@ -314,15 +358,15 @@ class IndexService:
         if request.sys_flag & 0xC == _TRANSACTION_ROLLBACK:
             return
         topic = request.topic
-        if request.uniq_key:
-            f = self._put_key(f, request, build_key(topic, request.uniq_key))
+        keys = [build_key(topic, request.uniq_key)] if request.uniq_key else []
         if request.keys:
-            for key in request.keys.split(" "):
-                if key:
-                    f = self._put_key(f, request, build_key(topic, key))
+            keys += [build_key(topic, key) for key in request.keys.split(" ") if key]
+        hashes = f.reserve_keys(keys)  # all keys or none: a retry would skip a half-indexed message
+        for key, key_hash in zip(keys, hashes):
+            f = self._put_key(f, request, key, key_hash)
 
-    def _put_key(self, f: IndexFile, request: DispatchRequest, key: str) -> IndexFile:
-        while not f.put_key(key, request.commitlog_offset, request.store_timestamp):
+    def _put_key(self, f: IndexFile, request: DispatchRequest, key: str, key_hash: int) -> IndexFile:
+        while not f.put_key(key, request.commitlog_offset, request.store_timestamp, key_hash):
             log.warning("Index file [%s] is full, trying to create another one", f.file_name)
             f = self._get_and_create_last_index_file()
         return f

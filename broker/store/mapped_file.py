@@ -12,6 +12,16 @@ Rules:
 - A fresh sparse page is slow to touch the first time (DESIGN §6), so a new file can be
   *warmed* (``warm=True``): zeros are written with ``pwrite`` (GIL released) and the mapping is
   made with ``MAP_POPULATE``, before the writer needs the file (AllocateMappedFileService).
+- Never SIGBUS on a full disk: a store through a shared mapping into a hole of a sparse file
+  that the filesystem cannot back kills the process with SIGBUS. So every byte range is given
+  its blocks (``posix_fallocate``) *before* it is written through the mapping, by
+  :class:`BlockReserve`: granules of up to 1 MiB, allocated on first use (a 420 MB IndexFile or
+  a 1 GiB commitlog file is not reserved whole: on a small tmpfs that would not fit, and it
+  would cost RAM there). ENOSPC/EDQUOT become :class:`DiskFullError` naming the file and the
+  offset, raised before anything is written, so the caller refuses the write and nothing half
+  written is visible. Creating a file reserves its first granule; a failed creation leaves no
+  file behind. Measured here: ``posix_fallocate`` of 1 GiB costs ~3 ms on ext4 and ~145 ms on
+  tmpfs; re-reserving allocated blocks ~2-10 us; one 1 MiB granule well under a millisecond.
 
 Theory of operation: a MappedFile is a thin, bounds-checked window on an ``mmap``. Slices are
 handed out as ``memoryview``s so reads copy nothing; because an mmap cannot be closed while a
@@ -20,19 +30,100 @@ dies) and ``destroy`` unlinks the file regardless.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
 import time
 from pathlib import Path
 
-from broker.store.errors import StoreLayoutError
+from broker.store.errors import StoreError, StoreLayoutError
 
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = mmap.PAGESIZE
 _WARM_CHUNK = 1 << 20
 _ZEROS = bytes(_WARM_CHUNK)
+
+
+_GRANULE = 1 << 20
+
+
+class DiskFullError(StoreError, OSError):
+    """No space for blocks of ``path`` at ``offset`` (ENOSPC/EDQUOT); nothing was written.
+
+    Also an ``OSError`` (errno ENOSPC), so callers that map I/O errors to a put status
+    (``CREATE_MAPPED_FILE_FAILED``) keep working.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], offset: int, length: int, cause: str = "") -> None:
+        self.path = str(path)
+        self.offset = offset
+        self.length = length
+        OSError.__init__(self, errno.ENOSPC,
+                         f"disk full: no space for {length} bytes at offset {offset} of {path}"
+                         f"{': ' + cause if cause else ''}")
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def allocate(fd: int, path: str | os.PathLike[str], offset: int, length: int) -> None:
+    """``posix_fallocate`` the range, raising :class:`DiskFullError` on ENOSPC/EDQUOT."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(path, offset, length, os.strerror(exc.errno)) from None
+        raise
+
+
+class BlockReserve:
+    """Which granules of one file are known to have blocks; allocates the others on demand."""
+
+    __slots__ = ("fd", "path", "file_size", "granule", "_have", "ready_to")
+
+    def __init__(self, fd: int, path: str | os.PathLike[str], file_size: int, granule: int = _GRANULE) -> None:
+        self.fd = fd
+        self.path = path
+        self.file_size = file_size
+        page = mmap.PAGESIZE
+        self.granule = max(page, min(granule, file_size) + (-min(granule, file_size)) % page)
+        self._have = bytearray(file_size // self.granule + 1)
+        self.ready_to = 0  # [0, ready_to) is known to have blocks (a cheap check for appenders)
+
+    def ensure_head(self) -> None:
+        """Blocks for the first granule (a file being created)."""
+        self.ensure(0, min(self.granule, self.file_size))
+
+    def mark_all(self) -> None:
+        """Every block exists already (the file was written in full, e.g. warmed)."""
+        self._have = bytearray(b"\x01") * len(self._have)
+        self.ready_to = self.file_size
+
+    def ensure(self, start: int, end: int) -> None:
+        """Blocks for ``[start, end)`` exist when this returns; DiskFullError otherwise."""
+        if end <= start:
+            return
+        g = self.granule
+        have = self._have
+        first, last = start // g, (end - 1) // g
+        if first == last and have[first]:
+            return
+        for i in range(first, last + 1):
+            if have[i]:
+                continue
+            gs = i * g
+            ge = min(gs + g, self.file_size)
+            try:
+                allocate(self.fd, self.path, gs, ge - gs)
+            except DiskFullError:
+                lo, hi = max(gs, start), min(ge, end)  # the whole granule does not fit: just what is needed
+                allocate(self.fd, self.path, lo, hi - lo)
+                continue
+            have[i] = 1
+        while self.ready_to < self.file_size and have[self.ready_to // g]:
+            self.ready_to = min(self.ready_to + g, self.file_size)
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -70,11 +161,14 @@ class MappedFile:
             # of the wrong length behind under a real offset name.
             tmp = self.path.with_name(f".{self.path.name}.creating")
             self._fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._reserve = BlockReserve(self._fd, self.path, file_size)
         try:
             if not exists:
                 os.ftruncate(self._fd, file_size)
                 if warm:
                     self._warm_pages()
+                else:
+                    self._reserve.ensure_head()
                 os.rename(tmp, self.path)
             map_flags = mmap.MAP_SHARED
             if warm and hasattr(mmap, "MAP_POPULATE"):
@@ -83,6 +177,8 @@ class MappedFile:
             self.mm = mmap.mmap(self._fd, file_size, flags=map_flags, prot=prot)
         except BaseException:
             os.close(self._fd)
+            if not exists:
+                tmp.unlink(missing_ok=True)
             raise
         self._view = memoryview(self.mm)
         self.wrote_position = 0
@@ -96,8 +192,14 @@ class MappedFile:
         pos = 0
         while pos < self.file_size:
             n = min(_WARM_CHUNK, self.file_size - pos)
-            os.pwrite(self._fd, _ZEROS[:n], pos)
+            try:
+                os.pwrite(self._fd, _ZEROS[:n], pos)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(self.path, pos, n, "while warming a new file") from None
+                raise
             pos += n
+        self._reserve.mark_all()
 
     # --- positions --------------------------------------------------------------------------
     @property
@@ -121,31 +223,51 @@ class MappedFile:
         return False
 
     # --- writing ----------------------------------------------------------------------------
-    def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Append at the wrote position and publish it; returns the file position written."""
+    def reserve(self, start: int, end: int) -> None:
+        """Make sure ``[start, end)`` has blocks (DiskFullError naming file and offset if not)."""
+        self._reserve.ensure(start, end)
+
+    def append(self, data: bytes | bytearray | memoryview, publish: bool = True) -> int:
+        """Append at the wrote position; returns the file position written.
+
+        ``publish=False`` leaves ``committed_position`` behind (readers do not see the bytes)
+        until :meth:`publish`: a batch spanning files becomes visible only once all of it is in.
+        """
         pos = self.wrote_position
         n = len(data)
         if pos + n > self.file_size:
             raise ValueError(f"{self.path}: {n} bytes do not fit at {pos} (size {self.file_size})")
+        if pos + n > self._reserve.ready_to:
+            self._reserve.ensure(pos, pos + n)
         self._view[pos:pos + n] = data
-        self.wrote_position = self.committed_position = pos + n
+        self.wrote_position = pos + n
+        if publish:
+            self.committed_position = pos + n
         return pos
 
-    def append_end_of_file(self, record: bytes) -> int:
+    def append_end_of_file(self, record: bytes, publish: bool = True) -> int:
         """Write the end-of-file blank at the wrote position and mark the file full.
 
         Only the 8-byte record is written; the rest of the file stays as it is (zeros), and the
         positions jump to the file end, exactly as RocketMQ's END_OF_FILE result does.
         """
         pos = self.wrote_position
+        self._reserve.ensure(pos, pos + len(record))
         self._view[pos:pos + len(record)] = record
-        self.wrote_position = self.committed_position = self.file_size
+        self.wrote_position = self.file_size
+        if publish:
+            self.committed_position = self.file_size
         return pos
+
+    def publish(self) -> None:
+        """Make everything written visible to readers."""
+        self.committed_position = self.wrote_position
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Overwrite bytes at ``pos`` (blank records, repair); positions are not moved."""
         if pos < 0 or pos + len(data) > self.file_size:
             raise ValueError(f"{self.path}: write of {len(data)} bytes at {pos} outside the file")
+        self._reserve.ensure(pos, pos + len(data))
         self._view[pos:pos + len(data)] = data
 
     # --- reading ----------------------------------------------------------------------------

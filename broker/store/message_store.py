@@ -16,6 +16,11 @@ Rules:
   does: level clamped to the max level, topic ``SCHEDULE_TOPIC_XXXX``, queue level-1,
   ``REAL_TOPIC``/``REAL_QID`` added, properties in Java HashMap order.
 - Pulls go through the ConsumeQueue and answer with RocketMQ's GetMessageStatus.
+- A full disk never kills the process nor loses an acknowledged message: a put that cannot get
+  its blocks fails (``CREATE_MAPPED_FILE_FAILED``), nothing of it stored. When dispatch cannot
+  write a ConsumeQueue or IndexFile (``DiskFullError``) the store logs one line naming the file
+  and offset, refuses puts (SERVICE_NOT_AVAILABLE, that reason) and keeps serving reads; the
+  reput thread retries the record every second; the first success clears the mark.
 
 Theory of operation: the facade owns no format knowledge; it wires the parts, holds the
 lifecycle, and translates between queue offsets and physical offsets. Flushing ConsumeQueues,
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import os
 import re
@@ -33,6 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
 from broker.store import commitlog_recovery
@@ -42,6 +49,7 @@ from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.dispatch import DispatchRequest
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
+from broker.store.mapped_file import DiskFullError
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
     MessageExt, decode_message, decode_message_id, java_hashmap_order, parse_delay_levels,
@@ -154,6 +162,8 @@ class DefaultMessageStore:
         self.reput: ReputMessageService | None = None
         self.arrival_listeners: list[Callable[[list[DispatchRequest]], None]] = []
         self._cq_flush_stop = threading.Event()
+        self._stopping = threading.Event()
+        self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
 
@@ -262,15 +272,39 @@ class DefaultMessageStore:
         self.abort_file.create()
         self.commitlog.start()
         reput_from = max(self.consume_queue_store.max_physical_offset(), self.commitlog.min_offset, 0)
-        self.reput = ReputMessageService(self.commitlog, self._dispatchers(), reput_from,
-                                         listeners=[self._notify_arrival])
-        self.reput.do_reput()
+        self._stopping.clear()
+        guarded = [SimpleNamespace(dispatch=functools.partial(self._dispatch_guarded, d.dispatch))
+                   for d in self._dispatchers()]
+        self.reput = ReputMessageService(self.commitlog, guarded, reput_from, listeners=[self._notify_arrival])
+        try:
+            self.reput.do_reput()
+        except DiskFullError:
+            pass  # logged by the guard; the reput thread retries
         self.recover_topic_queue_table()
         self.reput.start()
         self._cq_flush_thread = threading.Thread(target=self._flush_logics_loop,
                                                  name="FlushConsumeQueueService", daemon=True)
         self._cq_flush_thread.start()
         self._started = True
+
+    def _dispatch_guarded(self, dispatch: Callable[[DispatchRequest], None], request: DispatchRequest) -> None:
+        """One dispatcher's write; a full disk is handled as the module rules say."""
+        while True:
+            try:
+                dispatch(request)
+            except DiskFullError as exc:
+                if self.disk_full_error is None:
+                    self.disk_full_error = str(exc)
+                    log.error("dispatch stopped at commitlog offset %d: %s; the store is not writeable (puts "
+                              "refused, reads served) until space is freed", request.commitlog_offset, exc)
+                if threading.current_thread().name != "ReputMessageService" or self._stopping.wait(1.0):
+                    raise
+                continue
+            if self.disk_full_error is not None:
+                self.disk_full_error = None
+                log.warning("disk space is back: dispatch resumed at commitlog offset %d, writes accepted again",
+                            request.commitlog_offset)
+            return
 
     def _notify_arrival(self, batch: list[DispatchRequest]) -> None:
         for listener in self.arrival_listeners:
@@ -297,9 +331,14 @@ class DefaultMessageStore:
         if not self._loaded:
             return
         clean = True
+        self._stopping.set()
         if self.reput is not None:
-            self.reput.shutdown()
-            clean = self.reput.dispatch_behind_bytes() == 0 and self.reput.error is None
+            try:
+                self.reput.shutdown()
+                clean = self.reput.dispatch_behind_bytes() == 0 and self.reput.error is None
+            except DiskFullError as exc:  # abort stays: the next start re-dispatches from the commitlog
+                log.error("shutdown with dispatch incomplete (%s); the next start recovers it", exc)
+                clean = False
         self._cq_flush_stop.set()
         if self._cq_flush_thread is not None:
             self._cq_flush_thread.join()
@@ -358,6 +397,9 @@ class DefaultMessageStore:
             return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not started")
         if self.settings.broker_role == "SLAVE":
             return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="a SLAVE does not accept puts")
+        if self.disk_full_error is not None:
+            return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                          error=f"store not writeable: {self.disk_full_error}")
         out = []
         for msg in msgs:
             why = self._check(msg)

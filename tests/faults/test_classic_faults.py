@@ -43,9 +43,6 @@ def test_classic_pair_faults_then_spark_validator(fault_run_dir: Path, record_re
     assert result["validate"]["exit_code"] == 0, result["validate"]["summary"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: on a full disk the master dies with SIGBUS (IndexFile.put_key writes "
-                                       "through mmap into a sparse file) instead of refusing writes with an error "
-                                       "naming the file; no acknowledged message is lost")
 def test_classic_full_disk_refuses_writes_with_a_clear_error() -> None:
     if not _DISK_FULL or "skipped" in _DISK_FULL:
         pytest.skip(f"no disk-full run in this session ({_DISK_FULL or 'not run'})")

@@ -41,8 +41,8 @@ def test_append_select_flush_positions(tmp_path: Path) -> None:
 def test_warmed_file_is_allocated_not_sparse(tmp_path: Path) -> None:
     mf = MappedFile(tmp_path / offset_to_file_name(0), 1 << 20, warm=True)
     assert os.stat(mf.path).st_blocks * 512 >= 1 << 20
-    cold = MappedFile(tmp_path / offset_to_file_name(1 << 20), 1 << 20)
-    assert os.stat(cold.path).st_blocks * 512 < 1 << 20
+    cold = MappedFile(tmp_path / offset_to_file_name(4 << 20), 4 << 20)  # not warmed: only the first
+    assert os.stat(cold.path).st_blocks * 512 <= 1 << 20  # granule gets blocks up front (not the file)
     mf.close()
     cold.close()
 
