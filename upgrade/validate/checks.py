@@ -321,7 +321,8 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
     for lay in layouts:
         k = by_kind[lay.node]
         live = lambda kind: [s for s in k[kind] if not s.get("discarded")]  # noqa: E731
-        info: dict[str, Any] = {"root": lay.root, "mode": "mixed" if lay.dledger else "classic"}
+        info: dict[str, Any] = {"root": lay.root,
+                                "mode": "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")}
         old_info: dict[str, Any] = {"files": len(lay.old), "file_size": lay.old_file_size}
         _old_region(f, lay, old_files, old_info)
         for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records"):

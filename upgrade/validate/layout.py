@@ -13,10 +13,12 @@ Rules:
   directory name (suffixed ``#k`` when still ambiguous); every violation names its node.
 
 Theory of operation: ``discover(root)`` lists files and reads the two tiny text files and one
-32-byte index unit; nothing here is proportional to the store size except the file listing.
+32-byte index unit; for a store without a DLedger directory it also walks the record headers
+of the last old file to see whether the upgrade froze it (a blank up to the file end).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
@@ -76,14 +78,16 @@ class StoreLayout:
     old_file_size: int  # the common size of the old commitlog files (0 when none)
     dledger: DLedgerLayout | None
     queues: tuple[QueueFiles, ...] = field(default_factory=tuple)
+    frozen: bool = False  # no DLedger dir yet, but the last old file is closed by a blank
 
     @property
     def divided_offset(self) -> int | None:
         """``dividedCommitlogOffset``: the first DLedger data file's start; before DLedger has
         created one (a store just frozen by the upgrade), the end of the last old file, as
-        RocketMQ computes it; None for a classic store."""
+        RocketMQ computes it (also for a store frozen by ``mqupgrade apply --freeze`` that has
+        no DLedger directory yet); None for a classic store."""
         if self.dledger is None:
-            return None
+            return self.old[-1].end if self.frozen and self.old else None
         if self.dledger.data:
             return self.dledger.data[0].start
         return self.old[-1].end if self.old else None
@@ -193,7 +197,19 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     if dl is not None and not dl.data and old:  # frozen, DLedger not started yet: nothing committed
         dl = replace(dl, committed_pos=old[-1].end)
     label = node or (dl.self_id if dl else path.name)
-    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path))
+    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path), dl is None and _ends_in_blank(old))
+
+
+def _ends_in_blank(old: tuple[FileRef, ...]) -> bool:
+    """A classic writer never leaves its last file ending in a blank (it opens the next file at
+    once), so a last file closed by a blank means the store was frozen for the upgrade."""
+    if not old or old[-1].size < 8:
+        return False
+    from upgrade.validate.records import walk_classic  # the same walk the tasks use
+
+    with open(old[-1].path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        _starts, kind, end = walk_classic(mm, 0, len(mm), len(mm))
+        return kind == "blank" and struct.unpack_from(">i", mm, end)[0] == len(mm) - end
 
 
 def discover_all(roots: list[str]) -> list[StoreLayout]:
@@ -209,5 +225,5 @@ def discover_all(roots: list[str]) -> list[StoreLayout]:
     for lay, label in zip(layouts, labels):
         seen[label] += 1
         final = label if seen[label] == 1 else f"{label}#{seen[label]}"
-        out.append(StoreLayout(lay.root, final, lay.old, lay.old_file_size, lay.dledger, lay.queues))
+        out.append(replace(lay, node=final))
     return out

@@ -80,6 +80,9 @@ def summary_text(report: dict, max_rows: int = 10) -> str:
         old = info["old"]
         lines.append(f"  old commitlog: {old['files']} files, {_fmt(old['messages'])} messages, "
                      f"write end {_fmt(old.get('write_end'))}")
+        if "dledger" not in info and info.get("divided_offset") is not None:
+            lines.append(f"  divided_commitlog_offset {_fmt(info['divided_offset'])} (frozen by the upgrade; "
+                         f"no DLedger data yet)")
         if "dledger" in info:
             dl = info["dledger"]
             lines.append(f"  divided_commitlog_offset {_fmt(info['divided_offset'])}; DLedger: {dl['data_files']} files, "

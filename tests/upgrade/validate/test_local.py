@@ -42,7 +42,11 @@ def test_store_frozen_by_the_upgrade_before_dledger_starts(store_copy, fixture_s
     with open(last, "r+b") as fh:  # what the first DLedger start (or mqupgrade apply) writes
         fh.seek(end % (1 << 20))
         fh.write(((1 << 20) - end % (1 << 20)).to_bytes(4, "big") + (0xCBD43194).to_bytes(4, "big"))
-    (root / "dledger-n0").mkdir()
+    frozen = job.run_validation([str(root)], local=True, range_size=256 << 10, progress=False)
+    assert frozen["ok"] and frozen["checks"]["divide"]["status"] == "pass"
+    assert frozen["nodes"][root.name]["mode"] == "frozen"
+    assert frozen["nodes"][root.name]["divided_offset"] == fixture_set.divided_offset
+    (root / "dledger-n0").mkdir()  # the DLedger directory exists, no data file yet
     report = job.run_validation([str(root)], local=True, range_size=256 << 10, progress=False)
     assert report["ok"], report["checks"]
     node = report["nodes"]["n0"]
