@@ -266,7 +266,10 @@ class DLedgerServer:
         except Exception as exc:
             # The store left no trace (it rolls a failed batch back); the core takes the
             # indexes back, so the member keeps serving (e.g. after freeing disk space).
-            self.core.abandon_proposal(d)
+            try:
+                self.core.abandon_proposal(d)
+            except RuntimeError as bug:  # cannot happen: nothing ran since propose()
+                self._fatal(f"local append of {d.first_index}..{d.last_index} failed ({exc}) and {bug}")
             log.warning("%s: local append of %d entries failed: %s", self.config.self_id, len(bodies), exc)
             code = Code.DISK_FULL if self.log_view.store.disk_full else Code.DISK_ERROR
             return DLedgerError(code, f"local append failed: {exc}")
