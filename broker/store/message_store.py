@@ -15,7 +15,8 @@ Rules:
 - Delayed messages (DELAY level > 0, not PREPARED/ROLLBACK) are rewritten as RocketMQ 4.9.8
   does: level clamped to the max level, topic ``SCHEDULE_TOPIC_XXXX``, queue level-1,
   ``REAL_TOPIC``/``REAL_QID`` added, properties in Java HashMap order.
-- Pulls go through the ConsumeQueue and answer with RocketMQ's GetMessageStatus.
+- Pulls go through the ConsumeQueue and answer with RocketMQ's GetMessageStatus (the read
+  methods live in ``store_reads.py``, a mixin of this class).
 - A full disk never kills the process nor loses an acknowledged message: a put that cannot get
   its blocks fails (``CREATE_MAPPED_FILE_FAILED``), nothing of it stored. When dispatch cannot
   write a ConsumeQueue or IndexFile (``DiskFullError``) the store logs one line naming the file
@@ -30,14 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import logging
 import os
 import re
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
@@ -45,53 +44,24 @@ from typing import Any, Callable, Iterable, Sequence
 from broker.store import commitlog_recovery
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
-from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.dispatch import DispatchRequest
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
-    MessageExt, decode_message, decode_message_id, java_hashmap_order, parse_delay_levels,
+    MessageExt, decode_message, java_hashmap_order, parse_delay_levels,
     transaction_value,
 )
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
+from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 STORE_TAKES_LOCK = True
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-
-
-class GetMessageStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-@dataclass(slots=True)
-class GetMessageResult:
-    status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    buffers: list[memoryview] = field(default_factory=list)
-    physical_offsets: list[int] = field(default_factory=list)
-
-    @property
-    def messages(self) -> list[MessageExt]:
-        return [decode_message(b) for b in self.buffers]
-
-    @property
-    def message_count(self) -> int:
-        return len(self.buffers)
 
 
 @dataclass
@@ -143,7 +113,7 @@ class StoreSettings:
         return cls(**values)
 
 
-class DefaultMessageStore:
+class DefaultMessageStore(StoreReads):
     """RocketMQ's DefaultMessageStore for the classic commitlog."""
 
     def __init__(self, config: Any = None, *, broker_config: Any = None, **overrides: Any) -> None:
@@ -297,7 +267,8 @@ class DefaultMessageStore:
                     self.disk_full_error = str(exc)
                     log.error("dispatch stopped at commitlog offset %d: %s; the store is not writeable (puts "
                               "refused, reads served) until space is freed", request.commitlog_offset, exc)
-                if threading.current_thread().name != "ReputMessageService" or self._stopping.wait(1.0):
+                on_reput_thread = self.reput is not None and self.reput.on_service_thread()
+                if not on_reput_thread or self._stopping.wait(1.0):
                     raise
                 continue
             if self.disk_full_error is not None:
@@ -458,107 +429,7 @@ class DefaultMessageStore:
     async def put_message_async(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
         return await self.put_messages_async([msg], keep_store_timestamp)
 
-    # --- reads ------------------------------------------------------------------------------
-    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        assert self.consume_queue_store is not None
-        return self.consume_queue_store.find_consume_queue(topic, queue_id, create=create)
-
-    def consume_queues_of(self, topic: str) -> list[ConsumeQueue]:
-        assert self.consume_queue_store is not None
-        return sorted((cq for cq in self.consume_queue_store.consume_queues() if cq.topic == topic),
-                      key=lambda cq: cq.queue_id)
-
-    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
-                    tags_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
-        """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``)."""
-        assert self.commitlog is not None
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
-        if hi == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-        next_offset = offset
-        missing = False
-        while result.message_count < max_num and next_offset < hi:
-            units = cq.get_units(next_offset, max_num - result.message_count)
-            if not units:
-                break
-            for phy, size, tags_code in units:
-                next_offset += 1
-                if tags_filter is not None and not tags_filter(tags_code):
-                    continue
-                buf = self.commitlog.get_message(phy, size)
-                if buf is None:
-                    missing = True
-                    continue
-                result.buffers.append(buf)
-                result.physical_offsets.append(phy)
-        result.next_begin_offset = next_offset
-        if result.buffers:
-            result.status = GetMessageStatus.FOUND
-        elif missing:
-            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-        return result
-
-    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
-        assert self.commitlog is not None
-        return self.commitlog.look_message_by_offset(commitlog_offset, size)
-
-    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
-        """The message an offset msgId names (the store host part is not checked)."""
-        _host, offset = decode_message_id(msg_id)
-        return self.look_message_by_offset(offset)
-
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-                      end: int | None = None) -> list[MessageExt]:
-        """Messages indexed under ``key`` (a KEYS token or the UNIQ_KEY) of ``topic``."""
-        if self.index_service is None:
-            return []
-        end = int(time.time() * 1000) + 1 if end is None else end
-        out = []
-        for phy in self.index_service.query_offset(topic, key, max_num, begin, end):
-            msg = self.look_message_by_offset(phy)
-            if msg is not None and msg.topic == topic:
-                out.append(msg)
-        return out
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.min_offset_in_queue if cq is not None else 0
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.max_offset_in_queue if cq is not None else 0
-
-    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        unit = cq.get(queue_offset) if cq is not None else None
-        return unit[0] if unit is not None else 0
-
-    def get_max_phy_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.max_offset
-
-    def get_min_phy_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.min_offset
-
-    def get_confirm_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.confirm_offset
-
-    def get_flushed_where(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.flushed_offset
-
+    # --- dispatch progress (the reads are StoreReads, store_reads.py) ------------------------
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
 

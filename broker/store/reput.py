@@ -17,7 +17,7 @@ Rules:
 
 Theory of operation: :meth:`do_reput` is a pure pass over the available bytes (tests and
 recovery call it directly); :meth:`start` runs it on a thread that sleeps until woken by a put
-(or 50 ms).
+(or 50 ms). :meth:`on_service_thread` tells a dispatcher whether it runs on that thread.
 """
 from __future__ import annotations
 
@@ -143,6 +143,13 @@ class ReputMessageService:
 
     def wakeup(self) -> None:
         self._wakeup.set()
+
+    def on_service_thread(self) -> bool:
+        """True when called from this service's own dispatch thread (started by :meth:`start`).
+
+        A dispatcher may block and retry there (the thread has nothing else to do), but must raise
+        when called from :meth:`do_reput` on a caller's thread (start-up, shutdown, tests)."""
+        return self._thread is not None and threading.current_thread() is self._thread
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -1,0 +1,162 @@
+"""The read side of DefaultMessageStore: pulls through the ConsumeQueue, lookups by offset, msgId
+and key, and the offsets of queues and of the commitlog.
+
+Rules:
+- Pulls answer with RocketMQ's GetMessageStatus (``DefaultMessageStore.getMessage``): no queue,
+  an empty queue, an offset below the min / at the max / beyond it, then up to ``max_num``
+  units read in queue order; a unit whose commitlog bytes are gone (deleted files) is skipped
+  and reported as MESSAGE_WAS_REMOVING when nothing else was found. ``tags_filter`` sees the
+  unit's tags hash code before the commitlog is read.
+- Reads never write and never wait for dispatch: what is not yet in a ConsumeQueue is not found.
+
+Theory of operation: :class:`StoreReads` is a mixin of :class:`~broker.store.message_store.DefaultMessageStore`
+(split out of it to keep that module about wiring and lifecycle); it uses only the store's
+``commitlog``, ``consume_queue_store`` and ``index_service``.
+"""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.message import MessageExt, decode_message, decode_message_id
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)
+    physical_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[MessageExt]:
+        return [decode_message(b) for b in self.buffers]
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+
+class StoreReads:
+    """Read methods of DefaultMessageStore (see the module rules)."""
+
+    commitlog: Any
+    consume_queue_store: ConsumeQueueStore | None
+    index_service: Any
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        assert self.consume_queue_store is not None
+        return self.consume_queue_store.find_consume_queue(topic, queue_id, create=create)
+
+    def consume_queues_of(self, topic: str) -> list[ConsumeQueue]:
+        assert self.consume_queue_store is not None
+        return sorted((cq for cq in self.consume_queue_store.consume_queues() if cq.topic == topic),
+                      key=lambda cq: cq.queue_id)
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
+                    tags_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
+        """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``)."""
+        assert self.commitlog is not None
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        next_offset = offset
+        missing = False
+        while result.message_count < max_num and next_offset < hi:
+            units = cq.get_units(next_offset, max_num - result.message_count)
+            if not units:
+                break
+            for phy, size, tags_code in units:
+                next_offset += 1
+                if tags_filter is not None and not tags_filter(tags_code):
+                    continue
+                buf = self.commitlog.get_message(phy, size)
+                if buf is None:
+                    missing = True
+                    continue
+                result.buffers.append(buf)
+                result.physical_offsets.append(phy)
+        result.next_begin_offset = next_offset
+        if result.buffers:
+            result.status = GetMessageStatus.FOUND
+        elif missing:
+            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
+        assert self.commitlog is not None
+        return self.commitlog.look_message_by_offset(commitlog_offset, size)
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """The message an offset msgId names (the store host part is not checked)."""
+        _host, offset = decode_message_id(msg_id)
+        return self.look_message_by_offset(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """Messages indexed under ``key`` (a KEYS token or the UNIQ_KEY) of ``topic``."""
+        if self.index_service is None:
+            return []
+        end = int(time.time() * 1000) + 1 if end is None else end
+        out = []
+        for phy in self.index_service.query_offset(topic, key, max_num, begin, end):
+            msg = self.look_message_by_offset(phy)
+            if msg is not None and msg.topic == topic:
+                out.append(msg)
+        return out
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.min_offset_in_queue if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        unit = cq.get(queue_offset) if cq is not None else None
+        return unit[0] if unit is not None else 0
+
+    def get_max_phy_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.min_offset
+
+    def get_confirm_offset(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.confirm_offset
+
+    def get_flushed_where(self) -> int:
+        assert self.commitlog is not None
+        return self.commitlog.flushed_offset
