@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from dledger.store.safefile import fsync_dir
+
 CHUNK = 1 << 20
 TMP_SUFFIX = ".upgrade-tmp"
 THROTTLE_ENV = "MQUPGRADE_THROTTLE_BPS"
@@ -60,14 +62,6 @@ def data_ranges(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
 def allocated_bytes(path: str | os.PathLike[str]) -> int:
     """Bytes the file occupies on disk (``st_blocks * 512``)."""
     return os.stat(path).st_blocks * 512
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Extents:

@@ -27,6 +27,7 @@ from typing import Any
 
 from broker.metadata import fastjson
 from broker.metadata.data_version import DataVersion
+from dledger.store.safefile import write_file_safely
 
 log = logging.getLogger(__name__)
 
@@ -35,40 +36,9 @@ class MetadataError(Exception):
     """A metadata file cannot be read (names the file and why)."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def string_to_file(text: str, path: str | os.PathLike[str]) -> None:
-    """MixAll.string2File, crash-safe: tmp, copy old to .bak, atomic replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    bak = path.with_name(path.name + ".bak")
-    _write_synced(tmp, text.encode("utf-8"))
-    try:
-        previous = path.read_bytes()
-    except FileNotFoundError:
-        previous = None
-    if previous is not None:
-        _write_synced(bak, previous)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    """MixAll.string2File, crash-safe: tmp, copy old to .bak, atomic replace (DLedger's same write)."""
+    write_file_safely(path, text)
 
 
 class ConfigManager(ABC):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from broker.store.errors import StoreError
+from dledger.store.safefile import fsync_dir
 
 LOCK_FILE_NAME = "lock"
 ABORT_FILE_NAME = "abort"
@@ -133,7 +134,7 @@ class AbortFile:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def delete(self) -> None:
         """Mark a clean shutdown."""
@@ -141,7 +142,7 @@ class AbortFile:
             self.path.unlink()
         except FileNotFoundError:
             return
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def pid(self) -> Optional[int]:
         """pid written by the run that created it (None for 4.9.x's empty file or if absent)."""
@@ -150,11 +151,3 @@ class AbortFile:
         except (FileNotFoundError, UnicodeDecodeError):
             return None
         return int(text) if text.isdigit() else None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Sequence, Union
 
 from dledger.store.errors import AppendMismatchError, DiskFullError, DLedgerStoreError, StoreLayoutError
+from dledger.store.safefile import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -512,11 +513,7 @@ class MmapFileList:
             for fd in fds:
                 os.fdatasync(fd)
             if dir_dirty:
-                dfd = os.open(self.store_path, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                fsync_dir(self.store_path)
         except BaseException:
             with self._lock:
                 self._dir_dirty = self._dir_dirty or dir_dirty

@@ -6,10 +6,11 @@ Rules
   ``IOUtils.properties2String`` produces (callers pass Java's hash order to stay identical).
 * Read with ``java.util.Properties.load`` rules: ``#``/``!`` comments, ``=``, ``:`` or
   whitespace separators, backslash escapes (``\\t \\n \\r \\f \\uXXXX``) and line continuations.
-* Safe write: the text goes to ``<f>.tmp`` (fsynced), the previous content of ``<f>`` is copied
-  to ``<f>.bak``, then ``<f>.tmp`` replaces ``<f>`` and the directory is fsynced. DLedger
-  deletes ``<f>`` before the rename; we use an atomic ``os.replace`` so there is never a moment
-  without ``<f>``. The end state (``<f>`` new, ``<f>.bak`` previous) is the same.
+* Safe write (:func:`~dledger.store.safefile.write_file_safely`): the text goes to ``<f>.tmp``
+  (fsynced), the previous content of ``<f>`` is copied to ``<f>.bak``, then ``<f>.tmp`` replaces
+  ``<f>`` and the directory is fsynced. DLedger deletes ``<f>`` before the rename; we use an
+  atomic ``os.replace`` so there is never a moment without ``<f>``. The end state (``<f>`` new,
+  ``<f>.bak`` previous) is the same.
 * Load falls back to ``<f>.bak`` when ``<f>`` is missing or unreadable (a Java writer may
   have crashed between its delete and its rename).
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from dledger.store.safefile import write_file_safely
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
@@ -42,23 +45,6 @@ def format_properties(items: Mapping[str, object] | Iterable[tuple[str, object]]
     """``IOUtils.properties2String``: ``key=value\\n`` in the given order; ``None`` values skipped."""
     pairs = items.items() if isinstance(items, Mapping) else items
     return "".join(f"{k}={v}\n" for k, v in pairs if v is not None)
-
-
-def write_file_safely(path: str | os.PathLike[str], text: str) -> None:
-    """Safe write with ``.tmp`` and ``.bak`` (see module rules)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    bak = path.with_name(path.name + ".bak")
-    _write_fsync(tmp, text.encode("utf-8"))
-    try:
-        previous = path.read_bytes()
-    except FileNotFoundError:
-        previous = None
-    if previous is not None:
-        _write_fsync(bak, previous)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str] | None:
@@ -85,25 +71,6 @@ def write_properties_file(path: str | os.PathLike[str],
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-def _write_fsync(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _logical_lines(text: str) -> Iterable[str]:
