@@ -26,32 +26,23 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import HeaderError, api_error_response, field_int, field_str, raw_message_at
+from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_int, field_str,
+                                               raw_message_at)
 from broker.remoting.server import RemotingConnection
 from broker.store.message import record_store_timestamp
-
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.remoting.broker_remoting import BrokerRemoting
 
 _DUMPS = {RC.GET_ALL_TOPIC_CONFIG: "topics", RC.GET_ALL_CONSUMER_OFFSET: "consumerOffset",
           RC.GET_ALL_DELAY_OFFSET: "delayOffset", RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "subscriptionGroup"}
 
 
-class AdminBrokerProcessor:
-    def __init__(self, ctx: "BrokerRemoting") -> None:
-        self.ctx = ctx
-
-    @property
-    def c(self) -> Any:
-        return self.ctx.controller
-
+class AdminBrokerProcessor(Processor):
     def register(self, server: Any) -> None:
         server.register(RC.GET_MAX_OFFSET, self.get_max_offset)
         server.register(RC.GET_MIN_OFFSET, self.get_min_offset)
@@ -67,18 +58,18 @@ class AdminBrokerProcessor:
         return field_str(cmd, "topic", required=True) or "", field_int(cmd, "queueId")
 
     async def get_max_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        try:
-            topic, q = self._tq(cmd)
-        except HeaderError as exc:
-            return cmd.response(R.SYSTEM_ERROR, str(exc))
-        return cmd.response(R.SUCCESS, None, {"offset": self.c.store_access.max_offset_in_queue(topic, q)})
+        return self._queue_offset(cmd, "max_offset_in_queue")
 
     async def get_min_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return self._queue_offset(cmd, "min_offset_in_queue")
+
+    def _queue_offset(self, cmd: RemotingCommand, which: str) -> RemotingCommand:
+        """GET_MAX_OFFSET / GET_MIN_OFFSET: ``which`` is the StoreAccess method answering it."""
         try:
             topic, q = self._tq(cmd)
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
-        return cmd.response(R.SUCCESS, None, {"offset": self.c.store_access.min_offset_in_queue(topic, q)})
+        return cmd.response(R.SUCCESS, None, {"offset": getattr(self.c.store_access, which)(topic, q)})
 
     def offset_by_time(self, topic: str, q: int, timestamp: int) -> int:
         sa = self.c.store_access

@@ -24,16 +24,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Optional
 
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import HeaderError, field_int, field_str
+from broker.remoting.processors.common import HeaderError, Processor, field_int, field_str
 from broker.remoting.server import RemotingConnection
-
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.remoting.broker_remoting import BrokerRemoting
 
 RETRY_PREFIX = "%RETRY%"
 CHANNEL_EXPIRED_MS = 120_000
@@ -69,19 +66,17 @@ class ConsumerManager:
                     del tables[group]
 
     def on_close(self, conn: Any) -> None:
-        for tables in (self.groups, self.producers):
-            for group in list(tables):
-                t = tables[group]
-                for cid in [cid for cid, info in t.items() if info.conn is conn]:
-                    del t[cid]
-                if not t:
-                    del tables[group]
+        self._drop(lambda info: info.conn is conn)
 
     def scan_expired(self, now_ms: int) -> None:
+        self._drop(lambda info: info.last_update_ms + self.channel_expired_ms < now_ms)
+
+    def _drop(self, gone: Callable[[ClientInfo], bool]) -> None:
+        """Remove the consumers and producers ``gone`` says are gone, and groups left empty."""
         for tables in (self.groups, self.producers):
             for group in list(tables):
                 t = tables[group]
-                for cid in [cid for cid, i in t.items() if i.last_update_ms + self.channel_expired_ms < now_ms]:
+                for cid in [cid for cid, info in t.items() if gone(info)]:
                     del t[cid]
                 if not t:
                     del tables[group]
@@ -96,14 +91,7 @@ class ConsumerManager:
         return None
 
 
-class ClientManageProcessor:
-    def __init__(self, ctx: "BrokerRemoting") -> None:
-        self.ctx = ctx
-
-    @property
-    def c(self) -> Any:
-        return self.ctx.controller
-
+class ClientManageProcessor(Processor):
     def register(self, server: Any) -> None:
         server.register(RC.HEART_BEAT, self.heart_beat)
         server.register(RC.UNREGISTER_CLIENT, self.unregister_client)

@@ -18,12 +18,15 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.remoting.broker_remoting import BrokerRemoting
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -41,6 +44,17 @@ _CODE_MAP = {
 
 class HeaderError(ValueError):
     pass
+
+
+class Processor:
+    """Base of the request processors: the broker's remoting context and its controller."""
+
+    def __init__(self, ctx: "BrokerRemoting") -> None:
+        self.ctx = ctx
+
+    @property
+    def c(self) -> Any:
+        return self.ctx.controller
 
 
 def field_str(cmd: RemotingCommand, name: str, default: Optional[str] = None, *, required: bool = False) -> Optional[str]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import FAQ, HeaderError, field_int, field_str
+from broker.remoting.processors.common import FAQ, HeaderError, Processor, field_int, field_str
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
 
@@ -111,14 +111,10 @@ class PullRequestHoldService:
         self._wake(set(self._waiters))
 
 
-class PullMessageProcessor:
+class PullMessageProcessor(Processor):
     def __init__(self, ctx: "BrokerRemoting") -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.hold = PullRequestHoldService()
-
-    @property
-    def c(self) -> Any:
-        return self.ctx.controller
 
     def register(self, server: Any) -> None:
         server.register(RC.PULL_MESSAGE, self.pull_message)

@@ -28,19 +28,17 @@ from __future__ import annotations
 import random
 import struct
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import FAQ, HeaderError, api_error_response, field_bool, field_int, field_str
+from broker.remoting.processors.common import (FAQ, HeaderError, Processor, api_error_response, field_bool, field_int,
+                                               field_str)
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt, string_to_properties
-
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.remoting.broker_remoting import BrokerRemoting
 
 V2_ALIASES = dict(zip("abcdefghijklm", (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -80,14 +78,7 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return out
 
 
-class SendMessageProcessor:
-    def __init__(self, ctx: "BrokerRemoting") -> None:
-        self.ctx = ctx
-
-    @property
-    def c(self) -> Any:
-        return self.ctx.controller
-
+class SendMessageProcessor(Processor):
     def register(self, server: Any) -> None:
         for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
             server.register(code, self.send_message)
