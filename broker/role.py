@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from broker.tasks import cancel_and_wait
 from dledger.core.codes import Code, Role
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,13 +121,8 @@ class DLedgerRoleChangeHandler:
         m.register_gauge("rocketmq_dledger_role_changes", "Role changes applied by the broker", lambda: [({}, self.changes)])
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def api_address_of(self, peer_id: Optional[str]) -> Optional[str]:
         return self.http_peers.get(peer_id) if peer_id else None

@@ -30,6 +30,8 @@ from typing import Any, Callable, Optional
 
 import aiohttp
 
+from broker.tasks import cancel_and_wait
+
 log = logging.getLogger("broker.slave_sync")
 
 SYNC_FILES = ("topics", "consumerOffset", "delayOffset", "subscriptionGroup")
@@ -85,13 +87,8 @@ class SlaveSynchronize:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._session is not None:
             await self._session.close()
             self._session = None

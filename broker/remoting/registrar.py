@@ -30,6 +30,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
+from broker.tasks import cancel_and_wait
 
 log = logging.getLogger("broker.registrar")
 
@@ -143,13 +144,8 @@ class BrokerRegistrar:
         return True
 
     async def stop(self, unregister: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if unregister and self.c.broker_id >= 0:
             fields = {"brokerAddr": self.broker_addr, "brokerId": self.c.broker_id, "brokerName": self.c.broker_name,
                       "clusterName": self.c.cluster_name}
