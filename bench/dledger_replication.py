@@ -107,6 +107,15 @@ class Cluster:
                 p.wait()
         self.procs.clear()
 
+    def log_tails(self, lines: int = 15) -> str:
+        out = []
+        for nid in self.ids:
+            path = self.root / f"{nid}.log"
+            text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+            state = "running" if nid in self.procs and self.procs[nid].poll() is None else "not running"
+            out.append(f"--- {nid} ({state})\n" + "\n".join(text))
+        return "\n".join(out)
+
     async def leader(self, timeout: float = 20.0, exclude: Optional[str] = None) -> str:
         client = DLedgerClient(self.peers, "bench", timeout=1.0)
         deadline = time.monotonic() + timeout
@@ -140,6 +149,7 @@ class Cluster:
                 await asyncio.sleep(0.1)
         finally:
             await client.close()
+        raise RuntimeError(f"members did not catch up within {timeout} s; member logs:\n{self.log_tails()}")
 
 
 # ------------------------------------------------------------------ client processes
@@ -281,7 +291,8 @@ async def failover_trial(cluster: Cluster) -> dict:
                 break
             except Exception:
                 if time.perf_counter() - t_kill > 30:
-                    raise RuntimeError("no append acknowledged within 30 s of the kill")
+                    raise RuntimeError(f"no append acknowledged within 30 s of the kill of {leader}; "
+                                       f"member logs:\n{cluster.log_tails()}")
         t_ack = time.perf_counter()
     finally:
         await client.close()
