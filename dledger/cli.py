@@ -12,6 +12,8 @@ Rules
   tracebacks for user mistakes.
 * The server logs one line per role change (``role LEADER term 3 leader n0``) and nothing per
   message.
+* A member that stops itself (a failed flush or store write the core cannot be told about)
+  exits with status 1 and one ``dledger: error:`` line instead of lingering without serving.
 * The server runs on uvloop when it is installed (DESIGN §6); ``DLEDGER_NO_UVLOOP=1`` opts out.
   ``--coalesce-*`` tune how client appends are merged into proposals (``dledger.coalesce``).
 
@@ -170,7 +172,13 @@ async def run_server(cfg: DLedgerConfig, barrier: bool, coalesce: Optional[dict]
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     logging.getLogger("dledger").info("%s: serving group %s on %s", cfg.self_id, cfg.group, cfg.address_of(cfg.self_id))
-    await stop.wait()
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.stopped.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    if server.fatal_error is not None:  # the member stopped itself: exit instead of lingering
+        await server.shutdown()
+        raise UserError(f"{cfg.self_id} stopped: {server.fatal_error}")
     logging.getLogger("dledger").info("%s: shutting down", cfg.self_id)
     await server.shutdown()
 

@@ -408,3 +408,22 @@ async def test_failed_store_write_releases_indexes(group):
     index, _ = await leader.append(b"after")
     assert index == end + 1
     assert (await g.converged()) >= end + 1
+
+
+async def test_cli_server_exits_when_the_member_stops_itself(tmp_path, monkeypatch):
+    """``dledger server``: a fatal error (e.g. a failed flush) ends run_server with a UserError
+    (exit status 1) instead of leaving a process that no longer serves."""
+    from dledger import cli
+
+    port = free_ports(1)[0]
+    cfg = DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path),
+                        mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 1024)
+    real_start = DLedgerServer.start
+
+    async def start_then_fail(self):
+        await real_start(self)
+        self._on_flush_error(OSError(5, "injected flush failure"))
+
+    monkeypatch.setattr(DLedgerServer, "start", start_then_fail)
+    with pytest.raises(cli.UserError, match="injected flush failure"):
+        await asyncio.wait_for(cli.run_server(cfg, barrier=True), 10)
