@@ -16,43 +16,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from broker.api.client import BrokerClient, BrokerClientError, SyncBrokerClient
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _port_pair() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
+from broker.devtools.procs import REPO, port_pair, write_conf
 
 
 def _conf(template: str, out: Path, **kv: Any) -> Path:
-    lines = [l for l in (REPO / "conf" / "classic" / template).read_text().splitlines()
-             if l.split("=", 1)[0].strip() not in kv]
-    out.write_text("\n".join(lines + [f"{k}={v}" for k, v in kv.items()]) + "\n")
-    return out
+    return write_conf(REPO / "conf" / "classic" / template, out, kv)
 
 
 def _wait(pred: Any, timeout: float, what: str) -> None:
@@ -70,7 +52,7 @@ def _wait(pred: Any, timeout: float, what: str) -> None:
 class Pair:
     def __init__(self, role: str, work: Path) -> None:
         self.work = work
-        self.mport, self.sport = _port_pair(), _port_pair()
+        self.mport, self.sport = port_pair(), port_pair()
         common = {"mappedFileSizeCommitLog": 64 << 20, "autoCreateTopicEnable": "true"}
         self.mconf = _conf("broker-a.conf", work / "m.conf", brokerRole=role, listenPort=self.mport,
                            haListenPort=self.mport + 1, storePathRootDir=work / "m",
@@ -102,10 +84,49 @@ class Pair:
                 p.wait(5)
 
 
+@contextlib.contextmanager
+def running_pair(role: str) -> Iterator[Pair]:
+    """A started master + slave pair in a fresh temporary directory; stopped and removed after."""
+    work = Path(tempfile.mkdtemp(prefix="rmqpy-bench-"))
+    pair = Pair(role, work)
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _pct(sorted_ms: list[float], q: float) -> float:
     if not sorted_ms:
         return 0.0
     return round(sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))], 3)
+
+
+def rates(sent: int, latencies: list[float], elapsed: float, size: int) -> dict[str, Any]:
+    """The measured part of a case's row: counts, rates and request latency percentiles (ms)."""
+    lat = sorted(latencies)
+    return {
+        "messages": sent, "requests": len(lat), "seconds": round(elapsed, 2),
+        "msgs_per_s": round(sent / elapsed, 1), "mib_per_s": round(sent * size / elapsed / (1 << 20), 2),
+        "latency_ms": {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "p99": _pct(lat, 0.99),
+                       "max": round(lat[-1], 3) if lat else 0.0},
+    }
+
+
+def print_row(prefix: str, res: dict[str, Any]) -> None:
+    """One progress line on stderr (stdout is the JSON report)."""
+    print(f"{prefix} {res['msgs_per_s']:>10} msg/s  p50 {res['latency_ms']['p50']} ms  "
+          f"p99 {res['latency_ms']['p99']} ms  errors {res['errors']}", file=sys.stderr)
+
+
+def write_report(report: dict[str, Any], out: str | None) -> int:
+    """The JSON report on stdout and, with ``--out``, in that file; the exit code."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text)
+    return 0
 
 
 async def _run_case(address: str, topic: str, kind: str, clients: int, duration: float, batch: int,
@@ -139,15 +160,8 @@ async def _run_case(address: str, topic: str, kind: str, clients: int, duration:
         t0 = time.monotonic()
         await asyncio.gather(*(worker(c, i) for i in range(clients)))
         elapsed = time.monotonic() - t0
-    lat = sorted(latencies)
-    return {
-        "kind": kind, "clients": clients, "batch": batch if kind == "batch" else 1, "body_bytes": size,
-        "messages": sent, "requests": len(lat), "seconds": round(elapsed, 2),
-        "msgs_per_s": round(sent / elapsed, 1), "mib_per_s": round(sent * size / elapsed / (1 << 20), 2),
-        "latency_ms": {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "p99": _pct(lat, 0.99),
-                       "max": round(lat[-1], 3) if lat else 0.0},
-        "errors": errors,
-    }
+    return {"kind": kind, "clients": clients, "batch": batch if kind == "batch" else 1, "body_bytes": size,
+            **rates(sent, latencies, elapsed, size), "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,28 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"bench": "broker_produce", "python": platform.python_version(), "cpus": os.cpu_count(),
                               "results": []}
     for role in [r.strip() for r in args.roles.split(",") if r.strip()]:
-        work = Path(tempfile.mkdtemp(prefix="rmqpy-bench-"))
-        pair = Pair(role, work)
-        try:
-            pair.start()
+        with running_pair(role) as pair:
             for kind in ("single", "batch"):
                 res = asyncio.run(_run_case(f"127.0.0.1:{pair.mport}", f"Bench{kind.title()}", kind, args.clients,
                                             args.duration, args.batch, args.size))
                 res["role"] = role
                 report["results"].append(res)
-                print(f"{role:12} {kind:6} {res['msgs_per_s']:>10} msg/s  p50 {res['latency_ms']['p50']} ms  "
-                      f"p99 {res['latency_ms']['p99']} ms  errors {res['errors']}", file=sys.stderr)
+                print_row(f"{role:12} {kind:6}", res)
             slave = SyncBrokerClient(f"127.0.0.1:{pair.sport}").status()["commitLog"]["maxOffset"]
             master = SyncBrokerClient(f"127.0.0.1:{pair.mport}").status()["commitLog"]["maxOffset"]
             report.setdefault("final_offsets", {})[role] = {"master": master, "slave": slave}
-        finally:
-            pair.stop()
-            shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    return 0
+    return write_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -32,14 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from broker.devtools.procs import free_port  # noqa: E402
 from broker.store.message import MessageExt  # noqa: E402
 from broker.store.message_store import DefaultMessageStore  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_messages(n: int, body_size: int) -> list[MessageExt]:

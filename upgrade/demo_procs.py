@@ -14,13 +14,13 @@ Rules:
 - Each broker's stdout/stderr goes to ``<log dir>/<name>.log``; errors quote its tail.
 
 Theory of operation: thin wrappers over ``subprocess.Popen`` and the synchronous HTTP client
-(:class:`broker.api.client.SyncBrokerClient`), polled with :func:`wait_until`.
+(:class:`broker.api.client.SyncBrokerClient`), polled with :func:`wait_until`; ports, conf files
+and polling are :mod:`broker.devtools.procs` (shared with bench and tests), raising DemoError.
 """
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
+from broker.devtools import procs as devprocs
+from broker.devtools.procs import REPO, free_ports, write_conf  # noqa: F401 - the demo's names
 
-REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
@@ -37,60 +38,10 @@ class DemoError(Exception):
     """Something in the demo did not go as it must (one line for the user, no traceback)."""
 
 
-# ---- ports --------------------------------------------------------------------------------------
-def _bindable(port: int) -> bool:
-    if not 1024 < port < 65535:
-        return False
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports (all bound at once, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
+# ---- ports, conf files, waiting (broker.devtools.procs, with DemoError) -------------------------
 def port_with_offsets(offsets: Iterable[int], avoid: Iterable[int] = ()) -> int:
     """A free port ``p`` with ``p + d`` free for every ``d`` in ``offsets`` and none in ``avoid``."""
-    offs, bad = sorted(set(offsets) | {0}), set(avoid)
-    for _ in range(500):
-        p = free_ports(1)[0]
-        cand = [p + d for d in offs]
-        if not bad.intersection(cand) and all(_bindable(c) for c in cand):
-            return p
-    raise DemoError(f"no free 127.0.0.1 ports at offsets {offs}")
-
-
-# ---- conf files ---------------------------------------------------------------------------------
-def write_conf(template: Path, out: Path, overrides: dict[str, Any], header: Optional[str] = None) -> Path:
-    """Copy a ``.conf`` template with keys replaced (in place) or appended; RocketMQ key names."""
-    lines, seen = [], set()
-    if header:
-        lines += [f"# {h}" for h in header.splitlines()]
-    for line in template.read_text(encoding="utf-8").splitlines():
-        key = line.split("=", 1)[0].strip()
-        if key in overrides and not line.lstrip().startswith("#"):
-            lines.append(f"{key}={overrides[key]}")
-            seen.add(key)
-        else:
-            lines.append(line)
-    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return devprocs.port_with_offsets(offsets, avoid, error=DemoError)
 
 
 def read_conf_value(path: Path, key: str) -> Optional[str]:
@@ -101,20 +52,10 @@ def read_conf_value(path: Path, key: str) -> Optional[str]:
     return None
 
 
-# ---- waiting ------------------------------------------------------------------------------------
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
                check: Optional[Callable[[], None]] = None) -> T:
     """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if check is not None:
-            check()
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise DemoError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    return devprocs.wait_until(predicate, timeout, what, interval, check, error=DemoError)
 
 
 # ---- broker processes ---------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from broker.store.dledger_dispatch import BARRIER_TOPIC
 from broker.store.message import decode_message
 from dledger.store.file_store import DLedgerMmapFileStore
 from dledger.store.state_files import CheckpointFile
+from broker.devtools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -35,19 +35,6 @@ pytestmark = pytest.mark.multiprocess
 CONF_DIR = REPO / "conf" / "dledger"
 IDS = ("n0", "n1", "n2")
 TOPIC = "TopicRaft"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class DLedgerGroup:
@@ -65,7 +52,7 @@ class DLedgerGroup:
             overrides = {"listenPort": self.http[n], "dLegerPeers": peers, "dLegerPeersHttp": http_peers,
                          "storePathRootDir": self.roots[n], "storePathCommitLog": self.roots[n] / "commitlog",
                          "mappedFileSizeCommitLog": 1 << 20, "slaveSyncIntervalMs": 500, **extra}
-            conf = _write_conf(CONF_DIR / f"broker-{n}.conf", tmp / f"broker-{n}.conf", overrides)
+            conf = write_conf(CONF_DIR / f"broker-{n}.conf", tmp / f"broker-{n}.conf", overrides)
             self.procs[n] = BrokerProc(conf, self.http[n], n, tmp)
 
     def address(self, n: str) -> str:
@@ -124,20 +111,6 @@ class DLedgerGroup:
 
     def kill_all(self) -> None:
         kill_all(self.procs.values())
-
-
-def _write_conf(template: Path, out: Path, overrides: dict[str, Any]) -> Path:
-    lines, seen = [], set()
-    for line in template.read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        if key in overrides and not line.lstrip().startswith("#"):
-            lines.append(f"{key}={overrides[key]}")
-            seen.add(key)
-        else:
-            lines.append(line)
-    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
-    out.write_text("\n".join(lines) + "\n")
-    return out
 
 
 # ---------------------------------------------------------------------------- reading the files

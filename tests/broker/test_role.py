@@ -10,7 +10,6 @@ endpoints' error answers.
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -19,23 +18,13 @@ import pytest
 from broker.api.client import BrokerClient, BrokerClientError
 from broker.config import parse_conf
 from broker.controller import BrokerController
+from broker.devtools.procs import free_ports
 from broker.role import slave_broker_id
 from tests.broker.api.broker_procs import master_conf
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _controllers(tmp: Path, ids: list[str]) -> list[BrokerController]:
-    ports = _ports(2 * len(ids))
+    ports = free_ports(2 * len(ids))
     http = {n: ports[i] for i, n in enumerate(ids)}
     peers = ";".join(f"{n}-127.0.0.1:{ports[len(ids) + i]}" for i, n in enumerate(ids))
     http_peers = ";".join(f"{n}-127.0.0.1:{http[n]}" for n in ids)

@@ -13,16 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from broker.devtools.procs import free_port
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NamesrvProc:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.devtools.procs import REPO, free_port, write_conf
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
@@ -90,9 +91,6 @@ DLEDGER_IDS = ("n0", "n1", "n2")
 
 
 def _dledger_confs(tmp: Path, namesrv: str) -> dict[str, tuple[Path, int]]:
-    from tests.broker.api.broker_procs import REPO
-    from tests.remoting.procs import free_port
-
     http = {n: free_port() for n in DLEDGER_IDS}
     raft = {n: free_port() for n in DLEDGER_IDS}
     peers = ";".join(f"{n}-127.0.0.1:{raft[n]}" for n in DLEDGER_IDS)
@@ -103,17 +101,7 @@ def _dledger_confs(tmp: Path, namesrv: str) -> dict[str, tuple[Path, int]]:
         overrides = {"listenPort": http[n], "haListenPort": free_port(), "dLegerPeers": peers,
                      "dLegerPeersHttp": http_peers, "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
                      "mappedFileSizeCommitLog": 1 << 20, "slaveSyncIntervalMs": 500, "namesrvAddr": namesrv}
-        lines, seen = [], set()
-        for line in (REPO / "conf" / "dledger" / f"broker-{n}.conf").read_text().splitlines():
-            key = line.split("=", 1)[0].strip()
-            if key in overrides and not line.lstrip().startswith("#"):
-                lines.append(f"{key}={overrides[key]}")
-                seen.add(key)
-            else:
-                lines.append(line)
-        lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
-        conf = tmp / f"broker-{n}.conf"
-        conf.write_text("\n".join(lines) + "\n")
+        conf = write_conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", tmp / f"broker-{n}.conf", overrides)
         out[n] = (conf, http[n])
     return out
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,45 +14,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
+from broker.devtools import procs as devprocs
+from broker.devtools.procs import REPO, port_pair, wait_until  # noqa: F401 - imported from here by tests
 
-REPO = Path(__file__).resolve().parents[3]
 CONF_DIR = REPO / "conf" / "classic"
-
-
-def port_pair() -> int:
-    """A port p with p and p+1 free (listenPort and haListenPort = listenPort + 1)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p >= 65535:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 def write_conf(template: str, out: Path, **overrides: Any) -> Path:
     """Copy ``conf/classic/<template>`` to ``out`` with keys replaced/added (RocketMQ key names)."""
-    lines = []
-    seen = set()
-    for line in (CONF_DIR / template).read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        if key in overrides and not line.lstrip().startswith("#"):
-            lines.append(f"{key}={overrides[key]}")
-            seen.add(key)
-        else:
-            lines.append(line)
-    for key, value in overrides.items():
-        if key not in seen:
-            lines.append(f"{key}={value}")
-    out.write_text("\n".join(lines) + "\n")
-    return out
+    return devprocs.write_conf(CONF_DIR / template, out, overrides)
 
 
 class BrokerProc:
@@ -160,17 +129,6 @@ def slave_conf(tmp: Path, master_port: int, **extra: Any) -> tuple[Path, int]:
                       haMasterAddress=f"127.0.0.1:{master_port + 1}", storePathRootDir=tmp / "broker-a-s",
                       storePathCommitLog=tmp / "broker-a-s" / "commitlog", mappedFileSizeCommitLog=1 << 20, **extra)
     return conf, port
-
-
-def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def commitlog_bytes(root: Path, upto: int) -> bytes:

@@ -5,7 +5,6 @@ DLedger file; the record parser and the barrier. Both fixture sets (plain and va
 Also the helpers the other test_dledger_commitlog_* modules share (real stores, real sockets)."""
 from __future__ import annotations
 
-import socket
 import struct
 from collections import defaultdict
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from broker.devtools.procs import free_port
 from broker.store.dledger_dispatch import (
     BARRIER_TOPIC, barrier_message_body, check_dledger_message_and_return_size,
 )
@@ -23,12 +23,6 @@ from tests.support.rmqfixtures import plain_body
 
 FIXTURE_SETTINGS = dict(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=10000,
                         max_index_num=40000, warm_mapped_file_enable=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dledger_store(root: Path, peers: str, self_id: str = "n0", group: str = "g0",

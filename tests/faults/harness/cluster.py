@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import socket
 import struct
 import subprocess
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any, Optional
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import BLANK_MAGIC_CODE, MessageFormatError, decode_message
+from broker.devtools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc
 
 from .proxy import ProxyHub
@@ -40,33 +40,6 @@ TOPIC = "TopicFault"
 QUEUES = 4
 KEY_PROP = "FKEY"
 DLEDGER_IDS = ("n0", "n1", "n2")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def write_conf(template: Path, out: Path, overrides: dict[str, Any]) -> Path:
-    lines, seen = [], set()
-    for line in template.read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        if key in overrides and not line.lstrip().startswith("#"):
-            lines.append(f"{key}={overrides[key]}")
-            seen.add(key)
-        else:
-            lines.append(line)
-    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
-    out.write_text("\n".join(lines) + "\n")
-    return out
 
 
 class FaultProc(BrokerProc):

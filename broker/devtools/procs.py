@@ -1,0 +1,109 @@
+"""Local child processes made easy: free 127.0.0.1 ports, ``.conf`` files from templates, polling.
+
+Used by the upgrade demo (``upgrade/demo_procs.py``), the benchmarks (``bench/``) and the tests,
+which all start real ``mqbroker`` / DLedger processes; here (a project module) because bench and
+demo must run without the test tree.
+
+Rules:
+- Ports are 127.0.0.1 ports the kernel just handed out (bound, then released); a group of ports
+  that must keep a fixed distance (listenPort, listenPort+1 for HA, ...) is checked as a whole
+  (:func:`port_with_offsets`). Another process may take a port before the child binds it; that
+  race is accepted (the child then fails to start and says so).
+- :func:`write_conf` copies a ``.conf`` template with keys replaced in place (commented lines
+  are left alone) or appended; RocketMQ key names.
+- :func:`wait_until` polls a predicate until it returns something truthy, and raises ``error``
+  (``TimeoutError`` by default; the demo passes its own) naming what it waited for and the last
+  value; ``check`` runs before each poll and may raise (a child died).
+"""
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+# ---- ports --------------------------------------------------------------------------------------
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all bound at once, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def _bindable(port: int) -> bool:
+    if not 1024 < port < 65535:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def port_with_offsets(offsets: Iterable[int], avoid: Iterable[int] = (),
+                      error: Callable[[str], Exception] = RuntimeError) -> int:
+    """A free port ``p`` with ``p + d`` free for every ``d`` in ``offsets`` and none in ``avoid``."""
+    offs, bad = sorted(set(offsets) | {0}), set(avoid)
+    for _ in range(500):
+        p = free_port()
+        cand = [p + d for d in offs]
+        if not bad.intersection(cand) and all(_bindable(c) for c in cand):
+            return p
+    raise error(f"no free 127.0.0.1 ports at offsets {offs}")
+
+
+def port_pair() -> int:
+    """A port p with p and p+1 free (listenPort and haListenPort = listenPort + 1)."""
+    return port_with_offsets((1,))
+
+
+# ---- conf files ---------------------------------------------------------------------------------
+def write_conf(template: Path, out: Path, overrides: dict[str, Any], header: Optional[str] = None) -> Path:
+    """Copy a ``.conf`` template with keys replaced (in place) or appended; RocketMQ key names."""
+    lines, seen = [], set()
+    if header:
+        lines += [f"# {h}" for h in header.splitlines()]
+    for line in template.read_text(encoding="utf-8").splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key in overrides and not line.lstrip().startswith("#"):
+            lines.append(f"{key}={overrides[key]}")
+            seen.add(key)
+        else:
+            lines.append(line)
+    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+# ---- waiting ------------------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+               check: Optional[Callable[[], None]] = None,
+               error: Callable[[str], Exception] = TimeoutError) -> T:
+    """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        if check is not None:
+            check()
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise error(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
