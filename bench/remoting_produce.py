@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
-import shutil
 import struct
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.broker_produce import Pair, _pct, _run_case
+from bench.broker_produce import _run_case, print_row, rates, running_pair, write_report
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
@@ -92,16 +88,9 @@ async def remoting_case(port: int, topic: str, kind: str, connections: int, infl
     elapsed = time.monotonic() - t0
     for cl in clients:
         await cl.close()
-    lat = sorted(latencies)
-    return {
-        "kind": f"remoting_{kind}", "connections": connections, "inflight_per_connection": inflight,
-        "batch": batch if kind == "batch" else 1, "body_bytes": size, "messages": sent, "requests": len(lat),
-        "seconds": round(elapsed, 2), "msgs_per_s": round(sent / elapsed, 1),
-        "mib_per_s": round(sent * size / elapsed / (1 << 20), 2),
-        "latency_ms": {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "p99": _pct(lat, 0.99),
-                       "max": round(lat[-1], 3) if lat else 0.0},
-        "errors": errors,
-    }
+    return {"kind": f"remoting_{kind}", "connections": connections, "inflight_per_connection": inflight,
+            "batch": batch if kind == "batch" else 1, "body_bytes": size, **rates(sent, latencies, elapsed, size),
+            "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"bench": "remoting_produce", "python": platform.python_version(),
                               "cpus": os.cpu_count(), "results": []}
     for role in [r.strip() for r in args.roles.split(",") if r.strip()]:
-        work = Path(tempfile.mkdtemp(prefix="rmqpy-bench-"))
-        pair = Pair(role, work)
-        try:
-            pair.start()
+        with running_pair(role) as pair:
             res = asyncio.run(_run_case(f"127.0.0.1:{pair.mport}", "BenchHttp", "single", args.clients,
                                         args.duration, args.batch, args.size))
             res["kind"] = "http_single"
@@ -133,16 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             for res in cases:
                 res["role"] = role
                 report["results"].append(res)
-                print(f"{role:12} {res['kind']:16} {res['msgs_per_s']:>10} msg/s  p50 {res['latency_ms']['p50']} ms  "
-                      f"p99 {res['latency_ms']['p99']} ms  errors {res['errors']}", file=sys.stderr)
-        finally:
-            pair.stop()
-            shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    return 0
+                print_row(f"{role:12} {res['kind']:16}", res)
+    return write_report(report, args.out)
 
 
 if __name__ == "__main__":
