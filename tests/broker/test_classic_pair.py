@@ -5,9 +5,11 @@ ports, and kills both in ``finally``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -31,6 +33,21 @@ def _pair(tmp_path: Path, role: str = "SYNC_MASTER", master_extra: dict | None =
     return BrokerProc(mconf, mport, "master", tmp_path), BrokerProc(sconf, sport, "slave", tmp_path)
 
 
+@contextlib.contextmanager
+def _started_pair(tmp_path: Path, role: str, *, master_extra: dict | None = None,
+                  connected: bool = True) -> Iterator[tuple[BrokerProc, BrokerProc]]:
+    """Master and slave started (with ``connected``, until the slave's HA link is up); SIGKILLed after."""
+    master, slave = _pair(tmp_path, role, master_extra)
+    try:
+        master.start()
+        slave.start()
+        if connected:
+            _wait_connected(master)
+        yield master, slave
+    finally:
+        kill_all([master, slave])
+
+
 def _max_offset(p: BrokerProc) -> int:
     with p.client() as c:
         return c.status()["commitLog"]["maxOffset"]
@@ -51,11 +68,7 @@ def _wait_connected(master: BrokerProc, timeout: float = 20.0) -> None:
 
 @pytest.mark.timeout(120)
 def test_replicated_bytes_identical_and_pullable_from_slave(tmp_path: Path) -> None:
-    master, slave = _pair(tmp_path, "ASYNC_MASTER")
-    procs = [master, slave]
-    try:
-        master.start()
-        slave.start()
+    with _started_pair(tmp_path, "ASYNC_MASTER", connected=False) as (master, slave):
         sent = []
         with master.client() as c:
             c.create_topic("TopicPair", read_queue_nums=2, write_queue_nums=2)
@@ -90,18 +103,11 @@ def test_replicated_bytes_identical_and_pullable_from_slave(tmp_path: Path) -> N
             with pytest.raises(BrokerClientError) as exc:
                 s.send("TopicPair", "nope")
             assert exc.value.code == "NOT_MASTER" and exc.value.body["masterAddress"] == master.address
-    finally:
-        kill_all(procs)
 
 
 @pytest.mark.timeout(120)
 def test_sync_master_acks_only_after_slave_has_bytes(tmp_path: Path) -> None:
-    master, slave = _pair(tmp_path, "SYNC_MASTER")
-    procs = [master, slave]
-    try:
-        master.start()
-        slave.start()
-        _wait_connected(master)
+    with _started_pair(tmp_path, "SYNC_MASTER") as (master, slave):
         with master.client() as c, slave.client() as s:
             for i in range(20):
                 r = c.send("TopicSync", b"sync-%d" % i * 20)
@@ -110,18 +116,11 @@ def test_sync_master_acks_only_after_slave_has_bytes(tmp_path: Path) -> None:
                 assert s.status()["commitLog"]["maxOffset"] >= r["commitLogOffset"] + r["storeSize"]
             b = c.send_batch("TopicSync", [b"b1", b"b2", b"b3"])
             assert s.status()["commitLog"]["maxOffset"] >= b["commitLogOffsets"][-1]
-    finally:
-        kill_all(procs)
 
 
 @pytest.mark.timeout(180)
 def test_slave_down_then_catches_up(tmp_path: Path) -> None:
-    master, slave = _pair(tmp_path, "SYNC_MASTER", master_extra={"syncFlushTimeout": 1000})
-    procs = [master, slave]
-    try:
-        master.start()
-        slave.start()
-        _wait_connected(master)
+    with _started_pair(tmp_path, "SYNC_MASTER", master_extra={"syncFlushTimeout": 1000}) as (master, slave):
         with master.client() as c:
             c.send("TopicDown", "before")
             # paused slave: connection stays up, no ack => FLUSH_SLAVE_TIMEOUT after syncFlushTimeout
@@ -152,18 +151,11 @@ def test_slave_down_then_catches_up(tmp_path: Path) -> None:
         with master.client() as c:
             _wait_connected(master)
             assert c.send("TopicDown", "after")["status"] == "SEND_OK"
-    finally:
-        kill_all(procs)
 
 
 @pytest.mark.timeout(120)
 def test_kill9_master_slave_keeps_serving_reads(tmp_path: Path) -> None:
-    master, slave = _pair(tmp_path, "SYNC_MASTER")
-    procs = [master, slave]
-    try:
-        master.start()
-        slave.start()
-        _wait_connected(master)
+    with _started_pair(tmp_path, "SYNC_MASTER") as (master, slave):
         with master.client() as c:
             acked = [c.send("TopicKill", b"k-%d" % i, queue_id=0) for i in range(30)]
         master.kill9()
@@ -177,17 +169,11 @@ def test_kill9_master_slave_keeps_serving_reads(tmp_path: Path) -> None:
             with pytest.raises(BrokerClientError) as exc:
                 s.send("TopicKill", "x")
             assert exc.value.code == "NOT_MASTER"
-    finally:
-        kill_all(procs)
 
 
 @pytest.mark.timeout(120)
 def test_metadata_changes_reach_slave(tmp_path: Path) -> None:
-    master, slave = _pair(tmp_path, "ASYNC_MASTER")
-    procs = [master, slave]
-    try:
-        master.start()
-        slave.start()
+    with _started_pair(tmp_path, "ASYNC_MASTER", connected=False) as (master, slave):
         with master.client() as c:
             c.create_topic("TopicMeta", read_queue_nums=3, write_queue_nums=3)
             c.commit_offset("GroupMeta", "TopicMeta", 1, 42)
@@ -205,5 +191,3 @@ def test_metadata_changes_reach_slave(tmp_path: Path) -> None:
                        25, "second offset commit on slave")
         cfg = tmp_path / "broker-a-s" / "config"
         assert "TopicMeta" in (cfg / "topics.json").read_text()
-    finally:
-        kill_all(procs)

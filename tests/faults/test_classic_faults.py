@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import assert_clean, seed_for
-from tests.faults.harness.run import run_faults
+from tests.faults.harness.run import run_faults, spark_validate
 
 pytestmark = pytest.mark.multiprocess
 
@@ -25,14 +25,7 @@ _DISK_FULL: dict[str, Any] = {}
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_classic_pair_faults_then_spark_validator(fault_run_dir: Path, record_result, spark) -> None:
-    from upgrade.validate.job import run_validation
-    from upgrade.validate.report import exit_code, summary_text
-
-    def validate(roots: list[str]) -> dict[str, Any]:
-        report = run_validation(roots, spark=spark, range_size=1 << 20, progress=False)
-        return {"exit_code": exit_code(report), "summary": summary_text(report)}
-
-    result = run_faults("classic", CLASSIC, seed_for(8201), fault_run_dir, fault_s=2.0, validate=validate)
+    result = run_faults("classic", CLASSIC, seed_for(8201), fault_run_dir, fault_s=2.0, validate=spark_validate(spark))
     record_result(result)
     details = {n["name"]: n["detail"] for n in result["nemeses"]}
     _DISK_FULL.update(details.get("disk-full", {}))

@@ -174,31 +174,25 @@ async def kill_all(ctx: Ctx) -> dict[str, Any]:
 @nemesis("pause-leader")
 async def pause_leader(ctx: Ctx) -> dict[str, Any]:
     """SIGSTOP the leader for ``fault_s`` (longer than the election timeout), then SIGCONT."""
-    n = await leader(ctx)
-    ctx.history.nemesis("pause-leader", "start", node=n)
-    try:
-        ctx.cluster.pause(n)
-        await asyncio.sleep(ctx.fault_s)
-    finally:
-        ctx.cluster.resume(n)
-        t = ctx.history.now()
-        ctx.history.nemesis("pause-leader", "heal")
-    await recovered(ctx, "pause-leader", t)
-    return {"node": n}
+    return await _pause(ctx, "pause-leader", await leader(ctx))
 
 
 @nemesis("pause-follower")
 async def pause_follower(ctx: Ctx) -> dict[str, Any]:
-    n = ctx.rng.choice(await followers(ctx))
-    ctx.history.nemesis("pause-follower", "start", node=n)
+    return await _pause(ctx, "pause-follower", ctx.rng.choice(await followers(ctx)))
+
+
+async def _pause(ctx: Ctx, name: str, n: str) -> dict[str, Any]:
+    """SIGSTOP node ``n`` for ``fault_s``, then SIGCONT, and wait until the cluster has recovered."""
+    ctx.history.nemesis(name, "start", node=n)
     try:
         ctx.cluster.pause(n)
         await asyncio.sleep(ctx.fault_s)
     finally:
         ctx.cluster.resume(n)
         t = ctx.history.now()
-        ctx.history.nemesis("pause-follower", "heal")
-    await recovered(ctx, "pause-follower", t)
+        ctx.history.nemesis(name, "heal")
+    await recovered(ctx, name, t)
     return {"node": n}
 
 

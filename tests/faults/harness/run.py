@@ -117,6 +117,17 @@ def run_faults(mode: str, nemeses: list[str], seed: int, run_dir: Path, *, fault
         (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=str))
 
 
+def spark_validate(spark: Any) -> Callable[[list[str]], dict[str, Any]]:
+    """A ``validate`` for :func:`run_faults`: the Spark validator over the replicas' store roots."""
+    from upgrade.validate.job import run_validation
+    from upgrade.validate.report import exit_code, summary_text
+
+    def validate(roots: list[str]) -> dict[str, Any]:
+        report = run_validation(roots, spark=spark, range_size=1 << 20, progress=False)
+        return {"exit_code": exit_code(report), "summary": summary_text(report)}
+    return validate
+
+
 def wait_until(pred: Any, timeout: float, interval: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     last = None
