@@ -132,6 +132,7 @@ def test_classic_store_on_a_full_disk(small_fs: Path) -> None:
     try:
         r = store.put_message(_msg(0))
         acked.append((0, r.append_result.logics_offset, r.append_result.wrote_offset))
+        assert store.wait_dispatched(5.0)  # its CQ file exists before the disk fills (else a race)
         fill(small_fs / "filler")
         refused = None
         for i in range(1, 2000):
