@@ -22,6 +22,7 @@ import numpy as np
 
 from broker.store import message as codec
 from broker.store.java_hash import java_string_hash
+from upgrade.validate import digest
 from upgrade.validate import records as rec
 from upgrade.validate.layout import FileRef
 from upgrade.validate.plan import ScanRange
@@ -30,6 +31,7 @@ from upgrade.validate.summary import BARRIER_TOPIC, CQ_UNIT, TX_SKIP, Mapped, Su
 _TAGS_AT_START = b"TAGS\x01"
 _TAGS_INSIDE = b"\x02TAGS\x01"
 _tags_cache: dict[bytes, int] = {}
+_ALWAYS_DETAILED = (codec.RMQ_SYS_SCHEDULE_TOPIC, BARRIER_TOPIC.decode())
 
 
 def tags_code_of(props: bytes) -> int:
@@ -134,6 +136,13 @@ def scan_cq(r: ScanRange) -> Summary:
         new = (o >= ctx.divided) if ctx.divided is not None else np.zeros(len(nz), dtype=bool)
         beyond = new & (o >= ctx.committed_pos) if ctx.committed_pos is not None else np.zeros(len(nz), dtype=bool)
         s["beyond_committed"] = int(beyond.sum())
+        if not r.detail and r.topic not in _ALWAYS_DETAILED:  # the data scan's digest decides
+            inside = nz[~beyond]
+            qo = q0 + inside
+            s["digest"] = digest.unit_digest(qo // digest.CQ_BUCKET,
+                                             digest.tuple_hash(qo, off[inside], size[inside], tags[inside]))
+            s["records"] = s["messages"] = len(inside)
+            return s
         placed = np.zeros(len(nz), dtype=bool)
         for files, region in ((ctx.old, ~new), (ctx.data, new & ~beyond)):
             if not files:

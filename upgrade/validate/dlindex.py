@@ -6,7 +6,8 @@ Rules:
 - The index is a hint, never trusted blindly: :func:`index_starts` returns entry positions for
   a byte range only when they start exactly at the chained first position, tile without gap
   or overlap (``pos[i+1] == pos[i] + size[i]``) and every data header there has magic 1, the
-  same size and a pos field equal to its offset. Otherwise the caller walks the data itself
+  same size and a pos field equal to its offset (checked here, or by the caller from the block
+  it reads anyway: ``verify=False``). Otherwise the caller walks the data itself
   (and check 4 compares every unit with its entry anyway).
 
 Theory of operation: two binary searches over units (a few 32-byte reads) bound the range,
@@ -63,8 +64,13 @@ def first_entry(ctx: NodeContext, at: int) -> int | None:
     return None if unit is None else unit[1]
 
 
-def index_starts(ctx: NodeContext, a: np.ndarray, abs0: int, p: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(starts, sizes) in buffer positions of the entries starting in [p, hi), or None."""
+def index_starts(ctx: NodeContext, a: np.ndarray, abs0: int, p: int, hi: int,
+                 verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+    """(starts, sizes) in buffer positions of the entries starting in [p, hi), or None.
+
+    ``verify=False`` leaves the data-header comparison (magic, size, pos field) to the caller,
+    which reads those headers anyway (``tasks.scan_dl`` does, in the same block read).
+    """
     first = unit_at_or_after(ctx, abs0 + p)
     last = unit_at_or_after(ctx, abs0 + hi)
     if first is None or last is None or last <= first:
@@ -76,6 +82,8 @@ def index_starts(ctx: NodeContext, a: np.ndarray, abs0: int, p: int, hi: int) ->
         return None
     if (np.diff(pos) != size[:-1]).any() or (size <= rec.DL_HEADER).any() or pos[-1] + size[-1] > len(a):
         return None
+    if not verify:
+        return pos, size
     if (rec.gather(a, pos, 4) != rec.DL_MAGIC).any() or (rec.gather(a, pos + 4, 4) != size).any():
         return None
     if (rec.gather(a, pos + rec.DL_POS_OFFSET, 8) != pos + abs0).any():

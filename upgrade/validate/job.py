@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-from upgrade.validate import checks
+from upgrade.validate import checks, digest
 from upgrade.validate.layout import discover_all
 from upgrade.validate.plan import CQ_DENSITY, DEFAULT_RANGE_SIZE, Plan, ScanRange, plan
 from upgrade.validate.report import build_report
@@ -151,12 +151,16 @@ def run_validation(roots: Sequence[str], spark: Any = None, master: str = "local
             rescanned += len(todo)
             for s in mapper(todo, run_range, "rescan"):
                 summaries[s["rid"]] = s
+        todo = digest.detail_rescans(pl, summaries)  # CQ/index units whose digests disagree
+        for s in mapper(todo, run_range, "detail") if todo else []:
+            summaries[s["rid"]] = s
         order = [lay.node for lay in layouts]
         mismatches = checks.replica_mismatches(pl, summaries, order)
         if mismatches:
             mismatches = mapper(mismatches[:200], _diff, "replica-diff")
         findings, nodes = checks.evaluate(pl, layouts, summaries, mismatches)
         params = {"master": sc.master, "range_size": range_size, "ranges": len(pl.ranges), "rescans": rescanned,
+                  "detail_rescans": len(todo),
                   "bytes_planned": pl.total_bytes, "scan_seconds": round(scan_seconds, 3),
                   "elapsed_seconds": round(time.time() - started, 3), "check_crc": check_crc,
                   "screen_disagreements": sum(s["screen_disagreements"] for s in summaries.values())}

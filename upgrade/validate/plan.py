@@ -62,6 +62,7 @@ class ScanRange:
     topic: str = ""
     queue_id: int = -1
     forced_start: int | None = None  # file-relative start set by reconciliation
+    detail: bool = False  # cq/idx: check every unit against its message/entry (digest mismatch)
 
     @property
     def name(self) -> str:
@@ -77,6 +78,9 @@ class ScanRange:
 
     def forced(self, abs_pos: int) -> "ScanRange":
         return replace(self, forced_start=abs_pos - self.file_start)
+
+    def detailed(self) -> "ScanRange":
+        return replace(self, detail=True)
 
 
 @dataclass

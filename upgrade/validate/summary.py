@@ -52,7 +52,8 @@ def new_summary(r: ScanRange) -> Summary:
                    first=None, next=None, end_kind="empty", end_pos=None, records=0, messages=0,
                    dispatchable=0, tx_skipped=0, barriers=0, bytes=0, runs=[], violations=[],
                    violation_count=0, by_check={}, hash=None, first_index=None, last_index=None, first_term=None,
-                   last_term=None, screen_disagreements=0)
+                   last_term=None, screen_disagreements=0, cq_digest=[], idx_digest=[], digest=None,
+                   detail=r.detail)
 
 
 class Mapped:

@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from broker.store import message as codec
-from upgrade.validate import dlindex
+from upgrade.validate import digest, dlindex
 from upgrade.validate import records as rec
 from upgrade.validate.cq import scan_cq
 from upgrade.validate.plan import ScanRange
 from upgrade.validate.summary import BARRIER_TOPIC, CHECK_FOR_KIND, IDX_UNIT, TX_SKIP, Mapped, Summary, new_summary
+
+SCHEDULE_TOPIC = codec.RMQ_SYS_SCHEDULE_TOPIC.encode()
 
 
 def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
@@ -45,11 +47,11 @@ def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
 
 
 def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray,
-              phy_expect: np.ndarray, phy_check: str, abs_of: Any) -> None:
+              phy_expect: np.ndarray, phy_check: str, abs_of: Any, head: np.ndarray | None = None) -> None:
     """Screen the messages at buffer positions ``starts``; count, run-summarise, report."""
     if len(starts) == 0:
         return
-    f = rec.message_fields(m.a, starts, ends, r.ctx.check_crc, m.mm)
+    f = rec.message_fields(m.a, starts, ends, r.ctx.check_crc, m.mm, head)
     valid = f.valid.copy()
     parsed = f.parsed.copy()
     for i in np.flatnonzero(~valid).tolist():
@@ -67,7 +69,8 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
         s.violation(phy_check, abs_of(int(starts[i])),
                     f"PHY_POS field is {int(f.phy[i])}, expected {int(phy_expect[i])}")
     rows = np.flatnonzero(parsed)
-    tids, names = rec.topic_ids(m.a, m.mm, f.topic_off[rows], f.topic_len[rows])
+    tids, names = rec.topic_ids(m.a, m.mm, f.topic_off[rows], f.topic_len[rows], f.tail[rows],
+                                f.props_col[rows] - 2 - f.topic_len[rows])
     tx = (f.sys_flag[rows] & codec.TRANSACTION_ROLLBACK_TYPE)
     skip = np.isin(tx, TX_SKIP)
     barrier = np.isin(tids, [i for i, t in enumerate(names) if t == BARRIER_TOPIC])
@@ -80,9 +83,19 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
     qids = f.queue_id[rows]
     keys = tids * (1 << 32) + (qids & 0xFFFFFFFF)
     offs = abs_of(starts[rows])
+
+    def queue_of(key: int) -> tuple[str, int]:
+        return names[key >> 32].decode("utf-8", "replace"), int(np.int32(np.uint32(key & 0xFFFFFFFF)))
+
     for key, q0, q1, n, o0, o1 in rec.runs_by_key(keys[disp], f.queue_offset[rows][disp], offs[disp]):
-        topic, qid = names[key >> 32], int(np.int32(np.uint32(key & 0xFFFFFFFF)))
-        s["runs"].append([topic.decode("utf-8", "replace"), qid, q0, q1, n, o0, o1])
+        s["runs"].append([*queue_of(key), q0, q1, n, o0, o1])
+    dig = disp & ~np.isin(tids, [i for i, t in enumerate(names) if t == SCHEDULE_TOPIC])  # tags = delivery time
+    d = rows[dig]
+    qo = f.queue_offset[d]
+    h = digest.tuple_hash(qo, offs[dig], f.total[d], digest.tags_codes(m.mm, f.props_off[d], f.props_len[d],
+                                                                       f.props_window(m.a, d, 5 + digest.TAG_WINDOW)))
+    for key, b, n, v in digest.keyed_digest(keys[dig], qo // digest.CQ_BUCKET, h):
+        s["cq_digest"].append([*queue_of(key), b, n, v])
 
 
 def _walk(m: Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger: bool) -> list[int]:
@@ -165,15 +178,21 @@ def scan_dl(r: ScanRange) -> Summary:
             if p is None or rec.PAIR.unpack_from(m.mm, p)[0] != rec.DL_MAGIC:
                 p = rec.sync_dledger(m.mm, lo, hi, m.limit, abs0)
         s["first"] = None if p is None else abs0 + p
-        known = dlindex.index_starts(r.ctx, m.a, abs0, p, hi) if p is not None and p < hi else None
+        known = dlindex.index_starts(r.ctx, m.a, abs0, p, hi, verify=False) if p is not None and p < hi else None
+        e = None
+        if known is not None:  # the index tiles the range; its entries' headers must agree (one block read)
+            e = rec.entry_fields(m.a, known[0], m.limit, r.ctx.check_crc, m.mm, extra=rec.HEAD)
+            if not ((e.magic == rec.DL_MAGIC) & (e.size == known[1]) & (e.epos == abs0 + known[0])).all():
+                known = e = None
         if known is None:  # walk the data itself
             starts = np.array(_walk(m, r, s, p, hi, dledger=True), dtype=np.int64)
-        else:  # the index tiles the range exactly; walk only what follows its last entry
+        else:  # walk only what follows the index's last entry
             starts, sizes = known
             nxt = int(starts[-1] + sizes[-1])
             s["end_kind"], s["next"], s["end_pos"] = "range", abs0 + nxt, abs0 + nxt
             if nxt < hi:
                 starts = np.concatenate((starts, np.array(_walk(m, r, s, nxt, hi, dledger=True), dtype=np.int64)))
+                e = None
         if s["end_kind"] == "range" and s["next"] is not None and s["next"] >= abs0 + climit:
             s["end_kind"] = "committed"
         if s["end_kind"] == "zeros" and s["end_pos"] < abs0 + climit:
@@ -182,7 +201,8 @@ def scan_dl(r: ScanRange) -> Summary:
                         f"(committedIndex {r.ctx.committed_index}) ends at {r.ctx.committed_pos}")
         s["records"] = len(starts)
         if len(starts):
-            e = rec.entry_fields(m.a, starts, m.limit, r.ctx.check_crc, m.mm)
+            if e is None:
+                e = rec.entry_fields(m.a, starts, m.limit, r.ctx.check_crc, m.mm, extra=rec.HEAD)
             for i in np.flatnonzero(~e.valid).tolist():
                 _ok, why = rec.entry_verdict(m.mm, int(starts[i]), abs0, r.ctx.check_crc)
                 s.violation("structure", abs0 + int(starts[i]), f"invalid DLedger entry: {why}")
@@ -197,14 +217,17 @@ def scan_dl(r: ScanRange) -> Summary:
                 s.violation("dledger_continuity", abs0 + int(starts[i + 1]),
                             f"term went backwards: {int(e.term[i + 1])} after {int(e.term[i])}")
             s["first_index"], s["last_index"] = int(e.index[0]), int(e.index[-1])
+            own = e.epos == abs0 + starts  # an index unit must find its pos field equal to its pos
+            h = digest.tuple_hash(e.magic[own], e.epos[own], e.size[own], e.index[own], e.term[own])
+            s["idx_digest"] = digest.unit_digest(e.index[own] // digest.IDX_BUCKET, h)
             s["first_term"], s["last_term"] = int(e.term[0]), int(e.term[-1])
             s["bytes"] = int(starts[-1] + e.size[-1] - starts[0])
             mstart = starts + rec.DL_HEADER
-            size_bad = e.valid & (e.body_size != rec.gather(m.a, np.where(e.valid, mstart, 0), 4))
+            size_bad = e.valid & (e.body_size != rec.be(e.block, rec.DL_HEADER, 4))
             for i in np.flatnonzero(size_bad).tolist():
                 s.violation("structure", abs0 + int(starts[i]), "entry bodySize differs from the message TOTALSIZE")
             _messages(m, r, s, mstart, starts + e.size, abs0 + mstart, "dledger_continuity",
-                      lambda x: abs0 + x)
+                      lambda x: abs0 + x, e.block[:, rec.DL_HEADER:])
         _hash(m, r, s)
     finally:
         m.close()
@@ -237,6 +260,11 @@ def scan_idx(r: ScanRange) -> Summary:
             s["first_term"], s["last_term"] = int(units["term"][0]), int(units["term"][-1])
             s["first"], s["next"] = int(units["pos"][0]), int(units["pos"][-1] + units["size"][-1])
         pos = units["pos"].astype(np.int64)
+        if not r.detail:  # the data scan's digest decides; a mismatch brings this range back detailed
+            h = digest.tuple_hash(units["magic"], pos, units["size"], units["index"], units["term"])
+            s["digest"] = digest.unit_digest(numbers // digest.IDX_BUCKET, h)
+            _hash(m, r, s)
+            return s
         matched = np.zeros(len(units), dtype=bool)
         for f in r.ctx.data:
             sel = np.flatnonzero((pos >= f.start) & (pos + 48 <= f.end))
