@@ -7,9 +7,11 @@ Usage::
     python -m bench.dledger_broker_produce --duration 10 --clients 64 --batch 16 --failovers 3
 
 A fresh group of three ``mqbroker`` processes is started from ``conf/dledger/broker-n{0,1,2}.conf``
-(temporary store dirs, free 127.0.0.1 ports). Producers are asyncio clients in this process
-(:class:`broker.api.client.MasterFollowingProducer`: they find the leader through NOT_MASTER
-redirects). Cases:
+(temporary store dirs, free 127.0.0.1 ports). Producers are asyncio clients in this process that
+find the leader through NOT_MASTER redirects: ``--client raw`` (default, :class:`RawHttpProducer`:
+the same JSON requests over keep-alive HTTP/1.1 on plain asyncio streams, ~40 us of client CPU
+per request) or ``--client aiohttp`` (:class:`broker.api.client.MasterFollowingProducer`, ~110-140
+us per request: on this 2-core machine that CPU is taken from the brokers being measured). Cases:
 
 - ``single``: ``--clients`` concurrent writers, one 1 KiB message per request; ``batch``:
   ``--batch-clients`` writers, ``--batch`` messages per request (one DLedger entry each).
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import platform
@@ -148,6 +151,120 @@ class Group:
                 p.wait(5)
 
 
+class RawHttpProducer:
+    """A lean load generator for the broker's HTTP API (``--client raw``, the default).
+
+    The same requests and answers as :class:`MasterFollowingProducer` (``POST /messages``,
+    ``POST /messages/batch``, JSON, base64 bodies, ``NOT_MASTER`` redirects, seed rotation on a
+    connection failure), but HTTP/1.1 keep-alive spoken directly over asyncio streams with one
+    connection per request in flight and the request bytes built once per (topic, queue, body):
+    aiohttp's client costs ~110 us of CPU per request here, more than the broker's HTTP layer,
+    and on a 2-core machine the load generator's CPU is taken from the brokers under test.
+    """
+
+    def __init__(self, seeds: list[str], timeout: float = 30.0) -> None:
+        self.seeds = list(seeds)
+        self.current = self.seeds[0]
+        self.timeout = timeout
+        self._idle: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._cache: dict[tuple[Any, ...], bytes] = {}
+
+    async def __aenter__(self) -> "RawHttpProducer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for conns in self._idle.values():
+            for _, w in conns:
+                w.close()
+        self._idle.clear()
+
+    def _request(self, path: str, key: tuple[Any, ...], payload: Any) -> bytes:
+        raw = self._cache.get(key)
+        if raw is None:
+            body = json.dumps(payload, separators=(",", ":")).encode()
+            raw = self._cache[key] = (f"POST {path} HTTP/1.1\r\nHost: broker\r\nContent-Type: application/json\r\n"
+                                      f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        return raw
+
+    def _retarget(self, address: str, exc: BrokerClientError) -> None:
+        if self.current != address:
+            return
+        master = exc.body.get("masterAddress") if exc.code == "NOT_MASTER" else None
+        if master and master != address:
+            self.current = master
+        else:
+            i = self.seeds.index(address) if address in self.seeds else -1
+            self.current = self.seeds[(i + 1) % len(self.seeds)]
+
+    async def _exchange(self, address: str, raw: bytes) -> tuple[int, bytes, bool]:
+        idle = self._idle.setdefault(address, [])
+        if idle:
+            reader, writer = idle.pop()
+        else:
+            host, _, port = address.rpartition(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(raw)
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            status = int(lines[0].split(None, 2)[1])
+            length, close = 0, False
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.strip().lower() == b"close":
+                    close = True
+            body = await reader.readexactly(length) if length else b""
+        except BaseException:
+            writer.close()
+            raise
+        if close:
+            writer.close()
+        else:
+            idle.append((reader, writer))
+        return status, body, close
+
+    async def _once(self, path: str, key: tuple[Any, ...], payload: Any) -> dict[str, Any]:
+        address = self.current
+        raw = self._request(path, key, payload)
+        try:
+            async with asyncio.timeout(self.timeout):  # no extra task per request, unlike wait_for
+                status, body, _ = await self._exchange(address, raw)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            err = BrokerClientError("CONNECT_FAILED", f"{address}: {exc!r}")
+            self._retarget(address, err)
+            raise err from None
+        except asyncio.TimeoutError:
+            err = BrokerClientError("TIMEOUT", f"no answer from {address} in {self.timeout}s")
+            self._retarget(address, err)
+            raise err from None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = {"code": f"HTTP_{status}", "message": body[:200].decode("utf-8", "replace")}
+        if status >= 300:
+            err = BrokerClientError(str(data.get("code", "UNKNOWN")), str(data.get("message", "")), status, data)
+            self._retarget(address, err)
+            raise err
+        data["brokerAddress"] = address
+        return data
+
+    async def send_once(self, topic: str, body: bytes, queue_id: int) -> dict[str, Any]:
+        return await self._once("/messages", ("s", topic, queue_id, body), {
+            "topic": topic, "queueId": queue_id, "body": base64.b64encode(body).decode("ascii"), "bodyEncoding": "base64"})
+
+    async def send_batch_once(self, topic: str, bodies: list[bytes], queue_id: int) -> dict[str, Any]:
+        return await self._once("/messages/batch", ("b", topic, queue_id, tuple(bodies)), {
+            "topic": topic, "queueId": queue_id,
+            "messages": [{"body": base64.b64encode(b).decode("ascii"), "bodyEncoding": "base64"} for b in bodies]})
+
+
+def _producer(kind: str, seeds: list[str], timeout: float) -> Any:
+    return RawHttpProducer(seeds, timeout) if kind == "raw" else MasterFollowingProducer(seeds, timeout=timeout)
+
+
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process (Linux /proc)."""
     try:
@@ -162,14 +279,17 @@ def _pct(sorted_ms: list[float], q: float) -> float:
     return round(sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))], 3) if sorted_ms else 0.0
 
 
-async def _throughput(seeds: list[str], kind: str, clients: int, duration: float, batch: int, size: int) -> dict[str, Any]:
+async def _throughput(seeds: list[str], kind: str, clients: int, duration: float, batch: int, size: int,
+                      client: str = "raw") -> dict[str, Any]:
     body = os.urandom(size // 2).hex().encode()[:size]
     topic = f"Bench{kind.title()}"
     latencies: list[float] = []
     errors: dict[str, int] = {}
     sent = 0
-    async with MasterFollowingProducer(seeds, timeout=30) as prod:
-        await prod.send(topic, b"warm-up", queue_id=0)
+    async with MasterFollowingProducer(seeds, timeout=30) as warm:
+        await warm.send(topic, b"warm-up", queue_id=0)  # retries until a master takes it
+        seeds = [warm.current] + [s for s in seeds if s != warm.current]
+    async with _producer(client, seeds, 30) as prod:
         stop_at = time.monotonic() + duration
 
         async def worker(i: int) -> None:
@@ -191,7 +311,7 @@ async def _throughput(seeds: list[str], kind: str, clients: int, duration: float
         await asyncio.gather(*(worker(i) for i in range(clients)))
         elapsed = time.monotonic() - t0
     lat = sorted(latencies)
-    return {"kind": kind, "clients": clients, "batch": batch if kind == "batch" else 1, "body_bytes": size,
+    return {"kind": kind, "client": client, "clients": clients, "batch": batch if kind == "batch" else 1, "body_bytes": size,
             "messages": sent, "requests": len(lat), "seconds": round(elapsed, 2),
             "msgs_per_s": round(sent / elapsed, 1), "mib_per_s": round(sent * size / elapsed / (1 << 20), 2),
             "latency_ms": {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "p99": _pct(lat, 0.99),
@@ -199,7 +319,7 @@ async def _throughput(seeds: list[str], kind: str, clients: int, duration: float
             "errors": errors}
 
 
-async def _failover(group: Group, clients: int, size: int) -> dict[str, Any]:
+async def _failover(group: Group, clients: int, size: int, client: str = "raw") -> dict[str, Any]:
     body = b"f" * size
     acks: list[tuple[float, str]] = []
     failures = 0
@@ -208,7 +328,7 @@ async def _failover(group: Group, clients: int, size: int) -> dict[str, Any]:
     assert old is not None, "no master before the kill"
     seeds = [group.address(n) for n in IDS]
 
-    async with MasterFollowingProducer(seeds, timeout=3) as prod:
+    async with _producer(client, seeds, 3) as prod:
         async def worker(i: int) -> None:
             nonlocal failures
             while not stop.is_set():
@@ -248,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failovers", type=int, default=2, help="kill -9 rounds (0: none)")
     p.add_argument("--failover-clients", type=int, default=16)
     p.add_argument("--file-size", type=int, default=64 << 20, help="mappedFileSizeCommitLog (DLedger data files)")
+    p.add_argument("--client", choices=("raw", "aiohttp"), default="raw",
+                   help="load generator: lean keep-alive HTTP/1.1 (raw) or broker.api.client's MasterFollowingProducer")
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
     try:  # the client shares the machine with the three brokers: spend as little CPU as they do
@@ -271,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             leader = group.master()
             pids = {n: group.procs[n].pid for n in IDS} | {"client": os.getpid()}
             cpu0, t0 = {k: _cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
-            res = asyncio.run(_throughput(seeds, kind, clients, args.duration, args.batch, args.size))
+            res = asyncio.run(_throughput(seeds, kind, clients, args.duration, args.batch, args.size, args.client))
             wall = time.monotonic() - t0
             busy = {("leader" if k == leader else k): round((_cpu_seconds(p) - cpu0[k]) / wall, 2) for k, p in pids.items()}
             res["cpu_cores_busy"] = busy
@@ -283,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"p99 {res['latency_ms']['p99']} ms  errors {res['errors']}", file=sys.stderr)
         for _ in range(args.failovers):
             group.wait(group.in_sync, 60, "all nodes in sync")
-            res = asyncio.run(_failover(group, args.failover_clients, args.size))
+            res = asyncio.run(_failover(group, args.failover_clients, args.size, args.client))
             report["failovers"].append(res)
             print(f"failover: killed {res['killed']}, first ack elsewhere after {res['failover_s']} s, "
                   f"stall {res['stall_s']} s", file=sys.stderr)

@@ -57,8 +57,11 @@ CONFIG_FILE_NAMES = ("topics", "consumerOffset", "delayOffset", "subscriptionGro
 MAX_PULL_BATCH = 1024
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps(separators=) builds one per call
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status, content_type="application/json")
+    return web.Response(text=_ENCODE(data), status=status, content_type="application/json")
 
 
 def _route_name(request: web.Request) -> str:

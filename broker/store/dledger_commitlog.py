@@ -336,7 +336,9 @@ class DLedgerCommitLog:
                 last = pos
                 if self.message_store is not None:
                     self.message_store.wake_dispatch()
-            await asyncio.sleep(0.005)
+            # a ready leader's commits come from its own puts, which wake dispatch themselves
+            # (dledger_put.complete_put): then this poll is only a safety net
+            await asyncio.sleep(0.05 if self._leader_ready.is_set() else 0.005)
 
     # --- offsets ----------------------------------------------------------------------------
     def _committed_pos(self) -> int:
