@@ -9,6 +9,9 @@ Rules:
   range that lies wholly inside a record owned by its predecessor.
 - The checks (names as in the report):
   1 ``structure``          codec verdicts on every record/entry; every full file ends in a blank.
+                           Classic stores only: an invalid record past the ConsumeQueues' dispatch
+                           frontier, in the last file, followed by nothing but zeros is an
+                           unfinished write (``old.unfinished_tail``, a note, the write end).
   2 ``old_continuity``     old files contiguous and equal-sized; records tile; PHY_POS == offset.
   3 ``divide``             old region ends at divided_commitlog_offset, blank-filled; the first
                            DLedger data file starts there with an entry (n/a for classic stores).
@@ -108,7 +111,7 @@ def _file_terminals(sums: list[dict]) -> tuple[str, int | None]:
     """How a file's record walk ended: (kind, absolute position)."""
     live = [s for s in sums if not s.get("discarded")]
     for s in reversed(live):
-        if s["end_kind"] in ("blank", "zeros", "break", "overrun", "committed", "error"):
+        if s["end_kind"] in ("blank", "zeros", "break", "overrun", "committed", "error", "tail"):
             return s["end_kind"], s["end_pos"]
         if s["end_kind"] == "range":
             if s["next"] is not None and s["next"] >= s["file_start"] + s["file_size"]:
@@ -138,8 +141,8 @@ def _old_region(f: Findings, lay: StoreLayout, sums_by_file: dict, info: dict) -
         if kind == "blank":
             write_end = pos
             continue
-        if last and not mixed and kind in ("zeros", "exact-end", "empty", "range"):
-            write_end = pos if pos is not None else fr.start
+        if last and not mixed and kind in ("zeros", "exact-end", "empty", "range", "tail"):
+            write_end = pos if pos is not None else fr.start  # "tail": an unfinished write starts there
             continue
         where = pos if pos is not None else fr.start
         what = {"zeros": f"records stop at {where} (zeros)", "exact-end": "records run to the file end",
@@ -325,8 +328,14 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
                                 "mode": "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")}
         old_info: dict[str, Any] = {"files": len(lay.old), "file_size": lay.old_file_size}
         _old_region(f, lay, old_files, old_info)
-        for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records"):
-            old_info[key] = sum(s[key] for s in live("old"))
+        for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records", "undispatched"):
+            old_info[key] = sum(s.get(key, 0) for s in live("old"))
+        ctx = plan.contexts.get(lay.node)
+        if ctx is not None and ctx.live_tail is not None:
+            old_info["dispatch_frontier"] = ctx.vouched
+            notes = [s["tail"] for s in live("old") if s.get("tail")]
+            if notes:
+                old_info["unfinished_tail"] = notes[0]
         info["old"] = old_info
         info["divided_offset"] = lay.divided_offset
         if lay.dledger is not None:

@@ -6,8 +6,12 @@ Rules:
   is RocketMQ's pre-blank fill; an empty unit followed by live ones is a hole.
 - A unit's offset is routed like ``DLedgerCommitLog.getData``: below the divide to the old
   commitlog, at or above it to the DLedger data files; units at or beyond the committed prefix
-  are counted (``beyond_committed``) and not read (the broker may be running).
-- Fast path: header fields of all pointed-at messages are gathered with numpy and compared at
+  are counted (``beyond_committed``) and not read (the broker may be running); in a classic
+  store so are units at or past the dispatch frontier taken when planning (``ctx.vouched``).
+- Digest path (default): units are reduced to per-bucket digests (``digest``) without reading
+  any message; the driver compares them with the data scan's and sends ranges whose buckets
+  differ back with ``detail=True``. The detailed path below decides and words every violation.
+- Detailed fast path: header fields of all pointed-at messages are gathered with numpy and compared at
   once; tags codes come from the ``TAGS`` property hashed with Java's ``String.hashCode``
   (cached per tag). Any unit that fails the fast path - and every unit of ``SCHEDULE_TOPIC_XXXX``,
   whose tags code is a delivery time - is re-checked with the shared codec
@@ -135,6 +139,8 @@ def scan_cq(r: ScanRange) -> Summary:
         o = off[nz]
         new = (o >= ctx.divided) if ctx.divided is not None else np.zeros(len(nz), dtype=bool)
         beyond = new & (o >= ctx.committed_pos) if ctx.committed_pos is not None else np.zeros(len(nz), dtype=bool)
+        if ctx.vouched is not None:  # a live classic store: units dispatched after planning
+            beyond |= o >= ctx.vouched
         s["beyond_committed"] = int(beyond.sum())
         if not r.detail and r.topic not in _ALWAYS_DETAILED:  # the data scan's digest decides
             inside = nz[~beyond]
@@ -144,7 +150,7 @@ def scan_cq(r: ScanRange) -> Summary:
             s["records"] = s["messages"] = len(inside)
             return s
         placed = np.zeros(len(nz), dtype=bool)
-        for files, region in ((ctx.old, ~new), (ctx.data, new & ~beyond)):
+        for files, region in ((ctx.old, ~new & ~beyond), (ctx.data, new & ~beyond)):
             if not files:
                 continue
             starts = np.array([f.start for f in files], dtype=np.int64)

@@ -4,7 +4,8 @@ Rules:
 - Only range descriptors go to the executors and only range summaries come back (DESIGN §6);
   the driver never reads record bytes except a short walk of a classic last file when replicas
   must be compared (``plan``).
-- Rescans asked for by ``checks.reconcile`` and exact-byte diffs of mismatching replica ranges
+- Rescans asked for by ``checks.reconcile``, detailed CQ/index rescans asked for by
+  ``digest.detail_rescans`` (buckets whose digests differ) and exact-byte diffs of mismatching replica ranges
   run as further (small) Spark jobs on the same session.
 - Progress goes to stderr: a tqdm bar over the tasks of each job, fed by polling Spark's status
   tracker from the driver while a helper thread runs the job.

@@ -9,6 +9,9 @@ Rules:
   ``committedIndex``; the index unit of that entry gives ``committed_pos = pos + size``. Bytes at
   or after ``committed_pos`` and index units after ``committedIndex`` are never read, so a store
   that a broker has open can be validated.
+- A store without a DLedger directory whose last old file ends in a blank is taken as frozen by
+  the upgrade, unless a newer file has appeared by the time that file was walked (a running
+  broker closes a file with a blank and rolls to the next at once).
 - Node labels are the DLedger ``selfId`` when every root has a distinct one, else the root's
   directory name (suffixed ``#k`` when still ambiguous); every violation names its node.
 
@@ -197,7 +200,10 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     if dl is not None and not dl.data and old:  # frozen, DLedger not started yet: nothing committed
         dl = replace(dl, committed_pos=old[-1].end)
     label = node or (dl.self_id if dl else path.name)
-    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path), dl is None and _ends_in_blank(old))
+    frozen = dl is None and _ends_in_blank(old)
+    if frozen and len(_numbered_files(path / "commitlog")) > len(old):
+        frozen = False  # a running broker closed that file with a blank and rolled to a new one
+    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path), frozen)
 
 
 def _ends_in_blank(old: tuple[FileRef, ...]) -> bool:

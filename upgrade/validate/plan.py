@@ -14,6 +14,10 @@ Rules:
 - Replica hashing (check 6) is planned here: with several nodes each range hashes its bytes up
   to the common limit (old region: the smallest write end / the divide; DLedger: the smallest
   ``committed_pos``; index: the smallest committed index).
+- Classic stores (no DLedger, not frozen) may be open in a running broker: their context carries
+  ``vouched``, the ConsumeQueues' dispatch frontier (:func:`cq_frontier`, clamped to the end of
+  the files listed) and ``live_tail``, the last old file. Records before ``vouched`` were whole
+  when dispatched; what follows is checked with the unfinished-write rule (``tasks``).
 - A ScanRange is a small frozen record: it is pickled to executors; the files stay where they are.
 
 Theory of operation: ``plan(layouts, range_size)`` is pure metadata work on the driver (file
@@ -25,10 +29,13 @@ import mmap
 import os
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from upgrade.validate.layout import FileRef, StoreLayout
 from upgrade.validate.records import walk_classic
 
 DEFAULT_RANGE_SIZE = 64 << 20
+CQ_UNIT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 CQ_DENSITY = 64  # CQ ranges cover range_size / 64 bytes: ~the messages of one data range
 CQ_MIN_RANGE = 64 << 10
 
@@ -45,6 +52,11 @@ class NodeContext:
     committed_pos: int | None
     committed_index: int
     check_crc: bool = True
+    # classic stores (no DLedger, not frozen) may have a broker writing them: ``vouched`` is the
+    # ConsumeQueues' dispatch frontier (max unit offset + size) and ``live_tail`` the last old
+    # file's path; see ``tasks`` (unfinished writes) and ``cq`` (units past the frontier)
+    vouched: int | None = None
+    live_tail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,50 @@ def classic_write_end(layout: StoreLayout) -> int | None:
     return last.start + end
 
 
+def cq_frontier(layout: StoreLayout) -> int | None:
+    """Max ``offset + size`` over the last live unit of every ConsumeQueue (None without any).
+
+    Reput dispatches records in commitlog order and only complete ones, so every record that
+    starts before this offset was completely written when it was read (RocketMQ's dispatch
+    position, as the ConsumeQueues on disk vouch for it). Per queue: the last file holding a
+    live unit, found by a binary search over units (live units first, then zeros), a few
+    20-byte reads each.
+    """
+    best = None
+    for q in layout.queues:
+        for f in reversed(q.files):
+            with open(f.path, "rb") as fh:
+                def unit(i: int) -> tuple[int, int]:
+                    raw = os.pread(fh.fileno(), 20, i * 20)
+                    if len(raw) < 20:
+                        return 0, 0
+                    u = np.frombuffer(raw, dtype=CQ_UNIT)[0]
+                    return int(u["off"]), int(u["size"])
+
+                lo, hi = 0, f.size // 20  # find the first empty unit
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if unit(mid)[1] != 0:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo == 0:
+                    continue
+                off, size = unit(lo - 1)
+            if size == 0x7FFFFFFF:  # pre-blank fill only: no live unit in this file
+                continue
+            best = off + size if best is None else max(best, off + size)
+            break
+    return best
+
+
+def _vouched(layout: StoreLayout) -> int | None:
+    """The dispatch frontier, clamped to the end of the files discovered (a broker may have
+    rolled to a new file and dispatched into it since the listing)."""
+    front = cq_frontier(layout)
+    return None if front is None else min(front, layout.old[-1].end)
+
+
 def _grid(f: FileRef, limit: int, step: int) -> list[tuple[int, int]]:
     return [(s, min(s + step, limit)) for s in range(0, limit, step)]
 
@@ -151,8 +207,10 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
     rid = 0
     for lay in layouts:
         dl = lay.dledger
+        live = dl is None and not lay.frozen and bool(lay.old)
         ctx = NodeContext(lay.node, lay.old, dl.data if dl else (), dl.index if dl else (), lay.divided_offset,
-                          dl.committed_pos if dl else None, dl.committed_index if dl else -1, check_crc)
+                          dl.committed_pos if dl else None, dl.committed_index if dl else -1, check_crc,
+                          _vouched(lay) if live else None, lay.old[-1].path if live else None)
         out.contexts[lay.node] = ctx
         for f in lay.old:
             for s, e in _grid(f, f.size, range_size):

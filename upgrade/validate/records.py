@@ -16,8 +16,11 @@ Rules:
 
 Theory of operation: the only per-record Python work is the size-chasing walk (one
 ``unpack_from`` per record; DLedger regions skip even that when positions come from the index)
-and one ``zlib.crc32`` per body; every other field is read for all records at once by fancy
-indexing (``np.take(a, pos[:, None] + arange(w))``) and viewing the result as big-endian integers.
+and one ``zlib.crc32`` per body (over a memoryview slice of the mmap: no copy). Every other
+field comes from two block reads per record - HEAD bytes at the record start (for DLedger, the
+entry header and the message header in one block) and TAIL bytes at the topic length - copied
+row by row out of a zero-copy ``sliding_window_view`` of the mapping (measured ~20x cheaper than
+``np.take`` with an (n, w) index matrix), then sliced into big-endian integer columns.
 """
 from __future__ import annotations
 

@@ -80,6 +80,11 @@ def summary_text(report: dict, max_rows: int = 10) -> str:
         old = info["old"]
         lines.append(f"  old commitlog: {old['files']} files, {_fmt(old['messages'])} messages, "
                      f"write end {_fmt(old.get('write_end'))}")
+        if old.get("undispatched"):
+            lines.append(f"  {_fmt(old['undispatched'])} messages past the ConsumeQueues' dispatch frontier "
+                         f"{_fmt(old.get('dispatch_frontier'))} (not dispatched yet; not checked against ConsumeQueues)")
+        if old.get("unfinished_tail"):
+            lines.append(f"  note: {old['unfinished_tail']['message']}")
         if "dledger" not in info and info.get("divided_offset") is not None:
             lines.append(f"  divided_commitlog_offset {_fmt(info['divided_offset'])} (frozen by the upgrade; "
                          f"no DLedger data yet)")

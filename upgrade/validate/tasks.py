@@ -8,6 +8,16 @@ Rules:
   ``{check, node, file, offset, file_offset, queue, space, message}`` (at most MAX_VIOLATIONS per range,
   the rest counted). Never per-record rows.
 - Offsets in summaries are absolute (physical offset, index-space or CQ-space bytes).
+- A classic store may be written while we read it (committed point = the dispatch frontier
+  ``ctx.vouched``): messages at or past it are counted as ``undispatched`` and kept out of the
+  queue runs and CQ digests; an invalid record in the last file, past the frontier, followed only
+  by zeros is an unfinished write - a ``tail`` note and the file's write end, not a violation -
+  while one that more data follows stays a violation. A range of the last file that found any
+  violation is scanned once more after ``LIVE_RETRY_SECONDS`` (the writer may have been inside
+  that very record) and the second result counts.
+- Data ranges also emit the digests of ``digest`` (CQ tuples of every dispatchable message,
+  index tuples of every entry); CQ and index ranges run their detailed per-unit check only when
+  sent back with ``detail=True``.
 - Validity comes from the shared codecs (see ``records``); PHY_POS, pos fields, index/term
   continuity inside the range and CQ-unit matching are checked here; continuity across ranges,
   files, the divide and replicas is the driver's job (``checks``).
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -32,6 +43,7 @@ from upgrade.validate.plan import ScanRange
 from upgrade.validate.summary import BARRIER_TOPIC, CHECK_FOR_KIND, IDX_UNIT, TX_SKIP, Mapped, Summary, new_summary
 
 SCHEDULE_TOPIC = codec.RMQ_SYS_SCHEDULE_TOPIC.encode()
+LIVE_RETRY_SECONDS = 0.5
 
 
 def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
@@ -61,6 +73,9 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
             valid[i] = parsed[i] = True
             s["screen_disagreements"] += 1
             continue
+        if i == len(starts) - 1 and _unfinished_tail(m, r, s, p, f"invalid message: {why}"):
+            parsed[i] = False
+            continue
         s.violation("structure", abs_of(p), f"invalid message: {why}")
         parsed[i] = rec.codec_verdict(m.mm, p, False)[0]  # a CRC-only failure keeps a usable header
     s["messages"] += int(parsed.sum())
@@ -77,12 +92,16 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
     s["tx_skipped"] += int(skip.sum())
     s["barriers"] += int((barrier & ~skip).sum())
     disp = ~skip & ~barrier
+    offs = abs_of(starts[rows])
+    if r.ctx.vouched is not None:  # past the dispatch frontier: not (yet) in any ConsumeQueue
+        late = disp & (offs >= r.ctx.vouched)
+        s["undispatched"] += int(late.sum())
+        disp &= ~late
     s["dispatchable"] += int(disp.sum())
     if not disp.any():
         return
     qids = f.queue_id[rows]
     keys = tids * (1 << 32) + (qids & 0xFFFFFFFF)
-    offs = abs_of(starts[rows])
 
     def queue_of(key: int) -> tuple[str, int]:
         return names[key >> 32].decode("utf-8", "replace"), int(np.int32(np.uint32(key & 0xFFFFFFFF)))
@@ -108,6 +127,9 @@ def _walk(m: Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger
         starts.extend(got)
         s["end_kind"], s["end_pos"] = kind, abs0 + q
         if kind in ("break", "overrun"):
+            if not dledger and _unfinished_tail(m, r, s, q, "unparseable record header"):
+                s["next"] = None
+                return starts
             if dledger:
                 _ok, why = rec.entry_verdict(m.mm, q, abs0)
             else:
@@ -137,7 +159,34 @@ def _walk(m: Mapped, r: ScanRange, s: Summary, p: int | None, stop: int, dledger
     return starts
 
 
+def _unfinished_tail(m: Mapped, r: ScanRange, s: Summary, q: int, why: str) -> bool:
+    """An invalid record at buffer position ``q`` is an unfinished write (a note, not a
+    violation) iff the store is classic, ``q`` is in its last file, at or past the dispatch
+    frontier (no ConsumeQueue vouches for it), and every byte after the record (its declared
+    extent when that is sane, else its 8-byte head) up to the file end is zero."""
+    abs_q = r.file_start + m.base + q
+    if r.ctx.live_tail != r.path or (r.ctx.vouched is not None and abs_q < r.ctx.vouched):
+        return False
+    size = rec.PAIR.unpack_from(m.mm, q)[0] if q + 8 <= m.limit else 0
+    end = q + size if rec.MIN_RECORD <= size and q + size <= m.limit else min(q + 8, m.limit)
+    if m.a[end:].any():
+        return False
+    s["tail"] = {"offset": abs_q, "file_offset": abs_q - r.file_start, "file": r.name,
+                 "message": f"tail not yet written: the record at {abs_q} is incomplete ({why}) and only zeros "
+                            f"follow it; a broker writing the store finishes it (not vouched for by any ConsumeQueue)"}
+    s["end_kind"], s["end_pos"] = "tail", abs_q
+    return True
+
+
 def scan_old(r: ScanRange) -> Summary:
+    s = _scan_old(r)
+    if r.ctx.live_tail == r.path and s["violation_count"]:
+        time.sleep(LIVE_RETRY_SECONDS)  # a broker may have been writing that very record: look again
+        s = _scan_old(r)
+    return s
+
+
+def _scan_old(r: ScanRange) -> Summary:
     s = new_summary(r)
     m = Mapped(r.path, r.start)
     try:

@@ -89,6 +89,21 @@ def test_cq_unit_pointing_elsewhere(spark, store_copy, fixture_set, manifests):
     assert failing(report) == {"consumequeue"}
 
 
+def test_cq_unit_with_wrong_tags_code(spark, store_copy, fixture_set, manifests):
+    """Only the tags code differs: the digest catches it, the detailed check names the unit."""
+    root = store_copy(fixture_set.mixed)
+    manifest = [r for r in manifests(fixture_set.mixed) if r.get("inConsumeQueue", 1) == 1 and r["topic"] != "SCHEDULE_TOPIC_XXXX"]
+    msg = manifest[len(manifest) // 3]
+    cq = root / "consumequeue" / msg["topic"] / str(msg["queueId"]) / f"{0:020d}"
+    tags = int.from_bytes(read(cq, msg["queueOffset"] * 20 + 12, 8), "big", signed=True)
+    put_long(cq, msg["queueOffset"] * 20 + 12, tags ^ 1)
+    report = _validate(spark, root)
+    assert_located(report, "consumequeue", "n0", cq.name, msg["queueOffset"] * 20,
+                   queue=f"{msg['topic']}:{msg['queueId']}", contains=f"tags code {tags ^ 1} != message tags code {tags}")
+    assert failing(report) == {"consumequeue"}
+    assert report["params"]["detail_rescans"] == 1
+
+
 def test_skipped_queue_offset(spark, store_copy, fixture_set, manifests):
     root = store_copy(fixture_set.mixed)
     manifest = manifests(fixture_set.mixed)

@@ -15,6 +15,7 @@ def test_same_report_for_any_range_size_and_task_order(fixture_root, fixture_set
     root = str(fixture_root / fixture_set.mixed)
     big = job.run_validation([root], local=True, range_size=4 << 20, progress=False)
     assert big["ok"] and big["params"]["rescans"] == 0
+    assert big["params"]["detail_rescans"] == 0  # CQ and index digests agree: no unit re-read
     real = job.local_map
 
     def shuffled(items, fn, label):
