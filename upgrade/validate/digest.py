@@ -19,9 +19,10 @@ Rules:
   re-runs the *detailed* per-unit check (the shared codec) on every unit range overlapping the
   bucket, which locates and words each bad unit exactly as before. Differences in coverage (a CQ
   behind its commitlog, expired files) only cost a detailed rescan of the edge buckets.
-- Tags codes are computed vectorised when the properties start with ``TAGS\\x01`` and the tag is
-  short ASCII (what this project's producers write); any other record goes through the same
-  per-blob parse the detailed check's fast path uses (``cq.tags_code_of``).
+- Tags codes are computed vectorised when the ``TAGS`` key and its ASCII value lie in the first
+  PROPS_WINDOW bytes of the properties (this project's producers write it first, Apache 4.9.8
+  after ``KEYS``); any other record goes through the same per-blob parse the detailed check's
+  fast path uses (``cq.tags_code_of``).
 
 Theory of operation: numpy only - one window ``take`` per record for the tags, a splitmix64
 finaliser over the tuple words, ``lexsort`` + ``add.reduceat`` per key. A digest row is
@@ -36,7 +37,7 @@ import numpy as np
 
 CQ_BUCKET = 4096  # queue offsets per digest bucket
 IDX_BUCKET = 1 << 16  # entry indexes per digest bucket
-TAG_WINDOW = 32  # longest tag hashed vectorised
+PROPS_WINDOW = 112  # properties bytes searched for the TAGS key vectorised
 
 _U64 = np.uint64
 _M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
@@ -97,10 +98,13 @@ def keyed_digest(keys: np.ndarray, buckets: np.ndarray, h: np.ndarray) -> list[t
 def tags_codes(mm: Any, props_off: np.ndarray, props_len: np.ndarray, window: np.ndarray) -> np.ndarray:
     """Tags code (Java hash of the ``TAGS`` property, 0 when absent) of each properties blob.
 
-    ``window`` holds the first ``5 + TAG_WINDOW`` bytes of each blob (``MessageFields.props_window``).
-    Vectorised: rows whose blob starts with ``TAGS\x01`` and whose tag is ASCII and ends (``\x02``
-    or the blob end) inside the window are hashed column by column (Horner, mod 2**32), for as
-    many columns as the longest such tag; every other blob is parsed one by one.
+    ``window`` holds the first ``PROPS_WINDOW`` bytes of each blob (``MessageFields.props_window``;
+    bytes past a blob's end are ignored). Vectorised like ``cq.tags_code_of``: the first
+    ``TAGS\x01`` at the blob start or after a ``\x02`` (candidates are the ``T`` bytes, checked
+    in bulk); the tag ends at the next ``\x02`` or the blob end and is hashed column by column
+    (Horner mod 2**32) while it is ASCII. A blob with no TAGS key inside the window is 0 when the
+    window holds all of it. Anything else - a non-ASCII tag, a tag or key past the window - goes
+    through the per-blob parse.
     """
     from upgrade.validate.cq import tags_code_of  # the per-blob parse (the detailed path's)
 
@@ -109,24 +113,38 @@ def tags_codes(mm: Any, props_off: np.ndarray, props_len: np.ndarray, window: np
     if n == 0:
         return out
     plen = props_len.astype(np.int64)
-    room = plen - 5  # tag bytes before the blob ends
-    active = (plen >= 5) & (window[:, :5] == _TAGS).all(axis=1)
-    fast = active.copy()
+    width = window.shape[1]
+    flat = np.ascontiguousarray(window).reshape(-1)
+    cr, cc = np.nonzero(window[:, :width - 4] == _TAGS[0])
+    at = cr * width + cc
+    hit = (cc + 5 <= plen[cr]) & (np.where(cc > 0, flat[np.maximum(at - 1, 0)], 2) == 2)
+    for k in range(1, 5):
+        hit &= flat[at + k] == _TAGS[k]
+    rows, first = np.unique(cr[hit], return_index=True)  # nonzero is row-major: first hit per row
+    start = np.full(n, -1, dtype=np.int64)
+    start[rows] = cc[hit][first] + 5
+    found = start >= 0
+    absent = ~found & (plen <= width)  # the whole blob seen, no TAGS key: code 0
+    active = found.copy()
+    fast = found | absent
+    room = plen - start
+    base = np.arange(n, dtype=np.int64) * width
     h = np.zeros(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for j in range(TAG_WINDOW + 1):
+        for j in range(width):
             if not active.any():
                 break
-            if j == TAG_WINDOW:  # a longer tag: the per-blob parse
-                fast &= ~active
-                break
-            c = window[:, 5 + j]
+            col = start + j
+            c = flat[base + np.clip(col, 0, width - 1)]
             ended = active & ((room <= j) | (c == 2))
             active &= ~ended
-            fast &= ~(active & (c >= 0x80))  # non-ASCII: UTF-16 code units differ from bytes
+            lost = active & ((col >= width) | (c >= 0x80))  # past the window, or non-ASCII (UTF-16 units)
+            fast &= ~lost
+            active &= ~lost
             h = np.where(active, h * _U64(31) + c, h)
     h &= _U64(0xFFFFFFFF)
-    out[fast] = h[fast].astype(np.int64) - np.where(h[fast] >= _U64(1 << 31), 1 << 32, 0)
+    sel = found & fast
+    out[sel] = h[sel].astype(np.int64) - np.where(h[sel] >= _U64(1 << 31), 1 << 32, 0)
     slow = np.flatnonzero(~fast & (plen > 0))
     for i, o, ln in zip(slow.tolist(), props_off[slow].tolist(), plen[slow].tolist()):
         out[i] = tags_code_of(bytes(mm[o:o + ln]))

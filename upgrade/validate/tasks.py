@@ -112,7 +112,7 @@ def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.
     d = rows[dig]
     qo = f.queue_offset[d]
     h = digest.tuple_hash(qo, offs[dig], f.total[d], digest.tags_codes(m.mm, f.props_off[d], f.props_len[d],
-                                                                       f.props_window(m.a, d, 5 + digest.TAG_WINDOW)))
+                                                                       f.props_window(m.a, d, digest.PROPS_WINDOW)))
     for key, b, n, v in digest.keyed_digest(keys[dig], qo // digest.CQ_BUCKET, h):
         s["cq_digest"].append([*queue_of(key), b, n, v])
 

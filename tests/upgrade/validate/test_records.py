@@ -165,7 +165,7 @@ def test_vectorised_tags_codes_match_codec(fixture_root):
             a = np.frombuffer(mm, dtype=np.uint8)
             f = rec.message_fields(a, np.array(starts), len(mm), False, mm)
             rows = np.arange(len(starts))
-            got = digest.tags_codes(mm, f.props_off, f.props_len, f.props_window(a, rows, 5 + digest.TAG_WINDOW))
+            got = digest.tags_codes(mm, f.props_off, f.props_len, f.props_window(a, rows, digest.PROPS_WINDOW))
             for i, p in enumerate(starts):
                 want = codec.check_message_and_return_size(mm, p, False)
                 if want.topic != codec.RMQ_SYS_SCHEDULE_TOPIC:
@@ -186,7 +186,7 @@ def test_synthetic_tags_codes():
     buf = b"".join(blobs) + bytes(64)
     offs = np.cumsum([0] + [len(b) for b in blobs[:-1]])
     a = np.frombuffer(buf, np.uint8)
-    got = digest.tags_codes(buf, offs, np.array([len(b) for b in blobs]), rec.block(a, offs, 5 + digest.TAG_WINDOW))
+    got = digest.tags_codes(buf, offs, np.array([len(b) for b in blobs]), rec.block(a, offs, digest.PROPS_WINDOW))
     assert got.tolist() == [tags_code_of(b) for b in blobs]
 
 
