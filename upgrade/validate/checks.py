@@ -17,8 +17,10 @@ Rules:
                            DLedger data file starts there with an entry (n/a for classic stores).
   4 ``dledger_continuity`` pos fields tile; indexes contiguous up to committedIndex; terms never
                            decrease; PHY_POS == pos + 48; index units match entries.
-  5 ``consumequeue``       units match their messages; per queue the offsets of dispatchable
-                           messages form one +1 run across the divide and the CQ covers it.
+  5 ``consumequeue``       units match their messages (decided by ``digest``: per-bucket digests of
+                           the data scan vs the CQ units; differing buckets are rechecked unit by
+                           unit); per queue the offsets of dispatchable messages form one +1 run
+                           across the divide and the CQ covers it.
   6 ``replicas``           same bytes per range on every node up to the common limits; same divide.
 - Every violation row carries check, node, file, offset (absolute) and file_offset; queue rows
   also carry ``topic:queueId``.
