@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 from tests.upgrade.validate.helpers import RANGE, assert_located, data_file, failing, flip, patch, read
 from upgrade.validate import job
 from upgrade.validate.report import summary_text
@@ -131,6 +131,62 @@ def test_validate_while_a_broker_writes(tmp_path, spark):
         assert node["messages"] == total and node["old"].get("undispatched", 0) == 0
         assert not node["old"].get("unfinished_tail")
         print("live runs (acked before, counted, undispatched, unfinished tail):", runs)
+    finally:
+        stop.set()
+        kill_all([broker])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_validate_a_dledger_store_while_its_broker_writes(tmp_path):
+    """A one-member DLedger broker keeps appending: only the committed prefix (checkpoint) is read."""
+    from broker.devtools import procs as devprocs
+    from broker.devtools.procs import REPO, port_pair
+
+    port, raft = port_pair(), port_pair()
+    store = tmp_path / "dl-n0"
+    conf = devprocs.write_conf(REPO / "conf" / "dledger" / "broker-n0.conf", tmp_path / "broker-n0.conf", {
+        "listenPort": port, "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
+        "mappedFileSizeCommitLog": 1 << 20, "dLegerPeers": f"n0-127.0.0.1:{raft}",
+        "dLegerPeersHttp": f"n0-127.0.0.1:{port}"})
+    broker = BrokerProc(conf, port, "dl-n0", tmp_path)
+    stop, acked, errors = threading.Event(), [], []
+    thread = threading.Thread(target=_producer, args=(broker.address, stop, acked, errors), daemon=True)
+    try:
+        broker.start(timeout=60)
+
+        def leader() -> bool:
+            try:
+                with broker.client() as c:
+                    return c.send("LiveTopic", "hello", tags="T0")["status"] == "SEND_OK"
+            except Exception:  # noqa: BLE001 - NOT_MASTER until it has elected itself
+                return False
+
+        wait_until(leader, 30, "a one-member DLedger group elects itself")
+        acked.append(1)
+        thread.start()
+        checkpoint = store / "dledger-n0" / "checkpoint"
+        deadline = time.monotonic() + 60
+        while (sum(acked) < 2000 or not checkpoint.exists()) and time.monotonic() < deadline and not errors:
+            time.sleep(0.1)
+        assert not errors and sum(acked) >= 2000 and checkpoint.exists(), errors
+        seen = []
+        for _ in range(3):
+            report = _validate(store)
+            after = sum(acked)
+            assert report["ok"], [(r["check"], r["offset"], r["message"]) for c in report["checks"].values()
+                                  for r in c["violations"][:3]]
+            node = report["nodes"]["n0"]  # the checkpoint (written every 3 s) bounds what is read
+            assert node["mode"] == "mixed" and 0 < node["messages"] <= after
+            seen.append((node["dledger"]["committed_index"], node["messages"]))
+            time.sleep(1.5)
+        assert seen == sorted(seen) and seen[-1] > seen[0], seen
+        stop.set()
+        thread.join(30)
+        total = sum(acked)
+        assert broker.stop() == 0
+        report = _validate(store)
+        assert report["ok"] and report["nodes"]["n0"]["messages"] == total
     finally:
         stop.set()
         kill_all([broker])
