@@ -177,8 +177,6 @@ def sync_dledger(mm: Any, p: int, stop: int, limit: int, abs_base: int) -> int |
 
 HEAD = 88  # bytes of a record's header read in one block: TOTALSIZE .. BODYLEN (IPv4 hosts)
 TAIL = 160  # bytes read in one block at the topic length: topic, props length, props head
-_HEAD_COLS = np.arange(HEAD, dtype=np.int64)
-_TAIL_COLS = np.arange(TAIL, dtype=np.int64)
 
 
 def block(a: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
