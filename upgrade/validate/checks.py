@@ -137,9 +137,19 @@ def _old_region(f: Findings, lay: StoreLayout, sums_by_file: dict, info: dict) -
         if fr.size != size:
             f.add("old_continuity", node, fr.name, fr.start, f"file size {fr.size} differs from the others' {size}", 0)
     write_end = None
+    terminals = [_file_terminals(sums_by_file.get((node, fr.path), [])) for fr in old]
+    # A running classic broker pre-creates its next file (AllocateMappedFileService) before the
+    # current one is full: trailing files with no record are not yet in use, and the last file
+    # holding records is the one being written.
+    last_used = len(old) - 1
+    if not mixed:
+        while last_used > 0 and (terminals[last_used][0] == "empty" or terminals[last_used] == ("zeros", old[last_used].start)):
+            last_used -= 1
     for i, fr in enumerate(old):
-        kind, pos = _file_terminals(sums_by_file.get((node, fr.path), []))
-        last = i == len(old) - 1
+        kind, pos = terminals[i]
+        last = i >= last_used
+        if i > last_used:
+            continue  # pre-created, still empty: the write end stays in the last used file
         if kind == "blank":
             write_end = pos
             continue

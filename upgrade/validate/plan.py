@@ -59,6 +59,16 @@ class NodeContext:
     live_tail: str | None = None
 
 
+def _live_tail(lay: StoreLayout) -> str:
+    """The old file a running broker writes: the last one holding a record. A file the broker
+    pre-created for its next roll (AllocateMappedFileService) starts with zeros."""
+    for f in reversed(lay.old):
+        with open(f.path, "rb") as fh:
+            if any(fh.read(8)):
+                return f.path
+    return lay.old[-1].path
+
+
 @dataclass(frozen=True)
 class ScanRange:
     rid: int
@@ -210,7 +220,7 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
         live = dl is None and not lay.frozen and bool(lay.old)
         ctx = NodeContext(lay.node, lay.old, dl.data if dl else (), dl.index if dl else (), lay.divided_offset,
                           dl.committed_pos if dl else None, dl.committed_index if dl else -1, check_crc,
-                          _vouched(lay) if live else None, lay.old[-1].path if live else None)
+                          _vouched(lay) if live else None, _live_tail(lay) if live else None)
         out.contexts[lay.node] = ctx
         for f in lay.old:
             for s, e in _grid(f, f.size, range_size):

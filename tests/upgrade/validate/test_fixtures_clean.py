@@ -66,3 +66,24 @@ def test_two_identical_replicas_agree(spark, store_copy, fixture_set):
     assert report["ok"], report["checks"]
     assert report["checks"]["replicas"]["status"] == "pass"
     assert set(report["nodes"]) == {"n0", "n1"}
+
+
+def test_classic_store_with_a_precreated_next_file(spark, store_copy, fixture_set, manifests):
+    """A running broker pre-creates its next commitlog file (AllocateMappedFileService) before the
+    current one is full: an empty trailing file is not in use yet, and the last file holding
+    records is the one being written (zeros after its end are not a missing blank)."""
+    root = store_copy(fixture_set.classic)
+    files = sorted((root / "commitlog").iterdir())
+    nxt = root / "commitlog" / f"{int(files[-1].name) + fixture_set.file_size:020d}"
+    with open(nxt, "wb") as fh:
+        fh.truncate(fixture_set.file_size)
+    report = run_validation([str(root)], spark=spark, range_size=RANGE, progress=False)
+    assert report["ok"], report["checks"]
+    (node,) = report["nodes"].values()
+    assert node["max_offset"] == fixture_set.classic_max_offset
+    assert node["messages"] == len(manifests(fixture_set.classic))
+    # the rule is about trailing files only: an empty file in the middle is still a violation
+    mid = files[1]
+    mid.write_bytes(bytes(fixture_set.file_size))
+    report = run_validation([str(root)], spark=spark, range_size=RANGE, progress=False)
+    assert not report["ok"]
