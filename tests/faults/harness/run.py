@@ -124,7 +124,8 @@ def spark_validate(spark: Any) -> Callable[[list[str]], dict[str, Any]]:
 
     def validate(roots: list[str]) -> dict[str, Any]:
         report = run_validation(roots, spark=spark, range_size=1 << 20, progress=False)
-        return {"exit_code": exit_code(report), "summary": summary_text(report)}
+        violations = [v for c in report["checks"].values() for v in c.get("violations", [])]
+        return {"exit_code": exit_code(report), "summary": summary_text(report), "violations": violations}
     return validate
 
 
