@@ -3,9 +3,19 @@
 Rules (RocketMQ ``SlaveSynchronize.syncAll`` / ``BrokerController.handleSlaveSynchronize``,
 seed 000):
 - Four files, in this order: ``topics.json``, ``consumerOffset.json``, ``delayOffset.json``,
-  ``subscriptionGroup.json``. They are pulled from the master's HTTP API
-  (``GET /admin/config/<name>`` -> ``{"dataVersion", "content"}``), never replicated through
+  ``subscriptionGroup.json``. They are pulled from the master with the remoting admin requests
+  GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and
+  GET_ALL_SUBSCRIPTIONGROUP_CONFIG over one kept-open connection; the response body is the
+  file's JSON wrapper, whose ``dataVersion`` is the master's version. Never replicated through
   the commitlog (nor through Raft in DLedger mode).
+- HTTP fallback: the master address is the master's ``listenPort``, which speaks remoting
+  unless that master set a separate ``httpListenPort`` (then the address is its HTTP port). When
+  the master's first reply is not a remoting frame (an HTTP server answers ``HTTP/1.1 400``), or
+  it closes the connection before any frame, or it refuses the unsigned request with
+  NO_PERMISSION (ACL covers remoting only), that master address is synced over HTTP instead
+  (``GET /admin/config/<name>`` -> ``{"dataVersion", "content"}``). The choice is kept until the
+  address changes or a round fails, then remoting is probed again. :attr:`protocol` says which
+  one the last round used; switching logs one line.
 - A local file is replaced only when the master's ``dataVersion`` differs from ours (topics,
   subscription groups; consumer offsets and delay offsets when the master sends a version).
   Without a version on either side the content is compared instead (RocketMQ 4.9.8 compares
@@ -18,7 +28,8 @@ seed 000):
 
 Theory of operation: the controller passes a :class:`MetadataAccess` (how to read the local
 version/content and how to replace a file), so this module knows nothing about the metadata
-managers' classes. One asyncio task; one shared ``aiohttp`` session.
+managers' classes. One asyncio task; one :class:`RemotingClient` to the current master (reopened
+when closed or retargeted); an ``aiohttp`` session only for the HTTP fallback.
 """
 from __future__ import annotations
 
@@ -30,11 +41,21 @@ from typing import Any, Callable, Optional
 
 import aiohttp
 
+from broker.remoting.client import RemotingClient
+from broker.remoting.codes import RequestCode, ResponseCode
 from broker.tasks import cancel_and_wait
 
 log = logging.getLogger("broker.slave_sync")
 
 SYNC_FILES = ("topics", "consumerOffset", "delayOffset", "subscriptionGroup")
+SYNC_CODES = {"topics": RequestCode.GET_ALL_TOPIC_CONFIG, "consumerOffset": RequestCode.GET_ALL_CONSUMER_OFFSET,
+              "delayOffset": RequestCode.GET_ALL_DELAY_OFFSET,
+              "subscriptionGroup": RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG}
+REQUEST_TIMEOUT = 3.0
+
+
+class _NotRemoting(Exception):
+    """The master address does not speak remoting (or refuses it): use HTTP."""
 
 
 @dataclass
@@ -68,6 +89,13 @@ class SlaveSynchronize:
         self._wake = asyncio.Event()
         self.last_sync_ok_ms: int = 0
         self.syncs = 0
+        self.protocol: Optional[str] = None  # "remoting" or "http": what the last successful fetch used
+        self.remoting_requests = 0
+        self.http_requests = 0
+        self._client: Optional[RemotingClient] = None
+        self._client_master: Optional[str] = None
+        self._http_master: Optional[str] = None  # master address found not to speak remoting
+        self._http_noted: Optional[str] = None
 
     @property
     def master_address(self) -> Optional[str]:
@@ -89,6 +117,7 @@ class SlaveSynchronize:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        await self._close_client()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -111,8 +140,6 @@ class SlaveSynchronize:
         master = self._master
         if not master:
             return False
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3.0))
         ok = True
         problem = ""
         for name in SYNC_FILES:
@@ -134,24 +161,15 @@ class SlaveSynchronize:
             if self._failing:
                 log.info("SlaveSynchronize from master %s recovered", master)
             self._failing = False
-        elif not self._failing:
+        else:
+            self._http_master = None  # probe remoting again next round
+        if not ok and not self._failing:
             log.warning("SlaveSynchronize from master %s failing (%s); will keep retrying every %.0f s", master, problem, self.interval)
             self._failing = True
         return ok
 
     async def _sync_one(self, master: str, name: str, access: MetadataAccess) -> bool:
-        assert self._session is not None
-        async with self._session.get(f"http://{master}/admin/config/{name}") as resp:
-            text = await resp.text()
-            if resp.status != 200:
-                raise RuntimeError(f"master answered HTTP {resp.status}: {text[:200]}")
-        data = json.loads(text)
-        if not isinstance(data, dict) or not isinstance(data.get("content"), str):
-            raise ValueError("master answer has no 'content' string")
-        content: str = data["content"]
-        remote_version = data.get("dataVersion")
-        if remote_version is not None and not isinstance(remote_version, dict):
-            raise ValueError("master answer has a non-object 'dataVersion'")
+        content, remote_version = await self._fetch(master, name)
         local_version = access.local_version()
         if remote_version is not None and local_version is not None:
             if _same_version(local_version, remote_version):
@@ -162,3 +180,82 @@ class SlaveSynchronize:
         log.info("Update slave %s from master %s (dataVersion %s)", name, master,
                  None if remote_version is None else remote_version.get("counter"))
         return True
+
+    async def _fetch(self, master: str, name: str) -> tuple[str, Optional[dict[str, Any]]]:
+        """The master's file content and dataVersion, over remoting, else (see rules) HTTP."""
+        if self._http_master != master:
+            try:
+                result = await self._fetch_remoting(master, name)
+                self._set_protocol("remoting", master)
+                return result
+            except _NotRemoting as exc:
+                if self._http_noted != master:  # once per address, not once per probe
+                    log.info("SlaveSynchronize: master %s %s; syncing over HTTP", master, exc)
+                    self._http_noted = master
+                self._http_master = master
+        result = await self._fetch_http(master, name)
+        self._set_protocol("http", master)
+        return result
+
+    def _set_protocol(self, protocol: str, master: str) -> None:
+        if protocol != self.protocol:
+            log.info("SlaveSynchronize from master %s over %s", master, protocol)
+            self.protocol = protocol
+
+    async def _close_client(self) -> None:
+        client, self._client, self._client_master = self._client, None, None
+        if client is not None:
+            await client.close()
+
+    async def _fetch_remoting(self, master: str, name: str) -> tuple[str, Optional[dict[str, Any]]]:
+        client = self._client
+        if client is not None and (client.is_closed or self._client_master != master):
+            await self._close_client()
+            client = None
+        if client is None:
+            host, _, port = master.rpartition(":")
+            if not port.isdigit():
+                raise ValueError(f"master address {master!r} is not host:port")
+            client = await asyncio.wait_for(RemotingClient.connect(host, int(port)), REQUEST_TIMEOUT)
+            self._client, self._client_master = client, master
+        self.remoting_requests += 1
+        try:
+            resp = await client.request(SYNC_CODES[name], timeout=REQUEST_TIMEOUT)
+        except ConnectionError:
+            if client.frames_received == 0:
+                await self._close_client()
+                why = f"answered no remoting frame ({client.protocol_error})" if client.protocol_error \
+                    else "closed the connection before any remoting frame"
+                raise _NotRemoting(why) from None
+            raise
+        except asyncio.TimeoutError:
+            await self._close_client()  # a late answer must not be taken for the next request's
+            raise
+        if resp.code == ResponseCode.NO_PERMISSION:
+            raise _NotRemoting(f"refused the remoting request: {resp.remark}")
+        if resp.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"master answered remoting code {resp.code}: {resp.remark}")
+        content = resp.body.decode("utf-8")
+        data = json.loads(content)
+        if not isinstance(data, dict):
+            raise ValueError("master's file is not a JSON object")
+        version = data.get("dataVersion")
+        if version is not None and not isinstance(version, dict):
+            raise ValueError("master's file has a non-object 'dataVersion'")
+        return content, version
+
+    async def _fetch_http(self, master: str, name: str) -> tuple[str, Optional[dict[str, Any]]]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
+        self.http_requests += 1
+        async with self._session.get(f"http://{master}/admin/config/{name}") as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise RuntimeError(f"master answered HTTP {resp.status}: {text[:200]}")
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("content"), str):
+            raise ValueError("master answer has no 'content' string")
+        remote_version = data.get("dataVersion")
+        if remote_version is not None and not isinstance(remote_version, dict):
+            raise ValueError("master answer has a non-object 'dataVersion'")
+        return data["content"], remote_version

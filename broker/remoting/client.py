@@ -9,6 +9,8 @@ Rules:
 - An optional RPC hook (e.g. :func:`broker.remoting.acl.sign_request`) is applied to every
   request before it is encoded.
 - Requests sent by the server (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to ``on_request`` if set.
+- ``frames_received`` / ``protocol_error`` tell a caller probing a port whether the peer spoke
+  remoting at all (e.g. an HTTP server answers ``HTTP/1.1 400``, which is no frame).
 
 Theory of operation: an ``asyncio.Protocol`` with a :class:`FrameDecoder`; writes go straight to
 the transport (the kernel batches them), so a burst of invokes costs one syscall each at most.
@@ -34,6 +36,8 @@ class RemotingClient(asyncio.Protocol):
         self.closed = asyncio.Event()
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._paused = False
+        self.frames_received = 0  # valid frames decoded so far
+        self.protocol_error: Optional[str] = None  # set when the server sent bytes that are no frame
 
     @classmethod
     async def connect(cls, host: str, port: int, **kwargs: Any) -> "RemotingClient":
@@ -51,6 +55,7 @@ class RemotingClient(asyncio.Protocol):
             frames = self.decoder.feed(data)
             for frame in frames:
                 cmd = decode_frame(frame)
+                self.frames_received += 1
                 if cmd.is_response:
                     fut = self.pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
@@ -58,6 +63,7 @@ class RemotingClient(asyncio.Protocol):
                 elif self.on_request is not None:
                     self.on_request(cmd)
         except RemotingCommandError as exc:
+            self.protocol_error = str(exc)
             self._fail_all(ConnectionError(f"bad frame from server: {exc}"))
             if self.transport is not None:
                 self.transport.abort()

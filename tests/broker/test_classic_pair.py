@@ -191,3 +191,7 @@ def test_metadata_changes_reach_slave(tmp_path: Path) -> None:
                        25, "second offset commit on slave")
         cfg = tmp_path / "broker-a-s" / "config"
         assert "TopicMeta" in (cfg / "topics.json").read_text()
+        # the master's listenPort speaks remoting: the sync used GET_ALL_* there, not HTTP
+        slave_log = slave.log_path.read_text(errors="replace")
+        assert f"SlaveSynchronize from master 127.0.0.1:{master.api_port} over remoting" in slave_log
+        assert "syncing over HTTP" not in slave_log

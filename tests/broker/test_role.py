@@ -127,6 +127,9 @@ async def test_candidate_follower_and_leader_loss(tmp_path: Path) -> None:
             await api.create_topic("TopicRoleMeta", read_queue_nums=2, write_queue_nums=2)
             sent = await api.send("TopicRoleMeta", "replicated", queue_id=0)
         await _until(lambda: follower.metadata.topic("TopicRoleMeta") is not None, 10, "topic synced to the follower")
+        # metadata sync runs over the remoting admin requests (GET_ALL_*), not the HTTP API
+        assert follower.slave_sync is not None and follower.slave_sync.protocol == "remoting"
+        assert follower.slave_sync.remoting_requests > 0 and follower.slave_sync.http_requests == 0
         async with BrokerClient(follower.api_address) as api:
             got = await _until(lambda: _pulled(api), 10, "message dispatched on the follower")
             assert got[0]["commitLogOffset"] == sent["commitLogOffset"]

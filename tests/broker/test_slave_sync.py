@@ -1,0 +1,107 @@
+"""SlaveSynchronize against stand-in masters: the remoting admin requests (GET_ALL_*), and the
+HTTP fallback for a master address that does not speak remoting (a separate httpListenPort)."""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Optional
+
+import pytest
+from aiohttp import web
+
+from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode
+from broker.remoting.server import RemotingConnection, RemotingServer
+from broker.slave_sync import SYNC_FILES, MetadataAccess, SlaveSynchronize
+
+CODES = {RC.GET_ALL_TOPIC_CONFIG: "topics", RC.GET_ALL_CONSUMER_OFFSET: "consumerOffset",
+         RC.GET_ALL_DELAY_OFFSET: "delayOffset", RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "subscriptionGroup"}
+
+
+def _file(name: str, counter: int) -> str:
+    table = {"topics": "topicConfigTable", "consumerOffset": "offsetTable", "delayOffset": "offsetTable",
+             "subscriptionGroup": "subscriptionGroupTable"}[name]
+    return json.dumps({"dataVersion": {"counter": counter, "timestamp": 1000 + counter}, table: {"k": counter}})
+
+
+class Local:
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[str, Optional[dict[str, Any]]]] = {n: ("{}", None) for n in SYNC_FILES}
+        self.replaced: list[str] = []
+
+    def access(self) -> dict[str, MetadataAccess]:
+        def make(n: str) -> MetadataAccess:
+            def replace(content: str, version: Optional[dict[str, Any]]) -> None:
+                self.files[n] = (content, version)
+                self.replaced.append(n)
+            return MetadataAccess(lambda: self.files[n][1], lambda: self.files[n][0], replace)
+        return {n: make(n) for n in SYNC_FILES}
+
+
+async def test_sync_uses_remoting_admin_requests_and_gates_on_data_version(caplog: pytest.LogCaptureFixture) -> None:
+    counters = {n: 1 for n in SYNC_FILES}
+    seen: list[int] = []
+
+    async def get_all(cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        seen.append(cmd.code)
+        name = CODES[cmd.code]
+        return cmd.response(ResponseCode.SUCCESS, None, body=_file(name, counters[name]).encode())
+
+    server = RemotingServer(name="fake-master")
+    for code in CODES:
+        server.register(code, get_all)
+    await server.start("127.0.0.1", 0)
+    local = Local()
+    ss = SlaveSynchronize(local.access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600)
+    caplog.set_level(logging.INFO, logger="broker.slave_sync")
+    try:
+        assert await ss.sync_all()
+        assert seen == list(CODES) and ss.protocol == "remoting" and ss.http_requests == 0
+        assert local.replaced == list(SYNC_FILES)
+        assert local.files["topics"] == (_file("topics", 1), {"counter": 1, "timestamp": 1001})
+        # same dataVersion: nothing replaced; a bumped one: only that file
+        assert await ss.sync_all() and local.replaced == list(SYNC_FILES)
+        counters["consumerOffset"] = 2
+        assert await ss.sync_all() and local.replaced[4:] == ["consumerOffset"]
+        assert ss.remoting_requests == 12 and len(seen) == 12
+        # one kept-open connection
+        assert len(server.connections) == 1
+        # master gone: one failing line, then one recovered line
+        await server.stop()
+        assert not await ss.sync_all() and not await ss.sync_all()
+        await server.start("127.0.0.1", server.port)
+        assert await ss.sync_all()
+        lines = [r.getMessage() for r in caplog.records]
+        assert sum("failing" in m for m in lines) == 1 and sum("recovered" in m for m in lines) == 1
+        assert sum("over remoting" in m for m in lines) == 1
+    finally:
+        await ss.stop()
+        await server.stop()
+
+
+async def test_http_only_master_address_falls_back_to_http() -> None:
+    async def config_file(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        content = _file(name, 5)
+        return web.json_response({"name": name, "dataVersion": json.loads(content)["dataVersion"], "content": content})
+
+    app = web.Application()
+    app.router.add_get("/admin/config/{name}", config_file)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    local = Local()
+    ss = SlaveSynchronize(local.access(), f"127.0.0.1:{port}", interval=3600, initial_delay=3600)
+    try:
+        assert await ss.sync_all()
+        assert ss.protocol == "http" and local.replaced == list(SYNC_FILES)
+        assert local.files["delayOffset"][1] == {"counter": 5, "timestamp": 1005}
+        probes = ss.remoting_requests
+        assert probes == 1  # one probe, then HTTP for this address
+        assert await ss.sync_all() and ss.remoting_requests == probes and local.replaced == list(SYNC_FILES)
+    finally:
+        await ss.stop()
+        await runner.cleanup()
