@@ -9,11 +9,14 @@ Rules:
   writes are idempotent), then truncate after the last valid record.
 - Where RocketMQ would silently truncate at *any* invalid record, we first decide whether the
   invalid record is a torn tail or damage to acknowledged data:
-    * torn tail: nothing but zeros follows it (in its file and every later file) and it was not
-      stored before the checkpoint's ``physic_msg_timestamp`` (the last flushed message);
-      it is truncated, as RocketMQ does;
-    * otherwise: data follows it, or it must have been flushed already, so it was acknowledged;
-      recovery stops with a StoreCorruptionError naming the file and the offset.
+    * torn tail: no valid record follows it in its file (a record whose PHY_POS field names its
+      own offset and whose CRC holds), later files hold nothing, and it was not stored before
+      the checkpoint's ``physic_msg_timestamp`` (the last flushed message); it is truncated, as
+      RocketMQ does. Stray non-zero bytes after it are allowed: a process killed inside the
+      memcpy of a batch leaves the copy's last bytes written before its first (glibc's memmove
+      stores the tail vector first), so a torn batch is not always a clean prefix;
+    * otherwise: a valid record follows it, or it must have been flushed already, so it was
+      acknowledged; recovery stops with a StoreCorruptionError naming the file and the offset.
 - Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
 
 Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
@@ -29,8 +32,8 @@ from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreCorruptionError
 from broker.store.mapped_file import MappedFile
 from broker.store.message import (
-    BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, explain_invalid_record,
-    record_store_timestamp,
+    BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, check_message_and_return_size,
+    explain_invalid_record, record_store_timestamp,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,37 @@ def _nonzero_from(mf: MappedFile, start: int) -> int:
     return -1
 
 
+_MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big", signed=True))
+
+
+def _valid_record_after(mf: MappedFile, start: int) -> int:
+    """File position of the first valid record at or after ``start`` (its magic, sizes and CRC
+    check out and its PHY_POS field equals its own physical offset), or -1. Candidates are
+    found by searching the file's data extents for the magic bytes, so holes cost nothing."""
+    view = mf.whole()
+    start = max(start, 0)
+    for begin, stop in mf.data_extents(start):
+        lo = max(begin, start)
+        while lo < stop:
+            hi = min(lo + len(_ZERO_CHUNK), stop)
+            data = bytes(view[lo:min(hi + 3, len(view))])  # +3: a magic straddling the edge
+            found = []
+            for magic in _MAGICS:
+                h = data.find(magic)
+                while 0 <= h < hi - lo:
+                    q = lo + h - 4
+                    if q >= start:
+                        req = check_message_and_return_size(view, q, True)
+                        if req.success and req.msg_size > 0 and req.commitlog_offset == mf.file_from_offset + q:
+                            found.append(q)
+                            break
+                    h = data.find(magic, h + 1)
+            if found:
+                return min(found)
+            lo = hi
+    return -1
+
+
 def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: int) -> None:
     """Return if the invalid record at ``pos`` of ``files[index]`` is a torn tail, else raise."""
     mf = files[index]
@@ -66,11 +100,11 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
     reason = explain_invalid_record(view, pos)
     total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
     skip = total if 8 <= total <= len(view) - pos else 8
-    after = _nonzero_from(mf, pos + skip)
+    after = _valid_record_after(mf, pos + skip)
     if after >= 0:
         raise StoreCorruptionError(
             str(mf.path), pos, mf.file_from_offset + pos,
-            f"{reason}; valid data follows at file offset {after}, so this is not a torn tail")
+            f"{reason}; a valid record follows at file offset {after}, so this is not a torn tail")
     for later in files[index + 1:]:
         at = _nonzero_from(later, 0)
         if at >= 0:

@@ -174,6 +174,38 @@ def test_normal_recovery_and_torn_tail(tmp_path: Path) -> None:
     cl.shutdown()
 
 
+def test_torn_batch_with_its_tail_written_first_is_a_torn_tail(tmp_path: Path) -> None:
+    """kill -9 inside the memcpy of a batch: glibc's memmove stores the last vector of the copy
+    before the first, so the torn batch is zeros followed by its last bytes. That is a torn tail
+    (no valid record follows), not corruption; a whole valid record after it would be."""
+    path = tmp_path / "cl"
+    cl = open_log(path)
+    assert cl.put_messages([msg(i) for i in range(20)], keep_store_timestamp=True).ok
+    end = cl.max_offset
+    ar = cl.append_messages([msg(20 + i) for i in range(3)], True).append_result
+    first, stop = ar.physical_offsets[0], ar.end_offset
+    cl.shutdown()
+    f = path / f"{first - first % SIZE:020d}"
+    assert stop - stop % SIZE == first - first % SIZE or stop % SIZE == 0, "batch in one file"
+    data = bytearray(f.read_bytes())
+    pristine = bytes(data)
+    lo, hi = first % SIZE, (stop - 1) % SIZE + 1
+    data[lo:hi - 64] = bytes(hi - 64 - lo)  # only the copy's last 64 bytes reached the file
+    f.write_bytes(data)
+    cl = open_log(path)
+    assert recovery.recover_normally(cl) == end == cl.max_offset
+    cl.shutdown()
+    # the same hole with a whole valid record after it (the batch's last one) is corruption
+    data = bytearray(pristine)
+    last = ar.physical_offsets[-1] % SIZE
+    data[lo:last] = bytes(last - lo)
+    f.write_bytes(data)
+    cl = open_log(path)
+    with pytest.raises(StoreCorruptionError, match="a valid record follows"):
+        recovery.recover_normally(cl)
+    cl.shutdown()
+
+
 def test_bit_flip_in_committed_message_names_file_and_offset(tmp_path: Path) -> None:
     path = tmp_path / "cl"
     cl = open_log(path)
