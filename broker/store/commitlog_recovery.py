@@ -9,14 +9,14 @@ Rules:
   writes are idempotent), then truncate after the last valid record.
 - Where RocketMQ would silently truncate at *any* invalid record, we first decide whether the
   invalid record is a torn tail or damage to acknowledged data:
-    * torn tail: no valid record follows it in its file (a record whose PHY_POS field names its
-      own offset and whose CRC holds), later files hold nothing, and it was not stored before
-      the checkpoint's ``physic_msg_timestamp`` (the last flushed message); it is truncated, as
-      RocketMQ does. Stray non-zero bytes after it are allowed: a process killed inside the
-      memcpy of a batch leaves the copy's last bytes written before its first (glibc's memmove
-      stores the tail vector first), so a torn batch is not always a clean prefix;
-    * otherwise: a valid record follows it, or it must have been flushed already, so it was
-      acknowledged; recovery stops with a StoreCorruptionError naming the file and the offset.
+    * torn tail: nothing but zeros follows it (in its file and every later file) and it was not
+      stored before the checkpoint's ``physic_msg_timestamp`` (the last flushed message); it is
+      truncated, as RocketMQ does. One exception to "only zeros": when the record's head is
+      zeros, stray bytes after it are allowed unless they contain a valid record (PHY_POS naming
+      its own offset, CRC holding): a process killed inside the memcpy of a batch leaves the
+      copy's last bytes written before its first (glibc's memmove stores the tail vector first);
+    * otherwise: data follows it, or it must have been flushed already, so it was acknowledged;
+      recovery stops with a StoreCorruptionError naming the file and the offset.
 - Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
 
 Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
@@ -100,11 +100,17 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
     reason = explain_invalid_record(view, pos)
     total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
     skip = total if 8 <= total <= len(view) - pos else 8
-    after = _valid_record_after(mf, pos + skip)
+    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos):
+        # the head of the copy never landed: stray bytes after it may be the copy's own tail
+        after = _valid_record_after(mf, pos + 8)
+        what = "a valid record follows"
+    else:
+        after = _nonzero_from(mf, pos + skip)
+        what = "data follows"
     if after >= 0:
         raise StoreCorruptionError(
             str(mf.path), pos, mf.file_from_offset + pos,
-            f"{reason}; a valid record follows at file offset {after}, so this is not a torn tail")
+            f"{reason}; {what} at file offset {after}, so this is not a torn tail")
     for later in files[index + 1:]:
         at = _nonzero_from(later, 0)
         if at >= 0:
