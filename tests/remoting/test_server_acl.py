@@ -105,6 +105,12 @@ def test_acl_and_bad_input(acl_broker: BrokerProc) -> None:
         r = await good.request(RC.SEND_MESSAGE_V2, bad, b"x")
         assert r.code == R.SYSTEM_ERROR and "queueId" in r.remark
 
+        # the one accepted send is dispatched asynchronously into its ConsumeQueue: wait for it
+        for _ in range(100):
+            r = await good.request(RC.GET_MAX_OFFSET, {"topic": "TopicAcl", "queueId": 0})
+            if r.ext_fields.get("offset") == "1":
+                break
+            await asyncio.sleep(0.05)
         # garbage, oversize frames and undecodable headers close only their own connection
         for junk in (b"\xff\xfe\xfd\xfc" * 8, struct.pack(">i", 16 * 1024 * 1024 + 1) + b"\0" * 64,
                      struct.pack(">ii", 9, 5) + b"{{{{{"):
