@@ -40,7 +40,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,17 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from dledger.rpc import framing as fr  # noqa: E402
 from dledger.rpc.client import DLedgerClient  # noqa: E402
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from broker.devtools.procs import free_ports
 
 
 class Cluster:

@@ -15,20 +15,10 @@ import pytest
 from dledger.config import DLedgerConfig
 from dledger.rpc.client import DLedgerClient
 from dledger.storelog import open_store
+from broker.devtools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class ProcGroup:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 from pathlib import Path
 from typing import Optional
@@ -15,19 +14,9 @@ from dledger.errors import DLedgerError
 from dledger.rpc.client import DLedgerClient
 from dledger.server import DLedgerServer
 from dledger.storelog import open_store
+from broker.devtools.procs import free_ports
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Group:

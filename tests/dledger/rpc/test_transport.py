@@ -2,26 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 
 import pytest
 
 from dledger.rpc import framing as fr
 from dledger.rpc.transport import PeerTransport
+from broker.devtools.procs import free_ports
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def peers_for(ids: list[str]) -> dict[str, tuple[str, int]]:
