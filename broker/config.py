@@ -43,12 +43,9 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from broker.config_keys import APACHE_KEYS
+from broker.java_properties import ConfigError, escape_property, parse_properties  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A conf key or value is wrong; the message names key, file and line."""
 
 
 class BrokerRole(str, Enum):
@@ -60,108 +57,6 @@ class BrokerRole(str, Enum):
 class FlushDiskType(str, Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
-
-
-# ---- Java properties ------------------------------------------------------------------------
-_WS = " \t\f"
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """Join continuation lines; yields (first line number, logical line) without comments."""
-    lines = re.split(r"\r\n|\r|\n", text)
-    i = 0
-    while i < len(lines):
-        start, line = i + 1, lines[i].lstrip(_WS)
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip(_WS)
-            i += 1
-        if _ends_with_continuation(line):  # continuation at end of file: Java drops the backslash
-            line = line[:-1]
-        yield start, line
-
-
-def _ends_with_continuation(line: str) -> bool:
-    n = len(line) - len(line.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _unescape(s: str, where: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= len(s):
-            i += 1
-            continue
-        n = s[i + 1]
-        if n == "u":
-            digits = s[i + 2:i + 6]
-            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                raise ConfigError(f"{where}: malformed \\uxxxx escape {s[i:i + 6]!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-        else:
-            out.append(_ESCAPES.get(n, n))
-            i += 2
-    # \uXXXX pairs may spell a surrogate pair (Java strings are UTF-16)
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
-
-
-def parse_properties(text: str, source: str = "<string>") -> list[tuple[str, str, int]]:
-    """``(key, value, line)`` for every property in ``text``, in order (later ones win)."""
-    result: list[tuple[str, str, int]] = []
-    for lineno, line in _logical_lines(text):
-        i, key_end = 0, None
-        while i < len(line):
-            c = line[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c in "=:" or c in _WS:
-                key_end = i
-                break
-            i += 1
-        if key_end is None:
-            key_raw, rest = line, ""
-        elif line[key_end] in "=:":
-            key_raw, rest = line[:key_end], line[key_end + 1:].lstrip(_WS)
-        else:  # whitespace ends the key; one '=' or ':' may still follow
-            key_raw, rest = line[:key_end], line[key_end:].lstrip(_WS)
-            if rest[:1] in ("=", ":"):
-                rest = rest[1:].lstrip(_WS)
-        where = f"{source}:{lineno}"
-        result.append((_unescape(key_raw, where), _unescape(rest, where), lineno))
-    return result
-
-
-def escape_property(s: str, is_key: bool) -> str:
-    """Properties.store's escaping, non-ASCII as \\uXXXX (UTF-16 units).
-
-    Separators and comment characters only need escaping in keys; values keep ``host:port``
-    readable (Java reads both forms the same).
-    """
-    out: list[str] = []
-    for i, ch in enumerate(s):
-        if ch == " " and (is_key or i == 0):
-            out.append("\\ ")
-        elif ch == "\\" or (is_key and ch in "=:#!"):
-            out.append("\\" + ch)
-        elif ch in "\t\n\r\f":
-            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[ch])
-        elif " " <= ch <= "~":
-            out.append(ch)
-        else:
-            units = ch.encode("utf-16-be", "surrogatepass")
-            out.extend(f"\\u{int.from_bytes(units[j:j + 2], 'big'):04X}" for j in range(0, len(units), 2))
-    return "".join(out)
 
 
 # ---- the config dataclasses -----------------------------------------------------------------
@@ -220,6 +115,21 @@ class BrokerConfig:
     short_polling_time_mills: int = _key("shortPollingTimeMills", 1000)
     acl_enable: bool = _key("aclEnable", False)
     plain_acl_file: Optional[str] = _key("plainAclFile", ours=True)  # None: <rocketmqHome>/conf/plain_acl.yml
+    # ---- doors (broker/security_policy.py): where listenPort binds and what it lets in
+    # RocketMQ 5's NettyServerConfig key; also the HTTP port's address when httpListenPort is split
+    bind_address: str = _key("bindAddress", "0.0.0.0")
+    # listenPort (remoting + HTTP) without aclEnable=true refuses to start unless this is set
+    remoting_allow_insecure: bool = _key("remotingAllowInsecure", False, ours=True)
+    # idle connections on listenPort are closed after this (Apache's key; RocketMQ default 120 s)
+    server_channel_max_idle_time_seconds: int = _key("serverChannelMaxIdleTimeSeconds", 120)
+    # a connection that starts a frame / HTTP head and does not finish it in this time is closed
+    server_read_timeout_millis: int = _key("serverReadTimeoutMillis", 30_000, ours=True)
+    # at most this many open connections on listenPort; more are closed at once
+    server_max_connections: int = _key("serverMaxConnections", 1024, ours=True)
+    # bytes of incomplete frames held for all connections of listenPort together
+    server_max_pending_bytes: int = _key("serverMaxPendingBytes", 64 * 1024 * 1024, ours=True)
+    # at most this many messages in one batch send (HTTP or remoting); bytes are capped by maxMessageSize
+    max_batch_message_count: int = _key("maxBatchMessageCount", 4096, ours=True)
 
     @property
     def api_listen_port(self) -> int:
@@ -264,6 +174,11 @@ class MessageStoreConfig:
     ha_housekeeping_interval: int = _key("haHousekeepingInterval", 20_000)
     ha_transfer_batch_size: int = _key("haTransferBatchSize", 32 * 1024)
     ha_master_address: Optional[str] = _key("haMasterAddress")
+    # HA authentication (ours): the master and its slaves share this secret; without it the HA
+    # port refuses to start unless haAllowInsecure=true (broker/security_policy.py)
+    ha_auth_token: Optional[str] = _key("haAuthToken", ours=True)
+    ha_allow_insecure: bool = _key("haAllowInsecure", False, ours=True)
+    ha_bind_address: Optional[str] = _key("haBindAddress", ours=True)  # None: bindAddress
     ha_slave_fallbehind_max: int = _key("haSlaveFallbehindMax", 256 * 1024 * 1024)
     broker_role: BrokerRole = _key("brokerRole", BrokerRole.ASYNC_MASTER)
     flush_disk_type: FlushDiskType = _key("flushDiskType", FlushDiskType.ASYNC_FLUSH)
@@ -294,6 +209,8 @@ class MessageStoreConfig:
     dleger_max_pending_requests: int = _key("dLegerMaxPendingRequests", 10_000, ours=True)
     dleger_entry_crc_enable: bool = _key("dLegerEntryCrcEnable", True, ours=True)
     dleger_auth_token: Optional[str] = _key("dLegerAuthToken", ours=True)
+    # without dLegerAuthToken a group starts only with every peer on loopback and this set
+    dleger_allow_insecure: bool = _key("dLegerAllowInsecure", False, ours=True)
     # HTTP API address of every peer, same ids as dLegerPeers (``n0-127.0.0.1:30911;...``): a
     # follower answers NOT_MASTER with the leader's entry and syncs metadata from it. Unset: only
     # this node's own address is known (followers then answer without a masterAddress).
@@ -363,6 +280,8 @@ class MessageStoreConfig:
             "enable_batch_push": self.enable_batch_push,
             "entry_crc": self.dleger_entry_crc_enable,
             "auth_token": self.dleger_auth_token,
+            "allow_insecure": self.dleger_allow_insecure,
+            "serve_clients": False,  # a broker-hosted member serves its peers only (issue 12)
             "preferred_leader_ids": self.preferred_leader_id,
         }
 

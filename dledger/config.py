@@ -58,6 +58,10 @@ class DLedgerConfig:
     # integrity and security
     entry_crc: bool = True
     auth_token: Optional[str] = None
+    # no auth_token: the member refuses to start unless this is set and every peer is loopback
+    allow_insecure: bool = False
+    # False inside a broker: the port serves peers only (no client append/read ops)
+    serve_clients: bool = True
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
     preferred_leader_ids: Optional[str] = None

@@ -86,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         _err(f"cannot read config file {args.config_file}: {exc.strerror or exc}")
         return 2
 
+    if not (args.print_config or args.print_important):
+        from broker.security_policy import check_doors  # noqa: WPS433
+
+        try:
+            check_doors(conf)  # before anything binds: every door authenticates or is explicitly open
+        except ConfigError as exc:
+            _err(str(exc))
+            return 2
+
     if args.print_config or args.print_important:
         items = _config_items(broker_config, store_config)
         for key in sorted(items):
