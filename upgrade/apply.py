@@ -204,7 +204,7 @@ class _Applier:
             if path.read_text(encoding="utf-8", errors="replace") == content:
                 return {"path": str(path)}
             self._backup(path)
-        fileops.atomic_write_text(path, content)
+        fileops.atomic_write_text(path, content, mode=0o600)  # it holds dLegerAuthToken
         return {"path": str(path)}
 
     def do_freeze(self, a: Action) -> dict[str, Any]:

@@ -254,12 +254,17 @@ def _verify_and_rename(src: str | os.PathLike[str], tmp: Path, dst: Path, start:
     return want
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write a small text file via ``.upgrade-tmp`` + fsync + rename + directory fsync."""
+def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
+    """Write a small text file via ``.upgrade-tmp`` + fsync + rename + directory fsync.
+
+    ``mode`` is set on the temporary file before any byte is written, so a file holding a
+    secret (0o600) is never readable by others, not even for an instant."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # O_CREAT's mode is masked by umask and ignored for an existing file
+    with open(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())

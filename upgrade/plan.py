@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -41,8 +42,10 @@ from broker.config import (
     BrokerConfig, ConfigError, MessageStoreConfig, ParsedConf, load_conf, parse_conf,
     parse_dleger_peers, to_conf,
 )
+from broker.security_policy import MIN_SECRET_LENGTH
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
 
+_NO_CONF = ParsedConf(BrokerConfig(), MessageStoreConfig())
 PLAN_VERSION = 1
 DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024
 DEFAULT_LISTEN_PORT = 10911
@@ -114,7 +117,8 @@ class Plan:
     def save(self, path: str | os.PathLike[str]) -> None:
         from upgrade.fileops import atomic_write_text
 
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        # the plan carries the written confs, and so the group's dLegerAuthToken: owner-only
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", mode=0o600)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Plan":
@@ -194,9 +198,31 @@ def http_peers_of(nodes: list[Node]) -> str:
     return ";".join(f"{n.self_id}-{n.host}:{n.http_listen_port or n.listen_port}" for n in nodes)
 
 
+def group_auth_token(confs: dict[str, ParsedConf], given: Optional[str]) -> tuple[str, Optional[str]]:
+    """``(dLegerAuthToken, note)`` for the group: ``--auth-token``, else the one every ``--conf``
+    that has one agrees on, else a fresh random secret (``secrets.token_urlsafe(32)``); ``note``
+    says which, for the plan's warnings."""
+    if given is not None:
+        if len(given) < MIN_SECRET_LENGTH:
+            raise PlanError(f"--auth-token is {len(given)} characters; use at least {MIN_SECRET_LENGTH}")
+        return given, None
+    found = sorted({c.store.dleger_auth_token for c in confs.values() if c.store.dleger_auth_token})
+    if len(found) > 1:
+        raise PlanError("the --conf files carry different dLegerAuthToken values; pass --auth-token to choose one")
+    if found:
+        return found[0], None
+    return secrets.token_urlsafe(32), ("generated a new dLegerAuthToken for the group; it is in every written conf "
+                                       "(and in the plan file, written owner-only): keep them private")
+
+
 def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, peers: str, file_size: int,
-                broker_name: str, http_peers: Optional[str] = None) -> str:
-    """The DLedger conf of one node (validated by parsing it back)."""
+                broker_name: str, http_peers: Optional[str] = None, auth_token: Optional[str] = None) -> str:
+    """The DLedger conf of one node (validated by parsing it back).
+
+    Doors: the group's ``dLegerAuthToken`` is written into every conf; classic HA keys go (no HA
+    in DLedger mode); a base conf without ACL keeps its listenPort open *explicitly*
+    (``remotingAllowInsecure=true``, with a plan warning) so the upgrade does not change who may
+    connect, but nobody can miss it."""
     broker = dataclasses.replace(base.broker) if base else BrokerConfig()
     store = dataclasses.replace(base.store) if base else MessageStoreConfig()
     fresh_b, fresh_s = BrokerConfig(), MessageStoreConfig()
@@ -216,6 +242,11 @@ def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, p
     broker.broker_name = broker_name
     broker.listen_port, broker.http_listen_port = node.listen_port, node.http_listen_port
     store.ha_listen_port = node.listen_port + 1
+    store.ha_auth_token, store.ha_allow_insecure, store.ha_bind_address = None, False, None
+    store.dleger_auth_token = auth_token
+    store.dleger_allow_insecure = False
+    if not broker.acl_enable:
+        broker.remoting_allow_insecure = True
     header = (f"Written by mqupgrade plan: DLedger group {group}, node {node.self_id} ({node.state}), store {node.root}.\n"
               f"Derived from {node.conf_in if node.conf_in else 'the defaults'}; brokerRole/brokerId are set at run time.")
     text = to_conf(broker, store, only_changed=True, header=header)
@@ -269,7 +300,7 @@ def _refusals(insp: Inspection) -> list[str]:
 def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Optional[dict[str, ParsedConf]] = None,
               master: Optional[str] = None, conf_dir: str | os.PathLike[str] = "dledger-conf",
               seed_consumequeue: str = "copy", sync_slave_config: bool = True, compare_last: Optional[int] = None,
-              min_free: int = 0, roots: Optional[list[str]] = None) -> Plan:
+              min_free: int = 0, roots: Optional[list[str]] = None, auth_token: Optional[str] = None) -> Plan:
     """Inspect the stores of ``self_ids`` and plan their upgrade into one DLedger group."""
     if not group or not group.strip():
         raise PlanError("--group is empty")
@@ -405,9 +436,17 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
                       root=n.root, settings=n.store_settings, expect_max_offset=m.max_offset)
     # 4. conf files
     broker_name = mconf.broker.broker_name if mconf else group
+    token, note = group_auth_token(confs, auth_token)
+    if note:
+        warnings.append(note)
+    open_doors = [n.self_id for n in nodes if not (confs.get(n.root) or mconf or _NO_CONF).broker.acl_enable]
+    if open_doors:
+        warnings.append(f"no aclEnable in the conf of {', '.join(open_doors)}: the written conf keeps listenPort open with "
+                        "remotingAllowInsecure=true, as before; set aclEnable=true (plain_acl.yml) to require credentials")
     for n in nodes:
         own = confs.get(n.root)
-        text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name, http_peers_of(nodes))
+        text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name, http_peers_of(nodes),
+                           token)
         b.add("write_conf", n.self_id, f"DLedger conf of {n.self_id}: same dLegerPeers and mappedFileSizeCommitLog="
               f"{file_size} on every node, dLegerSelfId={n.self_id}, storePathRootDir={n.root}, listenPort={n.listen_port}",
               path=n.conf_out, content=text)
@@ -492,6 +531,8 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
     p.add_argument("--compare-last", type=int, metavar="N", help="compare only the last N shared commitlog files")
     p.add_argument("--min-free", default="0", metavar="SIZE", help="free space to keep on every disk (e.g. 5G)")
     p.add_argument("--json", action="store_true", help="print the plan JSON instead of the summary")
+    p.add_argument("--auth-token", metavar="SECRET",
+                   help="dLegerAuthToken of the group (default: the one in --conf files, else a fresh random secret)")
 
 
 def run(args: "argparse.Namespace") -> int:  # noqa: F821
@@ -505,7 +546,7 @@ def run(args: "argparse.Namespace") -> int:  # noqa: F821
             args.group, args.peers, parse_self_ids(args.self_ids), confs=load_confs(args.conf), master=args.master,
             conf_dir=args.conf_dir or out.parent / "dledger-conf", seed_consumequeue=args.seed_consumequeue,
             sync_slave_config=not args.no_sync_config, compare_last=args.compare_last,
-            min_free=parse_size(args.min_free), roots=args.roots)
+            min_free=parse_size(args.min_free), roots=args.roots, auth_token=args.auth_token)
         plan.save(out)
     except (PlanError, InspectError) as exc:
         print(f"mqupgrade plan: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ from upgrade.plan import make_plan, parse_self_ids
 
 def _plan(base: Path, slave: Path | None = None, **kw) -> Path:
     ids = parse_self_ids(f"n0={base / 'm'},n1={slave or base / 'n1'},n2={base / 'n2'}")
+    kw.setdefault("auth_token", "test-group-secret-0123456789")  # the same group secret for ref and crash runs
     plan = make_plan("g0", PEERS, ids, conf_dir=base / "conf", **kw)
     assert plan.ok, plan.refusals
     plan.save(base / "plan.json")

@@ -48,12 +48,34 @@ def test_three_nodes_master_and_two_new(fixture_root: Path, fixture_set, tmp_pat
 
 def test_plan_round_trips_as_json(fixture_root: Path, tmp_path: Path) -> None:
     m = copy(fixture_root, "rmq-classic", tmp_path / "m")
-    plan = make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf")
+    token = "t" * 32
+    plan = make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf", auth_token=token)
     plan.save(tmp_path / "plan.json")
+    assert (tmp_path / "plan.json").stat().st_mode & 0o077 == 0  # it holds the group's secret
     again = Plan.load(tmp_path / "plan.json")
     assert again.to_dict() == json.loads(json.dumps(plan.to_dict()))
-    # deterministic: planning again gives the same actions
-    assert make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf").actions == plan.actions
+    # deterministic: planning again with the same options (the secret is one) gives the same actions
+    assert make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf", auth_token=token).actions == plan.actions
+
+
+def test_plan_gives_the_group_one_secret(fixture_root: Path, tmp_path: Path) -> None:
+    """Every written conf carries the same dLegerAuthToken: a fresh random one unless --auth-token
+    or a --conf supplies it; an old conf without ACL keeps listenPort open explicitly, with a warning."""
+    m = copy(fixture_root, "rmq-classic", tmp_path / "m")
+    plans = [make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf") for _ in range(2)]
+    tokens = []
+    for plan in plans:
+        confs = [parse_conf(a.params["content"]) for a in plan.actions if a.kind == "write_conf"]
+        assert len({c.store.dleger_auth_token for c in confs}) == 1
+        token = confs[0].store.dleger_auth_token
+        assert token and len(token) >= 32
+        assert all(c.broker.remoting_allow_insecure and not c.store.dleger_allow_insecure for c in confs)
+        assert any("dLegerAuthToken" in w for w in plan.warnings)
+        assert any("remotingAllowInsecure" in w for w in plan.warnings)
+        tokens.append(token)
+    assert tokens[0] != tokens[1]  # random, not derived from anything an attacker can read
+    with pytest.raises(PlanError, match="at least 16"):
+        make_plan("g0", PEERS, _ids(tmp_path, m), conf_dir=tmp_path / "conf", auth_token="short")
 
 
 def test_slave_behind_gets_tail_and_missing_files(fixture_root: Path, fixture_set, manifests, tmp_path: Path) -> None:
