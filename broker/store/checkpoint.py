@@ -4,7 +4,10 @@ Rules (RocketMQ ``StoreCheckpoint``; reference §2.3):
 
 - The file is one mmapped OS page (4096 bytes). Big-endian longs at ``@0 physicMsgTimestamp``,
   ``@8 logicsMsgTimestamp``, ``@16 indexMsgTimestamp`` (4.9.x), plus 5.x's
-  ``@24 masterFlushedOffset`` and ``@32 confirmPhyOffset``. The rest stays zero.
+  ``@24 masterFlushedOffset`` and ``@32 confirmPhyOffset``; ours at ``@40 physicFlushedOffset``
+  (the commitlog offset the last flush made durable: recovery tells a torn tail from damage by
+  it, issue 13). The rest stays zero; Apache ignores bytes it does not know, and a checkpoint
+  Apache wrote reads 0 there ("unknown").
 - Values live in memory and reach the page only on :meth:`flush` (as in Java), so a crash leaves
   the checkpoint at most one flush interval behind the data: abnormal recovery then starts from
   an earlier, safe point. We always write all five longs; a 4.9.x store had zeros there anyway
@@ -24,7 +27,7 @@ from pathlib import Path
 from broker.store.errors import StoreError
 
 CHECKPOINT_FILE_SIZE = 4096
-_FIELDS = struct.Struct(">qqqqq")
+_FIELDS = struct.Struct(">qqqqqq")
 
 
 class CheckpointError(StoreError):
@@ -54,6 +57,7 @@ class StoreCheckpoint:
             self.index_msg_timestamp,
             self.master_flushed_offset,
             self.confirm_phy_offset,
+            self.physic_flushed_offset,
         ) = _FIELDS.unpack_from(self._mm, 0)
 
     @property
@@ -84,6 +88,7 @@ class StoreCheckpoint:
             self.index_msg_timestamp,
             self.master_flushed_offset,
             self.confirm_phy_offset,
+            self.physic_flushed_offset,
         )
         self._mm.flush()
 
@@ -97,5 +102,5 @@ class StoreCheckpoint:
         return (
             f"StoreCheckpoint(physic={self.physic_msg_timestamp}, logics={self.logics_msg_timestamp}, "
             f"index={self.index_msg_timestamp}, masterFlushed={self.master_flushed_offset}, "
-            f"confirmPhy={self.confirm_phy_offset})"
+            f"confirmPhy={self.confirm_phy_offset}, physicFlushed={self.physic_flushed_offset})"
         )

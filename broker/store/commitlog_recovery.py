@@ -8,15 +8,18 @@ Rules:
   re-scan from there with CRC checks and re-dispatch every record (ConsumeQueue and IndexFile
   writes are idempotent), then truncate after the last valid record.
 - Where RocketMQ would silently truncate at *any* invalid record, we first decide whether the
-  invalid record is a torn tail or damage to acknowledged data:
-    * torn tail: nothing but zeros follows it (in its file and every later file) and it was not
-      stored before the checkpoint's ``physic_msg_timestamp`` (the last flushed message); it is
-      truncated, as RocketMQ does. One exception to "only zeros": when the record's head is
-      zeros, stray bytes after it are allowed unless they contain a valid record (PHY_POS naming
-      its own offset, CRC holding): a process killed inside the memcpy of a batch leaves the
-      copy's last bytes written before its first (glibc's memmove stores the tail vector first);
-    * otherwise: data follows it, or it must have been flushed already, so it was acknowledged;
-      recovery stops with a StoreCorruptionError naming the file and the offset.
+  invalid record is a torn tail or damage to acknowledged data (issue 13: durable facts first):
+    * below the checkpoint's ``physic_flushed_offset`` (the offset our flush services last made
+      durable; 0 = unknown, e.g. a checkpoint Apache wrote): damage, StoreCorruptionError;
+    * data in a later file: damage (a write never spans files);
+    * a zero head (the copy's first bytes never landed): a torn tail, even with whole valid
+      records after it: a process killed inside the memcpy of a batch leaves the copy's last
+      bytes written before its first (glibc's memmove stores the tail first), and nothing after
+      an unfinished write was acknowledged. Only without a flushed offset, a following record
+      stored no later than ``physic_msg_timestamp`` (so flushed) makes it damage;
+    * a non-zero head: a torn tail only if nothing but zeros follows it and it was not stored
+      before ``physic_msg_timestamp``; otherwise damage.
+  A torn tail is truncated with a warning naming file and offset.
 - Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
 
 Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
@@ -93,42 +96,60 @@ def _valid_record_after(mf: MappedFile, start: int) -> int:
     return -1
 
 
-def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: int) -> None:
-    """Return if the invalid record at ``pos`` of ``files[index]`` is a torn tail, else raise."""
+def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: int, flushed: int = 0) -> None:
+    """Return if the invalid record at ``pos`` of ``files[index]`` is a torn tail, else raise.
+
+    Durable facts first: below the checkpointed flushed offset a record was made durable by a
+    flush that covered it, so it is damage, whatever its bytes look like. Past it, the record may
+    be the last write, which never completed (one writer appends in order and a put is
+    acknowledged only after its copy returns, so nothing after an unfinished write was
+    acknowledged); its bytes then tell how far the copy got."""
     mf = files[index]
     view = mf.whole()
     reason = explain_invalid_record(view, pos)
-    total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
-    skip = total if 8 <= total <= len(view) - pos else 8
-    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos):
-        # the head of the copy never landed: stray bytes after it may be the copy's own tail
-        after = _valid_record_after(mf, pos + 8)
-        what = "a valid record follows"
-    else:
-        after = _nonzero_from(mf, pos + skip)
-        what = "data follows"
-    if after >= 0:
+    physical = mf.file_from_offset + pos
+    if 0 < flushed and physical < flushed:
         raise StoreCorruptionError(
-            str(mf.path), pos, mf.file_from_offset + pos,
-            f"{reason}; {what} at file offset {after}, so this is not a torn tail")
-    for later in files[index + 1:]:
+            str(mf.path), pos, physical,
+            f"{reason}; the checkpoint says everything below offset {flushed} was flushed, so it was acknowledged")
+    for later in files[index + 1:]:  # a write never spans files
         at = _nonzero_from(later, 0)
         if at >= 0:
             raise StoreCorruptionError(
-                str(mf.path), pos, mf.file_from_offset + pos,
-                f"{reason}; later file {later.path.name} holds data at offset {at}")
+                str(mf.path), pos, physical, f"{reason}; later file {later.path.name} holds data at offset {at}")
+    total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
+    skip = total if 8 <= total <= len(view) - pos else 8
+    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos):
+        # the head of the copy never landed: what follows may be the copy's own tail, even whole
+        # records of the batch (glibc's memmove stores the last bytes first)
+        after = _valid_record_after(mf, pos + 8)
+        if after < 0:
+            return  # the plain end of the data, or a torn copy without a whole record
+        after_ts = record_store_timestamp(view, after)
+        if flushed <= 0 and physic_ts > 0 and after_ts is not None and 0 < after_ts <= physic_ts:
+            raise StoreCorruptionError(
+                str(mf.path), pos, physical,
+                f"{reason}; a valid record follows at file offset {after}, stored at {after_ts}, no later than the "
+                f"last flushed message ({physic_ts}), so this is not a torn tail")
+        log.warning("truncating torn batch of %s at file offset %d (physical %d, flushed offset %d): its head never "
+                    "landed, the valid record at file offset %d is part of the same unfinished write",
+                    mf.path, pos, physical, flushed, after)
+        return
+    after = _nonzero_from(mf, pos + skip)
+    if after >= 0:
+        raise StoreCorruptionError(
+            str(mf.path), pos, physical, f"{reason}; data follows at file offset {after}, so this is not a torn tail")
     store_ts = record_store_timestamp(view, pos)
     if store_ts is not None and physic_ts > 0 and 0 < store_ts < physic_ts:
         raise StoreCorruptionError(
-            str(mf.path), pos, mf.file_from_offset + pos,
+            str(mf.path), pos, physical,
             f"{reason}; stored at {store_ts}, before the last flushed message ({physic_ts}), "
             "so it was acknowledged")
-    if view[pos:pos + 8] != b"\x00" * min(8, len(view) - pos):
-        log.warning("truncating torn tail of %s at file offset %d: %s", mf.path, pos, reason)
+    log.warning("truncating torn tail of %s at file offset %d: %s", mf.path, pos, reason)
 
 
 def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispatch | None,
-         physic_ts: int) -> int:
+         physic_ts: int, flushed: int = 0) -> int:
     """Scan from ``files[start_index]``; returns the offset just after the last valid record."""
     files: list[MappedFile] = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
     parse = commitlog.parse_record  # type: ignore[attr-defined]
@@ -152,9 +173,14 @@ def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispa
             view = mf.whole()
             pos = 0
         else:
-            _classify_failure(files, index, pos, physic_ts)
+            _classify_failure(files, index, pos, physic_ts, flushed)
             break
     return mf.file_from_offset + pos
+
+
+def _flushed(checkpoint: _Checkpoint | None) -> int:
+    """The checkpointed flushed offset, 0 when unknown (a checkpoint Apache wrote, or none)."""
+    return int(getattr(checkpoint, "physic_flushed_offset", 0) or 0) if checkpoint is not None else 0
 
 
 def _apply(commitlog: "object", process_offset: int) -> None:
@@ -172,7 +198,7 @@ def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None)
         return 0
     physic_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
     offset = scan(commitlog, max(0, len(files) - 3), commitlog.check_crc_on_recover,  # type: ignore[attr-defined]
-                  None, physic_ts)
+                  None, physic_ts, _flushed(checkpoint))
     _apply(commitlog, offset)
     return offset
 
@@ -205,6 +231,6 @@ def recover_abnormally(commitlog: "object", checkpoint: _Checkpoint, dispatch: D
     index = max(index, 0)
     log.info("abnormal recovery starts at %s", files[index].path)
     offset = scan(commitlog, index, commitlog.check_crc_on_recover, dispatch,  # type: ignore[attr-defined]
-                  checkpoint.physic_msg_timestamp)
+                  checkpoint.physic_msg_timestamp, _flushed(checkpoint))
     _apply(commitlog, offset)
     return offset

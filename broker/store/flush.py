@@ -12,7 +12,8 @@ Rules:
   concurrent producers cost one disk sync, not N. A request not covered within
   ``syncFlushTimeout`` ms completes with FLUSH_DISK_TIMEOUT (the bytes may still become durable).
 - After every flush the checkpoint's ``physic_msg_timestamp`` is moved to the store timestamp
-  of the last message known flushed; recovery uses it to tell flushed data from a torn tail.
+  of the last message known flushed, and ``physic_flushed_offset`` to the flushed offset;
+  recovery uses them to tell flushed data from a torn tail.
 - Durability waits are ``concurrent.futures.Future``s: a thread blocks on ``result(timeout)``,
   an asyncio caller awaits ``asyncio.wrap_future``; the fsync itself never runs on the event loop.
 """
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 class _Checkpoint(Protocol):
     physic_msg_timestamp: int
+    physic_flushed_offset: int
 
 
 class FlushService:
@@ -73,8 +75,11 @@ class FlushService:
         else:
             self.queue.flush()
         self.flush_count += 1
-        if self.checkpoint is not None and self.queue.store_timestamp:
-            self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
+        if self.checkpoint is not None:
+            if self.queue.store_timestamp:
+                self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
+            # read after the flush returned: every byte below it is durable
+            self.checkpoint.physic_flushed_offset = max(self.checkpoint.physic_flushed_offset, self.queue.flushed_where)
 
     def _final_flush(self) -> None:
         self._flush(everything=True)
