@@ -44,6 +44,8 @@ from broker.api.metrics import BrokerMetrics
 from broker.api.server import build_app
 from broker.metadata_access import MetadataAccessor
 from broker.processor import BrokerProcessor
+from broker.remoting.http_guard import install_middleware, start_http_listener
+from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
 from broker.slave_sync import SlaveSynchronize
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store_access import StoreAccess
@@ -100,6 +102,12 @@ class BrokerController:
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
+        # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
+        self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
+        self.listen_limits = ListenLimits.from_broker_config(broker_config)
+        self.pending_budget = PendingBudget(self.listen_limits.max_pending_bytes)  # all listen ports together
+        self.http_guard: PortGuard | None = None  # a split httpListenPort only
+        self._http_server: asyncio.base_events.Server | None = None
         self._lock: StoreLock | None = None
         self._runner: web.AppRunner | None = None
         self._housekeeping: asyncio.Task[None] | None = None
@@ -205,17 +213,24 @@ class BrokerController:
         else:
             self._start_role_handler()
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
+        install_middleware(app)  # slow bodies, body budget, busy/idle clock of every HTTP connection
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
-        host = _cfg(self.broker_config, "listen_host", "0.0.0.0")
+        host = self.bind_address
         shared = self.http_port == self.listen_port  # one port, remoting + HTTP told apart by the first byte
         if not shared:
-            site = web.TCPSite(self._runner, host=host, port=self.http_port, reuse_address=True)
+            self.http_guard = PortGuard(f"httpListenPort {self.http_port}", self.listen_limits, self.pending_budget)
             try:
-                await site.start()
+                self._http_server = await start_http_listener(self.http_guard, self._runner.server, host, self.http_port)
             except OSError as exc:
-                raise BrokerStartError(f"cannot listen on HTTP port {self.http_port} (httpListenPort): {exc.strerror}") from None
+                raise BrokerStartError(f"cannot listen on {host}:{self.http_port} (httpListenPort, bindAddress): "
+                                       f"{exc.strerror}") from None
+            log.info("HTTP API listening on %s:%d (httpListenPort)", host, self.http_port)
         await self._start_remoting(host, shared)
+        log.info("listenPort bound on %s:%d (%s); limits: idle %gs, read timeout %gms, max connections %d, "
+                 "max pending bytes %d", host, self.listen_port, "remoting + HTTP" if shared else "remoting",
+                 self.listen_limits.idle_timeout_s, self.listen_limits.read_timeout_s * 1000,
+                 self.listen_limits.max_connections, self.listen_limits.max_pending_bytes)
         if self.broker_role == SLAVE and not self.dledger_enabled:
             self.slave_sync = self._make_slave_sync()
             self.slave_sync.start()
@@ -245,7 +260,8 @@ class BrokerController:
             await self.remoting.start(host, self.listen_port, self._runner.server if shared else None)
         except OSError as exc:
             what = "remoting + HTTP (listenPort)" if shared else "remoting (listenPort)"
-            raise BrokerStartError(f"cannot listen on port {self.listen_port} for {what}: {exc.strerror}") from None
+            raise BrokerStartError(f"cannot listen on {host}:{self.listen_port} for {what} (bindAddress): "
+                                   f"{exc.strerror}") from None
 
     def _ha_summary(self) -> str:
         if self.dledger_enabled:
@@ -321,8 +337,14 @@ class BrokerController:
         if self.remoting is not None:
             await self.remoting.stop()  # unregister from the name servers, close remoting connections
             self.remoting = None
+        if self._http_server is not None:
+            self._http_server.close()  # stop accepting on httpListenPort
+            self._http_server = None
+        if self.http_guard is not None:
+            await self.http_guard.stop()
+            self.http_guard = None
         if self._runner is not None:
-            await self._runner.cleanup()  # stop accepting; in-flight requests finish
+            await self._runner.cleanup()  # in-flight requests finish, then connections close
             self._runner = None
         if self.role_handler is not None:
             await self.role_handler.stop()
@@ -380,7 +402,18 @@ class BrokerController:
         if sa is not None:
             out.update(sa.status())
         out["ha"] = self.ha_status()
+        out["listen"] = self.listen_status()
         return out
+
+    def listen_status(self) -> dict[str, Any]:
+        """Connections and limits of listenPort (and a split httpListenPort): counters for operators."""
+        ports: dict[str, Any] = {}
+        if self.remoting is not None:
+            ports[str(self.listen_port)] = self.remoting.server.guard.status()
+        if self.http_guard is not None:
+            ports[str(self.http_port)] = self.http_guard.status()
+        return {"bindAddress": self.bind_address, "pendingBytes": self.pending_budget.reserved,
+                "maxPendingBytes": self.pending_budget.limit, "ports": ports}
 
     def dledger_handler(self) -> Any:
         """The role handler, or BAD_REQUEST when this broker does not run in DLedger mode."""
@@ -422,6 +455,20 @@ class BrokerController:
         m.register_gauge("rocketmq_broker_ha_slave_lag_bytes", "Master max offset minus the best slave ack",
                          lambda: [({}, v)] if (v := self.ha_status().get("slaveLagBytes")) is not None else [])
         m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(self.metadata.topics()))])
+        m.register_gauge("rocketmq_broker_listen_connections", "Open connections per listen port",
+                         lambda: self._listen_samples("open"))
+        m.register_gauge("rocketmq_broker_listen_pending_bytes", "Bytes reserved by incomplete frames and HTTP bodies",
+                         lambda: [({}, self.pending_budget.reserved)])
+        for key, name, help_text in (
+                ("refusedByCap", "refused_by_cap", "Connections closed at once: serverMaxConnections reached"),
+                ("closedIdle", "closed_idle", "Connections closed after serverChannelMaxIdleTimeSeconds idle"),
+                ("closedReadTimeout", "closed_read_timeout", "Connections closed: frame/head/body not done in serverReadTimeoutMillis"),
+                ("refusedByPendingBudget", "refused_by_pending_budget", "Frames/bodies refused: serverMaxPendingBytes full")):
+            m.register_gauge(f"rocketmq_broker_listen_{name}_total", help_text,
+                             lambda key=key: self._listen_samples(key), kind="counter")
+
+    def _listen_samples(self, key: str) -> list[tuple[dict[str, str], float]]:
+        return [({"port": port}, st[key]) for port, st in self.listen_status()["ports"].items()]
 
     def _ha_connections_gauge(self) -> list[tuple[dict[str, str], float]]:
         st = self.ha_status()

@@ -106,18 +106,19 @@ class BrokerMetrics:
         self.put_latency = Histogram("rocketmq_broker_put_latency_seconds", "Put latency (store + replication wait), per request", ("kind",))
         self.get_messages = Counter("rocketmq_broker_get_messages_total", "Messages returned by pulls", ("topic",))
         self.slave_sync = Counter("rocketmq_broker_slave_sync_total", "SlaveSynchronize file updates by file and result", ("file", "result"))
-        self._gauges: list[tuple[str, str, GaugeCallback]] = []
+        self._gauges: list[tuple[str, str, GaugeCallback, str]] = []
 
-    def register_gauge(self, name: str, help_text: str, callback: GaugeCallback) -> None:
-        self._gauges.append((name, help_text, callback))
+    def register_gauge(self, name: str, help_text: str, callback: GaugeCallback, kind: str = "gauge") -> None:
+        """A series read at scrape time; ``kind="counter"`` for a monotonic count kept elsewhere."""
+        self._gauges.append((name, help_text, callback, kind))
 
     def render(self) -> str:
         lines: list[str] = []
         for metric in (self.http_requests, self.put_messages, self.put_bytes, self.put_latency, self.get_messages, self.slave_sync):
             lines.extend(metric.render())
-        for name, help_text, callback in self._gauges:
+        for name, help_text, callback, kind in self._gauges:
             lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} gauge")
+            lines.append(f"# TYPE {name} {kind}")
             try:
                 samples = list(callback())
             except Exception:  # noqa: BLE001 - a broken gauge must not break the scrape

@@ -14,9 +14,15 @@ Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``)
   ``broker_channel_max_idle_ms`` (120 s); a closed registering connection drops its brokers
   at once.
 
+- Listen address: ``--host``, else ``bindAddress`` from the ``-c`` properties file, else
+  ``0.0.0.0`` (Apache's default); logged at start. The port has the broker's listen limits
+  (``broker.remoting.limits``): ``serverChannelMaxIdleTimeSeconds`` (120), ``serverReadTimeoutMillis``,
+  ``serverMaxConnections``, ``serverMaxPendingBytes``, read from the properties file when set.
+  Brokers register every 30 s, so a live broker's connection is never idle.
+
 Theory of operation: RemotingServer + RouteInfoManager on one asyncio loop. ``main`` parses
-``-p/--port`` (``listenPort``, default 9876), optional ``-c`` properties file, and the test knobs
-``--broker-expiry-ms`` / ``--scan-interval-ms``.
+``-p/--port`` (``listenPort``, default 9876), ``--host``, optional ``-c`` properties file, and the
+test knobs ``--broker-expiry-ms`` / ``--scan-interval-ms``.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from broker.metadata import fastjson
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
+from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
 from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
 
@@ -62,12 +69,13 @@ def _json_body(obj: Any) -> bytes:
 
 class NamesrvController:
     def __init__(self, *, host: str = "0.0.0.0", port: int = 9876,
-                 broker_channel_max_idle_ms: int = BROKER_CHANNEL_MAX_IDLE_MS, scan_interval_ms: int = 10_000) -> None:
+                 broker_channel_max_idle_ms: int = BROKER_CHANNEL_MAX_IDLE_MS, scan_interval_ms: int = 10_000,
+                 limits: Optional[ListenLimits] = None) -> None:
         self.host, self.port = host, port
         self.route = RouteInfoManager(broker_channel_max_idle_ms)
         self.scan_interval_ms = scan_interval_ms
         self.kv: dict[str, dict[str, str]] = {}
-        self.server = RemotingServer(name="namesrv")
+        self.server = RemotingServer(name="namesrv", limits=limits)
         self.server.close_listeners.append(self._on_close)
         for code, handler in {
             RC.REGISTER_BROKER: self.register_broker, RC.UNREGISTER_BROKER: self.unregister_broker,
@@ -187,34 +195,45 @@ def _read_properties(path: str) -> dict[str, str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ name server (remoting protocol)")
-    p.add_argument("-c", "--config", help="properties file (listenPort, serverChannelMaxIdleTimeSeconds ignored)")
+    p.add_argument("-c", "--config", help="properties file (listenPort, bindAddress, serverChannelMaxIdleTimeSeconds, "
+                   "serverReadTimeoutMillis, serverMaxConnections, serverMaxPendingBytes)")
     p.add_argument("-p", "--port", type=int, help="listenPort (default 9876)")
-    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--host", help="address to listen on (default: bindAddress from -c, else 0.0.0.0)")
     p.add_argument("--broker-expiry-ms", type=int, default=BROKER_CHANNEL_MAX_IDLE_MS,
                    help="drop brokers silent this long (RocketMQ: 120000)")
     p.add_argument("--scan-interval-ms", type=int, default=10_000, help="expiry scan period (RocketMQ: 10000)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    port = 9876
+    props: dict[str, str] = {}
     if args.config:
         try:
             props = _read_properties(args.config)
         except OSError as exc:
             print(f"mqnamesrv: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
             return 2
-        port = int(props.get("listenPort", port))
+    try:
+        port = int(props.get("listenPort", 9876))
+        limits = ListenLimits(
+            idle_timeout_s=float(props.get("serverChannelMaxIdleTimeSeconds", 120)),
+            read_timeout_s=float(props.get("serverReadTimeoutMillis", 30_000)) / 1000.0,
+            max_connections=int(props.get("serverMaxConnections", 1024)),
+            max_pending_bytes=int(props.get("serverMaxPendingBytes", 64 * 1024 * 1024)))
+    except ValueError as exc:
+        print(f"mqnamesrv: bad number in {args.config}: {exc}", file=sys.stderr)
+        return 2
     if args.port is not None:
         port = args.port
+    host = args.host or props.get("bindAddress", "").strip() or "0.0.0.0"
 
     async def run() -> int:
-        ctl = NamesrvController(host=args.host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
-                                scan_interval_ms=args.scan_interval_ms)
+        ctl = NamesrvController(host=host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
+                                scan_interval_ms=args.scan_interval_ms, limits=limits)
         try:
             await ctl.start()
         except OSError as exc:
-            print(f"mqnamesrv: cannot listen on port {port}: {exc.strerror}", file=sys.stderr)
+            print(f"mqnamesrv: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return 1
-        print(f"The Name Server boot success. serializeType=JSON, listening on {args.host}:{ctl.port}", flush=True)
+        print(f"The Name Server boot success. serializeType=JSON, listening on {host}:{ctl.port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,6 +10,8 @@ Rules:
   API is not covered by the ACL.
 - ``namesrvAddr`` set: a :class:`BrokerRegistrar` registers the broker (see there). Role changes
   (``change_to_master``/``change_to_slave``) call :meth:`role_changed`.
+- Limits: the server applies the controller's ``ListenLimits`` (idle/read timeouts, connection
+  cap) and shares its pending-bytes budget with a split ``httpListenPort`` (``broker.remoting.limits``).
 - Stop: unregister from the name servers, wake held pulls, close the listener and the
   remoting connections.
 
@@ -55,8 +57,9 @@ class BrokerRemoting:
         self.broker_processor = controller.processor
         bc = controller.broker_config
         self.consumers = ConsumerManager()
-        self.server = RemotingServer(name=f"broker {controller.broker_name}",
-                                     max_frame_length=max(16 * 1024 * 1024, controller.max_message_size * 2 + 65536))
+        self.server = RemotingServer(name=f"broker {controller.broker_name} listenPort {controller.listen_port}",
+                                     max_frame_length=max(16 * 1024 * 1024, controller.max_message_size * 2 + 65536),
+                                     limits=controller.listen_limits, budget=controller.pending_budget)
         self.server.close_listeners.append(self.consumers.on_close)
         self.send = SendMessageProcessor(self)
         self.pull = PullMessageProcessor(self)

@@ -17,7 +17,7 @@ Rules (apache/rocketmq 4.9.x ``RemotingCommand``, ``RocketMQSerializable``, ``Ne
   serialize type of its request.
 
 Theory of operation: :class:`FrameDecoder` is fed bytes as they arrive and returns complete
-frames (without the length prefix); :func:`decode_frame` turns one into a
+frames (without the length prefix) and tells how big the frame it is still waiting for is; :func:`decode_frame` turns one into a
 :class:`RemotingCommand`; :func:`encode` does the reverse. No I/O, no clock.
 """
 from __future__ import annotations
@@ -251,6 +251,15 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    @property
+    def pending_frame_length(self) -> int:
+        """Whole size (prefix included) announced by the incomplete frame at the head of the buffer;
+        0 when nothing or fewer than 4 bytes are buffered. The server reserves it against its
+        pending-bytes budget before buffering more of the frame (see ``broker.remoting.limits``)."""
+        if len(self._buf) < 4:
+            return 0
+        return _I.unpack_from(self._buf, 0)[0] + 4
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Frames completed by ``data`` (each without the length prefix); raises on a bad length."""

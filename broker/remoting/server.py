@@ -18,6 +18,11 @@ Rules (RocketMQ ``NettyRemotingServer`` / ``NettyRemotingAbstract.processRequest
   byte of its length, which is 0 or 1 for any frame within the 16 MiB limit.
 - Flow control: a connection with more than ``max_in_flight`` requests being processed, or
   whose transport's write buffer is above its high-water mark, stops being read until it drains.
+- Limits (``broker.remoting.limits``, issue 12): a :class:`~broker.remoting.limits.PortGuard`
+  admits at most ``max_connections`` (both protocols), closes idle connections and connections
+  that leave a frame (or, handed to HTTP, a request head) unfinished past the read timeout, and a
+  frame announced larger than ``SMALL_FRAME`` must fit the shared pending-bytes budget before its
+  body is buffered; otherwise the connection is closed at once.
 
 Theory of operation: one :class:`RemotingConnection` (an ``asyncio.Protocol``) per client; its
 :class:`broker.remoting.codec.FrameDecoder` turns bytes into commands, each processed in its own
@@ -31,6 +36,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
 from broker.remoting.codes import ResponseCode, request_name
+from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, ListenLimits, PendingBudget, PortGuard
 
 log = logging.getLogger("broker.remoting")
 
@@ -57,6 +63,9 @@ class RemotingConnection(asyncio.Protocol):
         self._write_paused = False
         self._first = True
         self.closed = False
+        self.refused = False  # over the connection cap: closed before reading anything
+        self.clock = ConnectionClock()
+        self._reserved = 0  # bytes of the pending-bytes budget held by the incomplete frame
         self.attrs: dict[str, Any] = {}  # per-connection state of processors (client ids...)
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -65,9 +74,15 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_addr = f"{peer[0]}:{peer[1]}"
+        if not self.server.guard.admit(self):
+            self.refused = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.refused or self.closed:
+            return
         if self._first:
             self._first = False
             if self.server.http_factory is not None and data[:1].isalpha():
@@ -89,11 +104,37 @@ class RemotingConnection(asyncio.Protocol):
             if cmd.is_response:
                 continue  # we send no requests to clients that expect answers
             self.in_flight += 1
+            self.clock.busy = self.in_flight
             asyncio.get_running_loop().create_task(self._process(cmd))
+        if not self._account_pending():
+            return
+        self.clock.partial(self.decoder.buffered > 0, bool(frames))
         self._update_reading()
+
+    def _account_pending(self) -> bool:
+        """Reserve the incomplete big frame's announced size; False (connection closed) if it does not fit."""
+        wanted = self.decoder.pending_frame_length
+        if wanted <= SMALL_FRAME:
+            wanted = 0
+        if wanted == self._reserved:
+            return True
+        budget = self.server.guard.budget
+        budget.release(self._reserved)
+        self._reserved = 0
+        if not budget.reserve(wanted):
+            self.server.guard.refuse_budget(self, wanted)
+            self._abort()
+            return False
+        self._reserved = wanted
+        return True
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.closed = True
+        self.server.guard.budget.release(self._reserved)
+        self._reserved = 0
+        if self.refused:
+            return
+        self.server.guard.forget(self)
         self.server.connections.discard(self)
         for listener in list(self.server.close_listeners):
             try:
@@ -111,12 +152,24 @@ class RemotingConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ internals
     def _hand_to_http(self, data: bytes) -> None:
+        from broker.remoting.http_guard import HttpGuardProtocol  # noqa: WPS433 - aiohttp only when shared
+
         assert self.transport is not None and self.server.http_factory is not None
         self.server.connections.discard(self)
-        proto = self.server.http_factory()
+        proto = HttpGuardProtocol(self.server.guard, self.server.http_factory, admitted=True,
+                                  remote_addr=self.remote_addr)
+        proto.clock.last_activity = self.clock.last_activity
+        self.server.guard.replace(self, proto)
         self.transport.set_protocol(proto)
         proto.connection_made(self.transport)
         proto.data_received(data)
+
+    def guard_close(self, reason: str) -> None:
+        """Called by the port guard when a limit ran out (already counted and logged)."""
+        if reason == READ_TIMEOUT:
+            self._abort()
+        elif self.transport is not None and not self.closed:
+            self.transport.close()
 
     def _abort(self) -> None:
         if self.transport is not None and not self.closed:
@@ -136,6 +189,7 @@ class RemotingConnection(asyncio.Protocol):
     def send(self, cmd: RemotingCommand) -> None:
         if self.transport is not None and not self.closed:
             self.transport.write(encode(cmd))
+            self.clock.touch()
 
     async def _process(self, cmd: RemotingCommand) -> None:
         try:
@@ -147,6 +201,8 @@ class RemotingConnection(asyncio.Protocol):
                 self.send(response)
         finally:
             self.in_flight -= 1
+            self.clock.busy = self.in_flight
+            self.clock.touch()
             self._update_reading()
 
 
@@ -158,8 +214,10 @@ def _decode(frame: bytes) -> RemotingCommand:
 
 class RemotingServer:
     def __init__(self, *, name: str = "remoting", max_frame_length: int = MAX_FRAME_LENGTH,
-                 http_factory: Optional[Callable[[], asyncio.Protocol]] = None, max_in_flight: int = 4096) -> None:
+                 http_factory: Optional[Callable[[], asyncio.Protocol]] = None, max_in_flight: int = 4096,
+                 limits: Optional[ListenLimits] = None, budget: Optional[PendingBudget] = None) -> None:
         self.name = name
+        self.guard = PortGuard(name, limits or ListenLimits(), budget)
         self.max_frame_length = max_frame_length
         self.http_factory = http_factory
         self.max_in_flight = max_in_flight
@@ -195,8 +253,10 @@ class RemotingServer:
         self._server = await loop.create_server(lambda: RemotingConnection(self), host=host, port=port,
                                                 reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.guard.start()
 
     async def stop(self) -> None:
+        await self.guard.stop()
         if self._server is not None:
             self._server.close()
             for conn in list(self.connections):
