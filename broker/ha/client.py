@@ -15,9 +15,14 @@ Rules:
   disconnected and why), never per frame.
 - The protocol (reports, frames, checks, heartbeat and housekeeping timing) is
   :class:`broker.ha.protocol.SlaveConnection`; this module is the asyncio driver around it.
+- With ``haAuthToken`` every session starts with the handshake of :mod:`broker.ha.handshake`
+  (bounded by ``haHandshakeTimeout``): the slave sends no report and appends no byte until the
+  master has proven the same secret and brokerName, and every later frame must carry a valid
+  MAC. A master that cannot prove it is refused with one warning line per distinct reason (then
+  the usual backoff). Without a token the classic protocol runs, byte for byte RocketMQ's.
 
-Theory of operation: ``_run`` loops connect -> ``_session`` -> backoff. A session sends the
-initial report (the local max offset, RocketMQ's request offset), then one task reads from the
+Theory of operation: ``_run`` loops connect -> ``_session`` -> backoff. A session runs the
+handshake when there is a token, then sends the initial report (the local max offset, RocketMQ's request offset), then one task reads from the
 socket, feeds the state machine, appends each ``DataFrame`` and sends the report the machine
 returns after the appends (one report per read, not per frame), while a second task sleeps
 until the machine's next deadline to send heartbeat reports or to expire a silent master.
@@ -29,9 +34,9 @@ import logging
 import time
 from typing import Any, Callable
 
+from broker.ha.handshake import SessionMac, SlaveHandshake
 from broker.ha.protocol import DataFrame, HAError, SlaveConnection
-from broker.ha.service import commitlog_max_offset
-from broker.ha.settings import HASettings
+from broker.ha.service import commitlog_max_offset, settings_with
 
 log = logging.getLogger("broker.ha")
 
@@ -64,9 +69,11 @@ class HAClient:
         backoff_max_ms: float = 5000.0,
         connect_timeout_ms: float = 3000.0,
         clock: Callable[[], float] = _now_ms,
+        broker_name: str | None = None,
+        auth_token: str | None = None,
     ) -> None:
         self.commitlog = commitlog
-        self.settings = config if isinstance(config, HASettings) else HASettings.from_config(config)
+        self.settings = settings_with(config, broker_name=broker_name, ha_auth_token=auth_token)
         if master_ha_address is None:
             master_ha_address = self.settings.ha_master_address
         if master_ha_address:
@@ -83,6 +90,8 @@ class HAClient:
         self.connect_count = 0
         self.last_reported_offset = -1
         self.last_error: str | None = None
+        self.handshake_failures = 0
+        self._last_handshake_error: str | None = None
         self._machine: SlaveConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -128,6 +137,8 @@ class HAClient:
             "frames_received": self.frames_received,
             "connect_count": self.connect_count,
             "last_error": self.last_error,
+            "auth": "haAuthToken" if self.settings.ha_auth_token else "open",
+            "handshake_failures": self.handshake_failures,
         }
 
     # ---------------------------------------------------------------- loops
@@ -184,25 +195,73 @@ class HAClient:
         except asyncio.TimeoutError:
             pass
 
+    async def _handshake(
+        self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[SessionMac, bytes] | str:
+        """Prove haAuthToken and check the master's proof: (session MAC, leftover bytes) or why not."""
+        s = self.settings
+        assert s.ha_auth_token
+        hs = SlaveHandshake(s.ha_auth_token, s.broker_name, now_ms=self.clock(), timeout_ms=s.ha_handshake_timeout)
+        writer.write(hs.start())
+        while not hs.done:
+            remaining = (hs.deadline_ms - self.clock()) / 1000.0
+            try:
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                data = await asyncio.wait_for(reader.read(4096), remaining)
+            except asyncio.TimeoutError:
+                return self._handshake_failed(address, f"no complete HA handshake within {s.ha_handshake_timeout} ms")
+            except (ConnectionError, OSError) as exc:
+                return f"read failed during the HA handshake: {exc!r}"
+            if not data:
+                return self._handshake_failed(
+                    address, "master closed the connection during the HA handshake (it logs why: a different "
+                    "haAuthToken or brokerName, no haAuthToken there, or its connection limit)")
+            out = hs.receive_data(data, self.clock())
+            if hs.error is not None:
+                return self._handshake_failed(address, hs.error.message)
+            if out:
+                writer.write(out)
+        assert hs.keys is not None
+        self._last_handshake_error = None
+        return hs.keys.for_slave(), hs.leftover
+
+    def _handshake_failed(self, address: str, reason: str) -> str:
+        self.handshake_failures += 1
+        if reason != self._last_handshake_error:  # one line per distinct reason, not per retry
+            log.warning("HA client: refusing master %s: %s", address, reason)
+            self._last_handshake_error = reason
+        return reason
+
     async def _session(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         s = self.settings
+        self._writer = writer
+        mac: SessionMac | None = None
+        leftover = b""
+        if s.ha_auth_token:
+            outcome = await self._handshake(address, reader, writer)
+            if isinstance(outcome, str):
+                self.last_error = outcome
+                return
+            mac, leftover = outcome
         machine = SlaveConnection(
             slave_max_offset=commitlog_max_offset(self.commitlog),
             now_ms=self.clock(),
             heartbeat_interval_ms=s.ha_send_heartbeat_interval,
             housekeeping_interval_ms=s.ha_housekeeping_interval,
             max_frame_size=s.ha_max_frame_size,
+            mac=mac,
         )
         self._machine = machine
-        self._writer = writer
         writer.write(machine.initiate(self.clock()))
         self.last_reported_offset = machine.reported_offset
         self.connected = True
         self.connect_count += 1
-        log.info("HA client connected to master %s, reported offset %d", address, machine.reported_offset)
+        log.info("HA client connected to master %s (%s), reported offset %d", address,
+                 "haAuthToken verified" if mac is not None else "open protocol", machine.reported_offset)
         timer = asyncio.create_task(self._timer(machine, writer), name="ha-client-timer")
         try:
-            reason = await self._read_loop(machine, reader, writer)
+            reason = await self._read_loop(machine, reader, writer, leftover)
         finally:
             timer.cancel()
             await asyncio.gather(timer, return_exceptions=True)
@@ -212,13 +271,14 @@ class HAClient:
         self.last_error = reason
 
     async def _read_loop(
-        self, machine: SlaveConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, machine: SlaveConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        leftover: bytes = b"",
     ) -> str:
         """Replicate until the connection ends; returns why it ended."""
         commitlog = self.commitlog
         while True:
             try:
-                data = await reader.read(READ_CHUNK)
+                data, leftover = (leftover, b"") if leftover else (await reader.read(READ_CHUNK), b"")
             except (ConnectionError, OSError) as exc:
                 return f"read failed: {exc!r}"
             if not data:

@@ -35,6 +35,11 @@ Rules the state machines enforce:
   negative offset or size, or a frame larger than ``max_frame_size`` (RocketMQ's slave read
   buffer is 4 MiB). The driver closes that one connection.
 - Heartbeat/expiry comparisons are strict (``now - last > interval``), like RocketMQ's.
+- Authenticated sessions (``haAuthToken``, after :mod:`broker.ha.handshake`): both machines take
+  a :class:`~broker.ha.handshake.SessionMac`; every report then is ``offset:8 | tag:16`` and every
+  frame ``header | body | tag:16`` (heartbeats included). A tag that does not verify is a
+  :class:`ProtocolError`, so a forged or replayed ack is never counted and an injected frame is
+  never appended. Without a ``mac`` the bytes are RocketMQ's, unchanged.
 
 Theory of operation: :class:`MasterConnection` parses reports and decides what to send; the
 driver asks :attr:`MasterConnection.transfer_from` for the next offset, reads committed bytes
@@ -49,6 +54,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from broker.ha.handshake import TAG_SIZE, SessionMac
 
 REPORT_SIZE = 8
 TRANSFER_HEADER_SIZE = 12
@@ -148,6 +155,7 @@ class MasterConnection:
         transfer_batch_size: int = 32 * 1024,
         heartbeat_interval_ms: float = 5000,
         housekeeping_interval_ms: float = 20000,
+        mac: SessionMac | None = None,
     ) -> None:
         if mapped_file_size <= 0 or transfer_batch_size <= 0:
             raise ValueError("mapped_file_size and transfer_batch_size must be positive")
@@ -161,6 +169,10 @@ class MasterConnection:
         self.last_read_ms = now_ms
         self.last_write_ms = now_ms
         self.error: HAError | None = None
+        self.mac = mac
+        self.record_size = REPORT_SIZE + (TAG_SIZE if mac is not None else 0)
+        #: pieces :meth:`frames_for` returns per frame (header, body[, tag])
+        self.pieces_per_frame = 3 if mac is not None else 2
         self._buf = bytearray()
 
     @property
@@ -179,12 +191,19 @@ class MasterConnection:
             return []
         self.last_read_ms = now_ms
         self._buf += data
-        whole = len(self._buf) - len(self._buf) % REPORT_SIZE
+        rec = self.record_size
+        whole = len(self._buf) - len(self._buf) % rec
         if whole == 0:
             return []
         events: list[Event] = []
         last: int | None = None
-        for (value,) in struct.iter_unpack(">q", bytes(self._buf[:whole])):
+        chunk = bytes(self._buf[:whole])
+        for pos in range(0, whole, rec):
+            raw = chunk[pos : pos + REPORT_SIZE]
+            if self.mac is not None and not self.mac.recv.verify(chunk[pos + REPORT_SIZE : pos + rec], raw):
+                return events + self._fail(ProtocolError(
+                    "report MAC does not verify (a forged, replayed or corrupted ack); not counted"))
+            (value,) = _REPORT.unpack(raw)
             problem = self._check_report(value, master_max_offset)
             if problem is not None:
                 return events + self._fail(ProtocolError(problem))
@@ -235,10 +254,15 @@ class MasterConnection:
         total = len(view) if max_bytes is None else min(len(view), max(max_bytes, 1))
         out: list[bytes] = []
         pos = 0
+        mac = self.mac
         while pos < total:
             size = min(self.transfer_batch_size, total - pos)
-            out.append(_HEADER.pack(self._next, size))
-            out.append(bytes(view[pos : pos + size]))
+            header = _HEADER.pack(self._next, size)
+            body = bytes(view[pos : pos + size])
+            out.append(header)
+            out.append(body)
+            if mac is not None:
+                out.append(mac.send.tag(header, body))
             self._next += size
             pos += size
         self.last_write_ms = now_ms
@@ -267,7 +291,8 @@ class MasterConnection:
             return expired
         if self._next >= 0 and now_ms - self.last_write_ms > self.heartbeat_interval_ms:
             self.last_write_ms = now_ms
-            return _HEADER.pack(self._next, 0)
+            header = _HEADER.pack(self._next, 0)
+            return header + self.mac.send.tag(header) if self.mac is not None else header
         return None
 
     def next_deadline(self) -> float:
@@ -292,6 +317,7 @@ class SlaveConnection:
         heartbeat_interval_ms: float = 5000,
         housekeeping_interval_ms: float = 20000,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        mac: SessionMac | None = None,
     ) -> None:
         if slave_max_offset < 0:
             raise ValueError("slave_max_offset must be >= 0")
@@ -303,12 +329,18 @@ class SlaveConnection:
         self.last_read_ms = now_ms
         self.last_write_ms = now_ms
         self.error: HAError | None = None
+        self.mac = mac
+        self._tag_size = TAG_SIZE if mac is not None else 0
         self._buf = bytearray()
+
+    def _report(self, offset: int) -> bytes:
+        raw = encode_report(offset)
+        return raw + self.mac.send.tag(raw) if self.mac is not None else raw
 
     def initiate(self, now_ms: float) -> bytes:
         """The first report (the request offset), sent as soon as the connection is up."""
         self.last_write_ms = now_ms
-        return encode_report(self.reported_offset)
+        return self._report(self.reported_offset)
 
     def _fail(self, error: HAError) -> list[Event]:
         self.error = error
@@ -326,19 +358,26 @@ class SlaveConnection:
         error: HAError | None = None
         pos = 0
         end = len(buf)
+        tag_size = self._tag_size
         with memoryview(buf) as view:
             while end - pos >= TRANSFER_HEADER_SIZE:
                 offset, size = _HEADER.unpack_from(buf, pos)
                 error = self._check_frame(offset, size)
-                if error is not None or end - pos < TRANSFER_HEADER_SIZE + size:
+                if error is not None or end - pos < TRANSFER_HEADER_SIZE + size + tag_size:
+                    break
+                start = pos + TRANSFER_HEADER_SIZE
+                if self.mac is not None and not self.mac.recv.verify(
+                    view[start + size : start + size + tag_size], view[pos:start], view[start : start + size]
+                ):
+                    error = ProtocolError(f"frame MAC at offset {offset} does not verify "
+                                          "(forged, replayed or corrupted data); nothing appended")
                     break
                 if size == 0:
                     events.append(HeartbeatFrame(offset))
                 else:
-                    start = pos + TRANSFER_HEADER_SIZE
                     events.append(DataFrame(offset, bytes(view[start : start + size])))
                     self.expected_offset = offset + size
-                pos += TRANSFER_HEADER_SIZE + size
+                pos += TRANSFER_HEADER_SIZE + size + tag_size
         if error is not None:
             return events + self._fail(error)
         if pos:
@@ -369,7 +408,7 @@ class SlaveConnection:
         if slave_max_offset > self.reported_offset:
             self.reported_offset = slave_max_offset
             self.last_write_ms = now_ms
-            return encode_report(slave_max_offset)
+            return self._report(slave_max_offset)
         return None
 
     def poll(self, now_ms: float) -> bytes | HAError | None:
@@ -386,7 +425,7 @@ class SlaveConnection:
             return self.error
         if now_ms - self.last_write_ms > self.heartbeat_interval_ms:
             self.last_write_ms = now_ms
-            return encode_report(self.reported_offset)
+            return self._report(self.reported_offset)
         return None
 
     def next_deadline(self) -> float:

@@ -1,4 +1,4 @@
-"""Master side of classic HA: HAService (accept + GroupTransferService) and HAConnection.
+"""Master side of classic HA: HAService (accept + admission limits + GroupTransferService).
 
 Rules:
 - ``HAService`` listens on ``haListenPort`` and runs one :class:`HAConnection` per slave. The
@@ -29,12 +29,22 @@ Rules:
   never rolled back (RocketMQ neither).
 - A misbehaving peer (garbage, offsets beyond our max, silence for ``haHousekeepingInterval``)
   gets one warning line and its connection closed; other connections are untouched.
+- Doors (issue 12): a connection is *pending* until admitted, and only admitted connections are
+  in :attr:`HAService.connections` (woken, sent commitlog bytes, counted by ``connection_count``,
+  ``is_slave_ok`` and ``push2slave_max_offset``). With ``haAuthToken`` admission is the mutual
+  handshake of :mod:`broker.ha.handshake`, and every later report and frame is MACed; without
+  a token (open, RocketMQ's own protocol) admission is the first 8 bytes of a report. A pending
+  socket gets ``min(haHandshakeTimeout, haHousekeepingInterval)`` to be admitted; at most
+  ``ha_max_pending_connections`` are held, the oldest dropped for a newcomer (so idle sockets
+  cannot lock a real slave out), and at most ``ha_max_connections`` are admitted. Every refusal
+  is counted (``refused_connections`` in :meth:`HAService.status`) and logged as one line naming
+  the remote address and why (at most :data:`REFUSAL_LOG_BURST` lines per 10 s, then a count).
+  A refused peer never receives a commitlog byte.
 
-Theory of operation: ``_handle`` (one task per accepted socket) owns an ``HAConnection``,
-whose ``_read_loop`` feeds reports to the state machine and whose ``_write_loop`` asks it where
-to transfer from, reads ``get_data`` there, writes the frames (up to ``max_write_bytes`` per
-round, then ``drain()`` for back-pressure) and otherwise sleeps until woken by a put, by the
-first report, or by the machine's next heartbeat/housekeeping deadline.
+Theory of operation: ``_handle`` (one task per accepted socket) makes room among the pending
+sockets, then runs an ``HAConnection`` (:mod:`broker.ha.connection`: admission, then the read,
+write and watchdog loops). Reports reach :meth:`HAService._notify_transfer_some`, which raises
+``push2slave_max_offset`` and resolves the GroupTransferService waiters (a heap by offset).
 """
 from __future__ import annotations
 
@@ -43,241 +53,21 @@ import concurrent.futures
 import heapq
 import itertools
 import logging
-import time
 from typing import Any, Callable
 
-from broker.ha.protocol import (
-    HAError,
-    MasterConnection,
-    SlaveReport,
-    TransferStarted,
+from broker.ha.connection import (  # noqa: F401 - commitlog_*_offset re-exported for client.py
+    REFUSAL_LOG_BURST,
+    REFUSAL_LOG_WINDOW_MS,
+    HAConnection,
+    _now_ms,
+    _on_loop,
+    commitlog_max_offset,
+    commitlog_min_offset,
+    settings_with,
 )
-from broker.ha.settings import HASettings
 from broker.store.put_result import PutMessageStatus
 
 log = logging.getLogger("broker.ha")
-
-READ_CHUNK = 64 * 1024
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000.0
-
-
-def commitlog_max_offset(commitlog: Any) -> int:
-    """``commitlog.max_offset`` whether it is a property or a method."""
-    value = commitlog.max_offset
-    return int(value() if callable(value) else value)
-
-
-def commitlog_min_offset(commitlog: Any) -> int:
-    """``commitlog.min_offset`` (-1 or 0 for an empty commitlog)."""
-    value = getattr(commitlog, "min_offset", 0)
-    return int(value() if callable(value) else value)
-
-
-def _committed_bytes(commitlog: Any, offset: int) -> memoryview | None:
-    """Non-empty committed bytes starting exactly at ``offset``, or None.
-
-    Accepts both shapes of ``get_data``: a ``SelectMappedBufferResult`` (``start_offset``,
-    ``buffer``) or a bare buffer.
-    """
-    result = commitlog.get_data(offset)
-    if result is None:
-        return None
-    buffer = getattr(result, "buffer", result)
-    start = getattr(result, "start_offset", offset)
-    if start != offset or not len(buffer):
-        return None
-    return memoryview(buffer)
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-class HAConnection:
-    """One connected slave, as seen by the master (RocketMQ ``HAConnection``)."""
-
-    def __init__(
-        self,
-        service: "HAService",
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        self.service = service
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.address = f"{peer[0]}:{peer[1]}" if peer else "?"
-        now = service.clock()
-        s = service.settings
-        self.machine = MasterConnection(
-            now_ms=now,
-            mapped_file_size=service.mapped_file_size,
-            transfer_batch_size=s.ha_transfer_batch_size,
-            heartbeat_interval_ms=s.ha_send_heartbeat_interval,
-            housekeeping_interval_ms=s.ha_housekeeping_interval,
-        )
-        self.connected_at_ms = now
-        self.bytes_sent = 0
-        self.frames_sent = 0
-        self.reported = False  # counts as a slave once it sent a valid report
-        self.close_reason: str | None = None
-        self._wake = asyncio.Event()
-        self._closed = asyncio.Event()
-
-    # ---------------------------------------------------------------- properties
-    @property
-    def slave_request_offset(self) -> int:
-        return self.machine.slave_request_offset
-
-    @property
-    def slave_ack_offset(self) -> int:
-        return self.machine.slave_ack_offset
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def close(self, reason: str) -> None:
-        if self.close_reason is None:
-            self.close_reason = reason
-        self._closed.set()
-        self._wake.set()
-        # abort, not close: close() would wait to flush what a stuck slave will never read.
-        self.writer.transport.abort()
-
-    def snapshot(self, master_max: int) -> dict[str, Any]:
-        ack = self.machine.slave_ack_offset
-        return {
-            "address": self.address,
-            "request_offset": self.machine.slave_request_offset,
-            "acked_offset": ack,
-            "transfer_from": self.machine.transfer_from,
-            "lag_bytes": master_max - ack if ack >= 0 else None,
-            "bytes_sent": self.bytes_sent,
-            "frames_sent": self.frames_sent,
-            "connected_ms": round(self.service.clock() - self.connected_at_ms),
-        }
-
-    # ---------------------------------------------------------------- loops
-    async def run(self) -> None:
-        read_task = asyncio.create_task(self._read_loop(), name=f"ha-read-{self.address}")
-        write_task = asyncio.create_task(self._write_loop(), name=f"ha-write-{self.address}")
-        try:
-            await self._watchdog()
-        finally:
-            for task in (read_task, write_task):
-                task.cancel()
-            await asyncio.gather(read_task, write_task, return_exceptions=True)
-            if not self.writer.is_closing():
-                self.writer.close()
-            try:
-                await asyncio.wait_for(self.writer.wait_closed(), 1.0)
-            except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
-                pass
-
-    async def _watchdog(self) -> None:
-        """Housekeeping independent of the writer (which may sit in ``drain()`` on a stuck slave)."""
-        machine = self.machine
-        clock = self.service.clock
-        while not self._closed.is_set():
-            delay = (machine.last_read_ms + machine.housekeeping_interval_ms - clock()) / 1000.0
-            try:
-                await asyncio.wait_for(self._closed.wait(), max(delay, 0) + 0.01)
-            except asyncio.TimeoutError:
-                expired = machine.check_expired(clock())
-                if expired is not None:
-                    log.warning("HA connection %s dropped: %s", self.address, expired.message)
-                    self.close(expired.message)
-
-    async def _read_loop(self) -> None:
-        service = self.service
-        try:
-            while True:
-                data = await self.reader.read(READ_CHUNK)
-                if not data:
-                    self.close("slave closed the connection")
-                    return
-                events = self.machine.receive_data(data, service.clock(), commitlog_max_offset(service.commitlog))
-                for ev in events:
-                    if isinstance(ev, SlaveReport):
-                        if not self.reported:
-                            self.reported = True
-                            service._connections_changed()
-                        service._notify_transfer_some(ev.offset)
-                    elif isinstance(ev, TransferStarted):
-                        log.info(
-                            "HA slave %s requested offset %d, master transfers from %d",
-                            self.address, ev.request_offset, ev.transfer_from,
-                        )
-                        self._wake.set()
-                    elif isinstance(ev, HAError):
-                        log.warning("HA connection %s dropped: %s", self.address, ev.message)
-                        self.close(ev.message)
-                        return
-        except (ConnectionError, OSError) as exc:
-            self.close(f"read failed: {exc!r}")
-        except Exception as exc:  # never let one connection take the service down
-            log.exception("HA connection %s read loop failed", self.address)
-            self.close(f"internal error: {exc!r}")
-
-    async def _write_loop(self) -> None:
-        service = self.service
-        machine = self.machine
-        commitlog = service.commitlog
-        writer = self.writer
-        max_bytes = service.max_write_bytes
-        loop = asyncio.get_running_loop()
-        try:
-            while not self._closed.is_set():
-                self._wake.clear()
-                now = service.clock()
-                due = machine.poll(now)
-                if isinstance(due, HAError):
-                    log.warning("HA connection %s dropped: %s", self.address, due.message)
-                    self.close(due.message)
-                    return
-                if due is not None:
-                    writer.write(due)
-                    self.frames_sent += 1
-                    self.bytes_sent += len(due)
-                nxt = machine.transfer_from
-                if nxt is not None:
-                    min_offset = commitlog_min_offset(commitlog)
-                    if nxt < min_offset:
-                        msg = f"slave needs offset {nxt} but the master's commitlog starts at {min_offset}"
-                        log.warning("HA connection %s dropped: %s", self.address, msg)
-                        self.close(msg)
-                        return
-                    data = _committed_bytes(commitlog, nxt)
-                    if data is not None:
-                        frames = machine.frames_for(data, now, max_bytes=max_bytes)
-                        del data
-                        writer.writelines(frames)
-                        self.frames_sent += len(frames) // 2
-                        self.bytes_sent += sum(len(f) for f in frames)
-                        await writer.drain()
-                        continue  # more may be ready (next file, or beyond max_bytes)
-                if due is not None:
-                    await writer.drain()
-                timeout = (machine.next_deadline() - service.clock()) / 1000.0
-                if nxt is not None:
-                    timeout = min(timeout, service.poll_interval_ms / 1000.0)
-                if timeout > 0:
-                    handle = loop.call_later(timeout + 0.001, self._wake.set)
-                    try:
-                        await self._wake.wait()
-                    finally:
-                        handle.cancel()
-        except (ConnectionError, OSError) as exc:
-            self.close(f"write failed: {exc!r}")
-        except Exception as exc:
-            log.exception("HA connection %s write loop failed", self.address)
-            self.close(f"internal error: {exc!r}")
 
 
 class HAService:
@@ -295,9 +85,11 @@ class HAService:
         max_write_bytes: int = 1024 * 1024,
         wire_replica_hook: bool = True,
         clock: Callable[[], float] = _now_ms,
+        broker_name: str | None = None,
+        auth_token: str | None = None,
     ) -> None:
         self.commitlog = commitlog
-        self.settings = config if isinstance(config, HASettings) else HASettings.from_config(config)
+        self.settings = settings_with(config, broker_name=broker_name, ha_auth_token=auth_token)
         self.host = host
         self.port = self.settings.ha_listen_port if port is None else port
         self.mapped_file_size = int(
@@ -309,7 +101,12 @@ class HAService:
         self.max_write_bytes = max_write_bytes
         self.wire_replica_hook = wire_replica_hook
         self.clock = clock
-        self.connections: list[HAConnection] = []
+        self.connections: list[HAConnection] = []  # admitted only
+        self.pending: list[HAConnection] = []  # accepted, not (yet) admitted
+        self.refused_count = 0
+        self._log_window_ms = 0.0
+        self._log_lines = 0
+        self._log_suppressed = 0
         self._push2slave_max_offset = 0
         self._waiters: list[tuple[int, int, asyncio.Future[PutMessageStatus]]] = []
         self._seq = itertools.count()
@@ -325,7 +122,8 @@ class HAService:
         self.port = self._server.sockets[0].getsockname()[1]
         if self.wire_replica_hook and getattr(self.commitlog, "replica_hook", False) is None:
             self.commitlog.replica_hook = self.replica_hook
-        log.info("HAService listening on %s:%d (%s)", self.host, self.port, self.settings.broker_role)
+        log.info("HAService listening on %s:%d (%s, %s)", self.host, self.port, self.settings.broker_role,
+                 "haAuthToken handshake" if self.settings.ha_auth_token else "open: no haAuthToken")
 
     async def shutdown(self) -> None:
         if getattr(self.commitlog, "replica_hook", None) == self.replica_hook:
@@ -334,7 +132,7 @@ class HAService:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        for conn in list(self.connections):
+        for conn in list(self.connections) + list(self.pending):
             conn.close("master shutting down")
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -353,16 +151,44 @@ class HAService:
         assert task is not None
         self._tasks.add(task)
         conn = HAConnection(self, reader, writer)
-        self.connections.append(conn)
-        log.info("HA connection from %s", conn.address)
+        cap = self.settings.ha_max_pending_connections
+        while len(self.pending) >= max(cap, 1):  # the oldest pending socket makes room
+            self.pending.pop(0).refuse(f"dropped for a newer connection: {cap} connections were waiting "
+                                       "to be admitted (handshake not complete)")
+        self.pending.append(conn)
         try:
             await conn.run()
         finally:
-            self.connections.remove(conn)
+            for group in (self.pending, self.connections):
+                if conn in group:
+                    group.remove(conn)
             self._tasks.discard(task)
-            log.info("HA connection %s closed (%s)", conn.address, conn.close_reason)
+            if conn.admitted:
+                log.info("HA connection %s closed (%s)", conn.address, conn.close_reason)
             if conn.reported:
                 self._connections_changed()
+
+    def _admit(self, conn: HAConnection) -> None:
+        if conn in self.pending:
+            self.pending.remove(conn)
+        self.connections.append(conn)
+        log.info("HA connection from %s admitted (%s)", conn.address,
+                 "haAuthToken verified" if conn.authenticated else "open protocol, no haAuthToken")
+
+    def _refused(self, address: str, reason: str) -> None:
+        """Count a refusal and log it: one line per peer, at most REFUSAL_LOG_BURST per window."""
+        self.refused_count += 1
+        now = self.clock()
+        if now - self._log_window_ms > REFUSAL_LOG_WINDOW_MS:
+            if self._log_suppressed:
+                log.warning("HA port: %d more connections refused in the last %.0f s (lines suppressed)",
+                            self._log_suppressed, (now - self._log_window_ms) / 1000.0)
+            self._log_window_ms, self._log_lines, self._log_suppressed = now, 0, 0
+        if self._log_lines < REFUSAL_LOG_BURST:
+            self._log_lines += 1
+            log.warning("HA connection from %s refused: %s", address, reason)
+        else:
+            self._log_suppressed += 1
 
     def _connections_changed(self) -> None:
         pass  # hook point for metrics; connection_count is computed on demand
@@ -388,10 +214,15 @@ class HAService:
         master_max = commitlog_max_offset(self.commitlog)
         return {
             "listen_port": self.port,
+            "auth": "haAuthToken" if self.settings.ha_auth_token else "open",
             "connection_count": self.connection_count,
+            "authenticated_slave_count": sum(1 for c in self.connections if c.authenticated and c.reported
+                                             and c.close_reason is None),
+            "pending_connections": len(self.pending),
+            "refused_connections": self.refused_count,
             "master_max_offset": master_max,
             "push2slave_max_offset": self._push2slave_max_offset,
-            "slaves": [c.snapshot(master_max) for c in self.connections],
+            "slaves": [c.snapshot(master_max) for c in self.connections if c.close_reason is None],
         }
 
     # ---------------------------------------------------------------- data path
@@ -489,4 +320,4 @@ class HAService:
             self._stale = 0
 
 
-__all__ = ["HAConnection", "HAService", "PutMessageStatus", "commitlog_max_offset"]
+__all__ = ["HAConnection", "HAService", "PutMessageStatus", "commitlog_max_offset", "settings_with"]

@@ -11,10 +11,19 @@ Rules:
   ``CommitLog.submitReplicaRequest``; older 4.x releases waited ``syncFlushTimeout`` (5000 ms).
   The project contract names ``sync_flush_timeout``, so that is what is used here; callers
   wanting 4.9.8's exact behaviour pass ``timeout_ms=slave_timeout`` to ``wait_for_slave_ack``.
+- Doors (issue 12): ``ha_auth_token`` (``haAuthToken``, the same on master and slaves) turns on
+  the handshake of :mod:`broker.ha.handshake`; ``None``/empty runs the classic open protocol (the
+  library stays open; ``broker/security_policy.py`` is what refuses that at ``mqbroker`` start
+  unless ``haAllowInsecure=true``). The token is left out of ``repr``. ``ha_handshake_timeout``
+  bounds how long an unauthenticated socket (or, open, one that has not reported) is held;
+  ``ha_max_connections`` caps authenticated slaves and ``ha_max_pending_connections`` the
+  sockets still in the handshake (the oldest is dropped for a newcomer, so idle sockets cannot
+  lock a real slave out). ``broker_name`` (``brokerName``, from BrokerConfig) binds the handshake
+  to one broker group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 DEFAULT_MAPPED_FILE_SIZE_COMMITLOG = 1024 * 1024 * 1024
@@ -35,6 +44,11 @@ class HASettings:
     mapped_file_size_commit_log: int = DEFAULT_MAPPED_FILE_SIZE_COMMITLOG
     # Largest frame body a slave accepts (RocketMQ's HAClient read buffer is 4 MiB).
     ha_max_frame_size: int = 4 * 1024 * 1024
+    ha_auth_token: str | None = field(default=None, repr=False)
+    ha_handshake_timeout: int = 5000
+    ha_max_connections: int = 16
+    ha_max_pending_connections: int = 16
+    broker_name: str = ""
 
     @property
     def ha_wait_timeout(self) -> int:
@@ -58,4 +72,6 @@ class HASettings:
         role = values.get("broker_role")
         if role is not None and not isinstance(role, str):  # an Enum from broker/config.py
             values["broker_role"] = getattr(role, "name", str(role))
+        if not values.get("ha_auth_token"):
+            values["ha_auth_token"] = None
         return cls(**{k: v for k, v in values.items() if k in names})
