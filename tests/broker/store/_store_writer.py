@@ -1,6 +1,6 @@
 """Child process for the crash tests: writes messages forever, printing one line per ack.
 
-Usage: python -m tests.broker.store._store_writer <root> <ASYNC_FLUSH|SYNC_FLUSH> <batch>
+Usage: python -m tests.broker.store._store_writer <root> <ASYNC_FLUSH|SYNC_FLUSH> <batch> [<first i>]
 Each acknowledged message prints ``ack <i> <physical offset> <queue id> <queue offset>``.
 The parent kills it with SIGKILL at a random moment.
 """
@@ -18,6 +18,7 @@ def body(i: int) -> bytes:
 
 def main() -> None:
     root, flush, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     store = DefaultMessageStore(store_path_root_dir=root, mapped_file_size_commit_log=64 * 1024,
                                 flush_disk_type=flush, flush_interval_commit_log=5,
                                 flush_interval_consume_queue=20, warm_mapped_file_enable=False,
@@ -27,7 +28,7 @@ def main() -> None:
     out = sys.stdout
     out.write("started\n")
     out.flush()
-    i = 0
+    i = first
     while True:
         msgs = [MessageExt(f"Crash{(i + k) % 2}", body(i + k), queue_id=(i + k) % 3,
                            properties={"KEYS": f"k{i + k}"}) for k in range(batch)]
