@@ -20,6 +20,10 @@ Rules (RocketMQ 4.9.8 ``ConsumeQueue`` / ``DefaultMessageStore``; reference §2.
   does, with the ``[BUG]logic queue order maybe wrong`` warning (the symptom of an offset gap).
 - Transactional PREPARED/ROLLBACK records and DLedger barriers (DESIGN §4.1) never reach a
   ConsumeQueue.
+- A queue's directory is built only from a valid topic and queue id (``names.check_topic`` /
+  ``check_queue_id``): :class:`ConsumeQueue` raises ``InvalidNameError`` otherwise, so no
+  caller can make a path outside ``consumequeue/``; ``load`` skips (with a warning) a directory
+  whose name is not valid, and a lookup without ``create`` finds nothing for such a name.
 
 Theory of operation: :class:`ConsumeQueueStore` owns every queue under ``consumequeue/``.
 At start-up the facade calls :meth:`ConsumeQueueStore.load` (map every file, positions at file
@@ -44,6 +48,7 @@ from typing import Iterator, Optional, Protocol
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
 from broker.store.mapped_file import BlockReserve
+from broker.store.names import InvalidNameError, check_queue_id, check_topic
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +179,8 @@ class ConsumeQueue:
     ) -> None:
         if mapped_file_size <= 0 or mapped_file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"mappedFileSizeConsumeQueue must be a positive multiple of 20, got {mapped_file_size}")
-        self.topic = topic
-        self.queue_id = queue_id
+        self.topic = check_topic(topic)  # it becomes a directory name: never ``..`` or ``/``
+        self.queue_id = check_queue_id(queue_id)
         self.mapped_file_size = mapped_file_size
         self.read_only = read_only
         self.queue_dir = Path(store_path) / topic / str(queue_id)
@@ -503,12 +508,14 @@ class ConsumeQueueStore:
             for qdir in sorted(topic_dir.iterdir()):
                 try:
                     queue_id = int(qdir.name)
-                except ValueError:
-                    log.warning("ConsumeQueue dir %s: queue id is not a number, skipped", qdir)
+                    if str(queue_id) != qdir.name:
+                        raise InvalidNameError(f"queue dir name {qdir.name!r} is not a plain number")
+                    cq = ConsumeQueue(
+                        topic_dir.name, queue_id, self.store_path, self.mapped_file_size, read_only=self.read_only
+                    )
+                except ValueError as exc:  # InvalidNameError too
+                    log.warning("ConsumeQueue dir %s skipped: %s", qdir, exc)
                     continue
-                cq = ConsumeQueue(
-                    topic_dir.name, queue_id, self.store_path, self.mapped_file_size, read_only=self.read_only
-                )
                 cq.load()
                 self._table.setdefault(topic_dir.name, {})[queue_id] = cq
 
@@ -531,7 +538,7 @@ class ConsumeQueueStore:
         with self._lock:
             queues = self._table.get(topic)
             cq = queues.get(queue_id) if queues else None
-            if cq is None and create:
+            if cq is None and create:  # ConsumeQueue refuses an invalid name (module rules)
                 cq = ConsumeQueue(topic, queue_id, self.store_path, self.mapped_file_size, read_only=self.read_only)
                 self._table.setdefault(topic, {})[queue_id] = cq
             return cq

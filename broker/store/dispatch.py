@@ -9,11 +9,22 @@ Rules:
   scanner advances by (``msg_size`` classic, ``msg_size + 48`` DLedger).
 - Transactional PREPARED/ROLLBACK records are dispatched to the IndexFile (PREPARED keys only),
   never to a ConsumeQueue; barrier messages (DESIGN §4.1) are never dispatched to a ConsumeQueue.
+- A record whose topic or queue id is not what a send accepts (``names.record_problem``), or,
+  where entry boundaries are known (DLedger), an entry whose body is not a message, is never
+  dispatched: every dispatch path (ReputMessageService, recovery re-dispatch, the old region of
+  a DLedger store, bytes replicated from a peer) reports it to :class:`SkippedRecords` and
+  goes on with the next record. Reported once per process (by physical offset): one log line
+  with the file, the file position, the physical offset and why, and a counter for status.
 """
 from __future__ import annotations
 
+import collections
+import logging
+import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -35,3 +46,46 @@ class DispatchRequest:
 
 class CommitLogDispatcher(Protocol):
     def dispatch(self, request: DispatchRequest) -> None: ...
+
+
+class SkippedRecords:
+    """Records dispatch refused: a counter, the last few, and the log line (module rules).
+
+    Shared by the store's ReputMessageService and its recovery re-dispatch, so a record met by
+    both (re-dispatch after a crash, then reput from the ConsumeQueues' end) counts once."""
+
+    RECENT = 16
+    REMEMBERED = 100_000  # offsets kept to report once; beyond it a record may be counted again
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.RECENT)
+        self._seen: set[int] = set()
+        self._lock = threading.Lock()
+
+    def report(self, path: str, file_pos: int, offset: int, reason: str) -> bool:
+        """Note the record at physical ``offset`` (``file_pos`` in ``path``); False if already noted."""
+        with self._lock:
+            if offset in self._seen:
+                return False
+            if len(self._seen) < self.REMEMBERED:
+                self._seen.add(offset)
+            self.count += 1
+            self.recent.append({"file": path, "filePos": file_pos, "offset": offset, "reason": reason})
+        log.error("dispatch skipped the record at commitlog offset %d (file %s, position %d): %s; "
+                  "no ConsumeQueue or index entry is made for it", offset, path, file_pos, reason)
+        return True
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"skippedRecords": self.count, "lastSkipped": list(self.recent)}
+
+
+def locate(mapped_file: Any, offset: int, default_path: str = "?") -> tuple[str, int]:
+    """(file path, position in it) of physical ``offset`` in a classic MappedFile or a DLedger
+    MmapFile (``file_from_offset`` / ``from_offset``); ``(default_path, -1)`` when unknown."""
+    if mapped_file is None:
+        return default_path, -1
+    start = getattr(mapped_file, "file_from_offset", getattr(mapped_file, "from_offset", None))
+    path = getattr(mapped_file, "path", None)
+    return (str(path) if path is not None else default_path), (offset - start if start is not None else -1)

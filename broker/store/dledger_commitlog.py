@@ -60,6 +60,7 @@ from typing import Any, Callable, Sequence
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import (
     DLEDGER_BODY_OFFSET, barrier_message_body, check_dledger_message_and_return_size,
+    dledger_entry_frame_size, explain_dledger_record,
 )
 from broker.store.dledger_put import append_on_loop, put_status_for  # noqa: F401 (put_status_for: API)
 from broker.store.errors import MessageFormatError
@@ -389,6 +390,17 @@ class DLedgerCommitLog:
     # --- reading ----------------------------------------------------------------------------
     def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
         return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
+        """Size of the DLedger entry at physical ``offset`` (``buf[pos:]``) whatever its body, or -1
+        (the old region, or not an entry frame): lets dispatch skip an entry whose body is not a
+        message instead of stopping there (``reput`` module rules)."""
+        if self._in_old(offset):
+            return -1
+        return dledger_entry_frame_size(buf, pos, offset)
+
+    def explain_record(self, buf: memoryview, pos: int) -> str:
+        return explain_dledger_record(buf, pos)
 
     def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
         """Committed bytes from ``offset`` to the end of its file (old or DLedger)."""

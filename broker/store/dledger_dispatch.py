@@ -12,6 +12,12 @@ Rules (reference §4.4, ``DLedgerCommitLog.checkMessageAndReturnSize``; DESIGN �
   negative classic magics.)
 - Beyond Apache, the entry header must agree with its message: magic 1 and
   ``size == msg_size + 48``; a disagreement is a parse failure, never a silent skip.
+- Entry boundaries are known even when a body is not a message: :func:`dledger_entry_frame_size`
+  recognises an entry *frame* written by DLedger itself (magic 1, ``size == 48 + body_size``,
+  index and term >= 0, the pos field equal to the entry's own physical offset, the body CRC
+  when non-zero) and returns its size, so dispatch can report such an entry (an outsider's
+  200 zero bytes, a crafted record) and go on with the next one. The frame is DLedger's, the
+  body is whatever was appended: only the frame is trusted.
 - The barrier (DESIGN §4.1) is an ordinary, valid commitlog message on the reserved topic
   ``RMQ_SYS_DLEDGER_BARRIER``, queue 0, empty body, queue offset 0; a new DLedger leader
   appends one so its earlier-term tail commits under the current-term rule. Every reader,
@@ -67,6 +73,26 @@ def check_dledger_message_and_return_size(buf, offset: int = 0, check_crc: bool 
     elif req.msg_size > 0:
         req.buffer_size = req.msg_size + DLEDGER_BODY_OFFSET
     return req
+
+
+_FRAME = struct.Struct(">iiqqqiiii")  # dledger.entry.HEADER
+
+
+def dledger_entry_frame_size(buf, pos: int, offset: int) -> int:
+    """Size of the DLedger entry frame at ``buf[pos:]`` whose physical offset is ``offset``,
+    or -1 if the bytes are not such a frame (module rules). Never raises for bad bytes."""
+    if pos < 0 or len(buf) - pos < DLEDGER_BODY_OFFSET:
+        return -1
+    magic, size, index, term, entry_pos, _channel, _chain, body_crc, body_size = _FRAME.unpack_from(buf, pos)
+    if (magic != DLEDGER_ENTRY_MAGIC or body_size < 0 or size != DLEDGER_BODY_OFFSET + body_size
+            or pos + size > len(buf) or index < 0 or term < 0 or entry_pos != offset):
+        return -1
+    if body_crc != 0:
+        from dledger.entry import body_crc32
+
+        if body_crc32(memoryview(buf)[pos + DLEDGER_BODY_OFFSET:pos + size]) != body_crc:
+            return -1
+    return size
 
 
 def explain_dledger_record(buf, offset: int = 0) -> str:

@@ -25,6 +25,12 @@ Rules (seed 001, reference §4.3, DESIGN §4.4):
   re-dispatch every *committed* entry from there, advancing by the entry size (message + 48),
   so the IndexFile (dropped after a crash) and any lost CQ tail are rebuilt. Apache 4.9.8 has
   no such step and 5.x advances by the message size (reference §4.3 note).
+- Re-dispatch (of either commitlog) passes the same check as a send and as the
+  ReputMessageService: a record with an invalid topic or queue id, or a committed DLedger
+  entry whose body is not a message (its frame is DLedger's, so its size is known), is
+  reported to ``store.skipped`` with file and position and skipped; nothing is truncated for
+  it. Only bytes that are not even an entry frame stop recovery (StoreCorruptionError). The
+  old region's re-dispatch goes through ``store.do_dispatch``, which applies the same check.
 
 Theory of operation: one function, :func:`recover_dledger_commitlog`, called by
 ``DefaultMessageStore.recover`` through ``DLedgerCommitLog.recover_with_store``; it uses the
@@ -39,8 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.store import commitlog_recovery
-from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
+from broker.store.dispatch import locate
+from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET, explain_dledger_record
 from broker.store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from broker.store.names import record_problem
 from upgrade.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,12 +159,20 @@ def redispatch_after_crash(store: Any, cl: "DLedgerCommitLog") -> int:
         while pos < len(buf):
             req = cl.parse_record(buf, pos, True)
             if req.success and req.msg_size > 0:
-                store.do_dispatch(req)
-                count += 1
+                problem = record_problem(req)
+                if problem is None:
+                    store.do_dispatch(req)
+                    count += 1
+                else:
+                    _report(store, res, base + pos, problem)
                 pos += req.buffer_size if req.buffer_size > 0 else req.msg_size
             elif req.success:
                 rolled = True
                 break
+            elif (framed := cl.entry_size_at(buf, pos, base + pos)) > 0:
+                _report(store, res, base + pos, "entry body is not a valid message: "
+                        + explain_dledger_record(buf, pos))
+                pos += framed
             else:
                 raise_corrupt(cl, base + pos, buf, pos)
         offset = cl.roll_next_file(base + pos) if rolled else base + pos
@@ -165,8 +181,12 @@ def redispatch_after_crash(store: Any, cl: "DLedgerCommitLog") -> int:
     return count
 
 
+def _report(store: Any, res: Any, offset: int, reason: str) -> None:
+    path, file_pos = locate(getattr(res, "mapped_file", None), offset)
+    store.skipped.report(path, file_pos, offset, reason)
+
+
 def raise_corrupt(cl: "DLedgerCommitLog", offset: int, buf: Any, pos: int) -> None:
-    from broker.store.dledger_dispatch import explain_dledger_record
     from broker.store.errors import StoreCorruptionError
 
     f = cl.dledger_store.data_file_list.find_file(offset)

@@ -9,9 +9,14 @@ Rules:
   the flush service and ReputMessageService from the ConsumeQueues' max physical offset and
   waits until dispatch has caught up. ``shutdown`` stops dispatch after it has caught up,
   flushes everything, and deletes ``abort`` only if nothing is left undispatched.
-- Input is validated before it touches the log: topic ``^[%|a-zA-Z0-9_-]{1,127}$`` (it becomes a
-  directory name), queue id >= 0, body <= ``maxMessageSize``, properties <= 32767 bytes; a
-  SLAVE refuses puts (SERVICE_NOT_AVAILABLE).
+- Input is validated before it touches the log: topic ``^[%|a-zA-Z0-9_-]{1,127}$`` and queue id
+  in ``[0, 65535)`` (``names.py``: they become directory names), body <= ``maxMessageSize``,
+  properties <= 32767 bytes; a SLAVE refuses puts (SERVICE_NOT_AVAILABLE).
+- What is dispatched from the commitlog passes the same check, whoever wrote it (an HA master,
+  a DLedger peer, a crash, an outsider): every dispatch path (the ReputMessageService, recovery
+  re-dispatch of either commitlog, :meth:`do_dispatch`) skips a record that fails it, reports
+  it once (one log line with file and offset) and counts it in ``skipped``
+  (:meth:`dispatch_status`, shown by the broker's /status and /metrics).
 - Delayed messages (DELAY level > 0, not PREPARED/ROLLBACK) are rewritten as RocketMQ 4.9.8
   does: level clamped to the max level, topic ``SCHEDULE_TOPIC_XXXX``, queue level-1,
   ``REAL_TOPIC``/``REAL_QID`` added, properties in Java HashMap order.
@@ -34,7 +39,6 @@ import dataclasses
 import functools
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +49,7 @@ from broker.store import commitlog_recovery
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
-from broker.store.dispatch import DispatchRequest
+from broker.store.dispatch import DispatchRequest, SkippedRecords
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
@@ -54,6 +58,7 @@ from broker.store.message import (
     MessageExt, decode_message, java_hashmap_order, parse_delay_levels,
     transaction_value,
 )
+from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_problem, topic_problem
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
@@ -61,7 +66,6 @@ from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreRe
 log = logging.getLogger(__name__)
 
 STORE_TAKES_LOCK = True
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 
 @dataclass
@@ -134,6 +138,7 @@ class DefaultMessageStore(StoreReads):
         self._cq_flush_stop = threading.Event()
         self._stopping = threading.Event()
         self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
+        self.skipped = SkippedRecords()  # records no dispatch path accepted (module rules)
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
 
@@ -162,8 +167,43 @@ class DefaultMessageStore(StoreReads):
         return out
 
     def do_dispatch(self, request: DispatchRequest) -> None:
+        """Dispatch one parsed record to the ConsumeQueue and the IndexFile, unless a send would
+        refuse its topic or queue id: then report it by its PHYSICALOFFSET field and skip it.
+        Classic abnormal recovery re-dispatches through here (a record it scanned is where its
+        PHYSICALOFFSET says); the reput thread and DLedger re-dispatch check first and report
+        their scan position."""
+        problem = record_problem(request)
+        if problem is not None:
+            path, pos = self._locate(request.commitlog_offset)
+            self.skipped.report(path, pos, request.commitlog_offset, problem)
+            return
         for d in self._dispatchers():
             d.dispatch(request)
+
+    def _locate(self, offset: int) -> tuple[str, int]:
+        """(file, position) of a physical offset, for reports ("?", -1 if unknown)."""
+        from broker.store.dispatch import locate
+
+        mf = None
+        cl = self.commitlog
+        try:
+            dl = getattr(cl, "dledger_store", None)
+            if dl is not None and offset >= max(getattr(cl, "divided_commitlog_offset", -1), 0):
+                mf = dl.data_file_list.find_file(offset)
+            elif cl is not None and offset >= 0:
+                mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
+        except Exception:  # noqa: BLE001 - only for a report: never fail dispatch over it
+            mf = None
+        return locate(mf, offset)
+
+    def dispatch_status(self) -> dict[str, Any]:
+        """What dispatch skipped and whether it is stalled: ``skippedRecords`` (count),
+        ``lastSkipped`` (file, filePos, offset, reason), ``error`` (a classic stall) and
+        ``dispatchBehindBytes``."""
+        out = self.skipped.status()
+        out["error"] = self.reput.error if self.reput is not None else None
+        out["dispatchBehindBytes"] = self.dispatch_behind_bytes()
+        return out
 
     # --- lifecycle --------------------------------------------------------------------------
     def load(self) -> bool:
@@ -245,7 +285,8 @@ class DefaultMessageStore(StoreReads):
         self._stopping.clear()
         guarded = [SimpleNamespace(dispatch=functools.partial(self._dispatch_guarded, d.dispatch))
                    for d in self._dispatchers()]
-        self.reput = ReputMessageService(self.commitlog, guarded, reput_from, listeners=[self._notify_arrival])
+        self.reput = ReputMessageService(self.commitlog, guarded, reput_from, listeners=[self._notify_arrival],
+                                         skipped=self.skipped)
         try:
             self.reput.do_reput()
         except DiskFullError:
@@ -338,10 +379,9 @@ class DefaultMessageStore(StoreReads):
 
     # --- writes -----------------------------------------------------------------------------
     def _check(self, msg: MessageExt) -> str | None:
-        if not TOPIC_PATTERN.match(msg.topic):
-            return f"topic {msg.topic!r} must match {TOPIC_PATTERN.pattern}"
-        if msg.queue_id < 0:
-            return f"queue id {msg.queue_id} must be >= 0"
+        problem = topic_problem(msg.topic, TOPIC_MAX_LENGTH) or queue_id_problem(msg.queue_id)
+        if problem is not None:
+            return problem
         if len(msg.body) > self.settings.max_message_size:
             return f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.settings.max_message_size}"
         return None

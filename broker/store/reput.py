@@ -9,9 +9,18 @@ Rules:
   parser skips the 48-byte entry header and reports ``buffer_size``); the scan advances by
   ``buffer_size`` when set, else ``msg_size``. An end-of-file blank moves to the next file.
 - A record cut short by the readable end (an HA slave holds half a record until the next
-  frame) just ends the pass; the next pass retries from its start. A record that cannot be
-  parsed although complete stops dispatch at that offset (``error`` says where and why, and
-  is cleared once dispatch progresses past it); dispatch never skips bytes it does not understand.
+  frame) just ends the pass; the next pass retries from its start.
+- A record that parses but whose topic or queue id a send would refuse
+  (``names.record_problem``: e.g. ``../../x``, NUL, a negative queue) is skipped: reported to
+  ``skipped`` (file, position, offset, reason; once) and never handed to a dispatcher, so no
+  ConsumeQueue, index entry or path is made from it. Its size is known, so the scan goes on.
+- A record that cannot be parsed although complete: when the commitlog knows its entry
+  boundaries (a DLedger commitlog's ``entry_size_at``: a DLedger entry frame written by
+  DLedger itself, whatever its body), the entry is skipped and reported the same way (an
+  outsider's 200 zero bytes never stop dispatch). Otherwise (classic commitlog, or the old
+  region of a DLedger store) record boundaries are unknown: dispatch stops at that offset
+  (``error`` says where and why, status shows it, and it is cleared once dispatch progresses
+  past it, e.g. after an HA truncation); it never guesses where the next record starts.
 - ``dispatch_behind_bytes = max_offset - reput_from_offset``: 0 means everything committed is
   in the ConsumeQueues (used by shutdown and by the DLedger role change).
 
@@ -25,8 +34,9 @@ import logging
 import threading
 from typing import Callable, Iterable, Protocol
 
-from broker.store.dispatch import CommitLogDispatcher, DispatchRequest
+from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, locate
 from broker.store.message import explain_invalid_record
+from broker.store.names import record_problem
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +66,15 @@ class ReputMessageService:
     def __init__(self, commitlog: _CommitLogReader, dispatchers: Iterable[CommitLogDispatcher],
                  reput_from_offset: int = 0,
                  limit_offset: Callable[[], int] | None = None,
-                 listeners: Iterable[Callable[[list[DispatchRequest]], None]] = ()) -> None:
+                 listeners: Iterable[Callable[[list[DispatchRequest]], None]] = (),
+                 skipped: SkippedRecords | None = None) -> None:
         self.commitlog = commitlog
+        self.skipped = skipped if skipped is not None else SkippedRecords()
         self.dispatchers = list(dispatchers)
         self.reput_from_offset = reput_from_offset
         self.limit_offset = limit_offset or (lambda: commitlog.max_offset)
         self.listeners = list(listeners)
-        self.error: str | None = None
-        self._error_offset = -1
+        self.error: str | None = None  # why dispatch is stalled (classic: an unparsable record)
         self.dispatched = 0
         self._stop = threading.Event()
         self._wakeup = threading.Event()
@@ -85,6 +96,7 @@ class ReputMessageService:
         count = 0
         dispatchers = [d.dispatch for d in self.dispatchers]
         parse = self.commitlog.parse_record
+        entry_size_at = getattr(self.commitlog, "entry_size_at", None)
         while True:
             limit = self.limit_offset()
             if self.reput_from_offset >= limit:
@@ -102,30 +114,44 @@ class ReputMessageService:
             pos = 0
             batch: list[DispatchRequest] = []
             rolled = False
+            stalled: str | None = None
             while pos < end:
                 req = parse(buf, pos, False)
                 size = req.buffer_size if req.buffer_size > 0 else req.msg_size
                 if req.success and req.msg_size > 0:
-                    for dispatch in dispatchers:
-                        dispatch(req)
-                    batch.append(req)
+                    problem = record_problem(req)
+                    if problem is None:
+                        for dispatch in dispatchers:
+                            dispatch(req)
+                        batch.append(req)
+                    else:
+                        self._skip(result, base + pos, problem)
                     pos += size
                 elif req.success:
                     rolled = True
                     break
+                elif (framed := entry_size_at(buf, pos, base + pos) if entry_size_at else -1) > 0:
+                    self._skip(result, base + pos, "entry body is not a valid message: "
+                               + self._explain(buf, pos))
+                    pos += framed
                 elif _incomplete(buf, pos, end):
                     break  # an HA slave holds half a record until the next frame: wait for it
                 else:
-                    self.error = (f"cannot dispatch the record at commitlog offset {base + pos}: "
-                                  f"{explain_invalid_record(buf, pos)}")
-                    log.error(self.error)
+                    stalled = (f"cannot dispatch the record at commitlog offset {base + pos}: "
+                               f"{self._explain(buf, pos)}; record boundaries are unknown here, "
+                               "so dispatch waits at this offset")
                     break
+            moved = base + pos > self.reput_from_offset
             self.reput_from_offset = self.commitlog.roll_next_file(base + pos) if rolled else base + pos
             count += len(batch)
-            if batch and self.error is not None and base + pos > self._error_offset:
-                self.error = None  # the bytes were rewritten (HA truncation): progress again
-            if self.error is not None:
-                self._error_offset = base + pos
+            if stalled is not None:
+                if stalled != self.error:  # one line per stall, not one per wakeup
+                    log.error(stalled)
+                self.error = stalled
+            elif moved and self.error is not None:
+                log.warning("dispatch moved past the stall (the bytes were rewritten): at %d now",
+                            self.reput_from_offset)
+                self.error = None
             if batch:
                 for listener in self.listeners:
                     listener(batch)
@@ -133,6 +159,14 @@ class ReputMessageService:
                 break
         self.dispatched += count
         return count
+
+    def _skip(self, result: object, offset: int, reason: str) -> None:
+        path, file_pos = locate(getattr(result, "mapped_file", None), offset)
+        self.skipped.report(path, file_pos, offset, reason)
+
+    def _explain(self, buf: memoryview, pos: int) -> str:
+        explain = getattr(self.commitlog, "explain_record", None)
+        return explain(buf, pos) if explain is not None else explain_invalid_record(buf, pos)
 
     # --- thread -----------------------------------------------------------------------------
     def start(self) -> None:

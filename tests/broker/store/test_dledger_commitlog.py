@@ -30,7 +30,8 @@ def dledger_store(root: Path, peers: str, self_id: str = "n0", group: str = "g0"
     """A DefaultMessageStore in DLedger mode (not loaded)."""
     kw = dict(FIXTURE_SETTINGS)
     kw.update(settings)
-    dl = {"group": group, "self_id": self_id, "peers": peers}
+    # loopback test groups: no shared secret, explicitly insecure (the DLedger doors policy)
+    dl = {"group": group, "self_id": self_id, "peers": peers, "allow_insecure": True}
     dl.update(dledger or {})
     return DefaultMessageStore(store_path_root_dir=str(root), enable_dleger_commit_log=True,
                                dledger_settings=dl, **kw)

@@ -1,0 +1,101 @@
+"""Topic, group and queue-id validity: the one rule shared by sends, dispatch and path builders.
+
+Rules:
+- A topic or a consumer/producer group is 1+ characters of ``[%|a-zA-Z0-9_-]``, exactly
+  RocketMQ's ``TopicValidator.VALID_CHAR_BIT_MAP`` (regex ``^[%|a-zA-Z0-9_-]+$``). That set
+  holds every name RocketMQ itself makes: ``%RETRY%<group>``, ``%DLQ%<group>``,
+  ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``rmq_sys_*``, ``TBW102``, ``<cluster>_REPLY_TOPIC``
+  and ``%LMQ%...``; ``|`` is legal (RocketMQ never puts one in a name it makes, users may).
+  It has no ``/``, ``\\``, ``.``, NUL, whitespace or non-ASCII letter, so a valid name is
+  always one plain path component: never ``..``, never absolute, never a second level.
+- Length: a topic in a send is at most :data:`TOPIC_MAX_LENGTH` (127, ``TopicValidator`` and
+  the v1 record's one-byte topic length). A topic read back from a commitlog record may be up
+  to :data:`RECORD_TOPIC_MAX_LENGTH` (255): a RocketMQ 5 v2-magic record (two-byte length)
+  may legally carry a longer one, and 255 bytes is what a directory name can hold; for path
+  safety the character set is what matters. Groups: at most 255 (``Validators.CHARACTER_MAX_LENGTH``).
+- A queue id is an int with ``0 <= queue_id < QUEUE_ID_LIMIT`` (65535; RocketMQ has no hard
+  limit, real topics have a few to a few hundred queues, and the id becomes a directory name).
+- Python's ``re`` ``$`` also matches before a trailing newline: checks use ``fullmatch``.
+
+Theory of operation: pure functions. ``*_problem`` return ``None`` for a valid value or one
+line saying why not (for logs and MESSAGE_ILLEGAL answers); ``check_*`` raise
+:class:`InvalidNameError` with that line (for path builders, which must never build a path
+from a bad name); :func:`record_problem` is what every dispatch path asks of a parsed record.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "GROUP_MAX_LENGTH", "QUEUE_ID_LIMIT", "RECORD_TOPIC_MAX_LENGTH", "TOPIC_MAX_LENGTH", "VALID_NAME",
+    "InvalidNameError", "check_queue_id", "check_topic", "group_problem", "queue_id_problem",
+    "record_problem", "topic_problem",
+]
+
+VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator: ^[%|a-zA-Z0-9_-]+$ (use fullmatch)
+TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH; also the v1 record's limit
+RECORD_TOPIC_MAX_LENGTH = 255  # a v2-magic record's topic; NAME_MAX of a directory
+GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
+QUEUE_ID_LIMIT = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
+
+
+class InvalidNameError(ValueError):
+    """A topic, group or queue id that must never become part of a file path."""
+
+
+def _name_problem(kind: str, name: Any, max_length: int) -> str | None:
+    if not isinstance(name, str):
+        return f"{kind} must be a string, not {type(name).__name__}"
+    if not name:
+        return f"{kind} is empty"
+    if len(name) > max_length:
+        return f"{kind} of {len(name)} characters is longer than {max_length}"
+    if VALID_NAME.fullmatch(name) is None:
+        return f"{kind} {name[:80]!r} has characters outside ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def topic_problem(topic: Any, max_length: int = TOPIC_MAX_LENGTH) -> str | None:
+    """Why ``topic`` is not a valid topic (``None`` if it is). Sends use the default length."""
+    return _name_problem("topic", topic, max_length)
+
+
+def group_problem(group: Any) -> str | None:
+    """Why ``group`` is not a valid consumer/producer group name (``None`` if it is)."""
+    return _name_problem("group", group, GROUP_MAX_LENGTH)
+
+
+def queue_id_problem(queue_id: Any, queue_count: int | None = None) -> str | None:
+    """Why ``queue_id`` is not a valid queue id (``None`` if it is); ``queue_count``, when the
+    caller knows the topic's queue count, narrows the range to ``[0, queue_count)``."""
+    if isinstance(queue_id, bool) or not isinstance(queue_id, int):
+        return f"queue id must be an integer, not {type(queue_id).__name__}"
+    limit = QUEUE_ID_LIMIT if queue_count is None else min(queue_count, QUEUE_ID_LIMIT)
+    if not 0 <= queue_id < limit:
+        return f"queue id {queue_id} is outside [0, {limit})"
+    return None
+
+
+def check_topic(topic: Any, max_length: int = RECORD_TOPIC_MAX_LENGTH) -> str:
+    """``topic`` if valid, else :class:`InvalidNameError` (path builders: the record limit)."""
+    problem = topic_problem(topic, max_length)
+    if problem is not None:
+        raise InvalidNameError(problem)
+    return topic
+
+
+def check_queue_id(queue_id: Any) -> int:
+    """``queue_id`` if valid, else :class:`InvalidNameError`."""
+    problem = queue_id_problem(queue_id)
+    if problem is not None:
+        raise InvalidNameError(problem)
+    return queue_id
+
+
+def record_problem(request: Any) -> str | None:
+    """Why a parsed commitlog record (a DispatchRequest: ``topic``, ``queue_id``) must not be
+    dispatched, or ``None``. Same characters and queue range as a send; topic length up to
+    the record limit (module rules)."""
+    return (topic_problem(request.topic, RECORD_TOPIC_MAX_LENGTH)
+            or queue_id_problem(request.queue_id))
