@@ -104,3 +104,56 @@ def test_port_in_use_is_a_clear_start_error(tmp_path: Path) -> None:
     with StoreLock(tmp_path / "s"):  # the failed start released the store
         pass
     assert not (tmp_path / "s" / "abort").exists()  # the store was shut down cleanly
+
+
+@pytest.mark.timeout(60)
+async def test_split_http_port_binds_bind_address_with_the_limits(tmp_path: Path) -> None:
+    """httpListenPort apart from listenPort: same bindAddress, its own connection cap, slow heads cut,
+    both ports' counters in /status."""
+    import asyncio
+
+    from broker.devtools.procs import free_port
+    from tests.security._listen_support import listening_hosts
+
+    http_port = free_port()
+    conf, port = master_conf(tmp_path, "ASYNC_MASTER", httpListenPort=http_port, serverReadTimeoutMillis=300,
+                             serverMaxConnections=3)
+    parsed = load_conf(conf)
+    controller = BrokerController(parsed.broker, parsed.store, conf_path=str(conf))
+    await controller.start()
+    try:
+        assert listening_hosts(http_port) == ["127.0.0.1"] and listening_hosts(port) == ["127.0.0.1"]
+
+        async def closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:
+            try:
+                while await asyncio.wait_for(reader.read(65536), timeout):
+                    pass
+                return True
+            except ConnectionError:
+                return True
+            except asyncio.TimeoutError:
+                return False
+
+        # a head that never ends is cut after serverReadTimeoutMillis
+        r, w = await asyncio.open_connection("127.0.0.1", http_port)
+        w.write(b"GET /status HTTP/1.1\r\nHost: x\r\n")
+        assert await closed_within(r, 3.0)
+        w.close()
+        # three open connections fill the cap; a fourth is closed at once; they still work
+        held = [await asyncio.open_connection("127.0.0.1", http_port) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        r4, w4 = await asyncio.open_connection("127.0.0.1", http_port)
+        assert await closed_within(r4, 1.0)
+        w4.close()
+        hr, hw = held[0]
+        hw.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await asyncio.wait_for(hr.readline(), 5)).startswith(b"HTTP/1.1 200")
+        for _, hw in held:
+            hw.close()
+        st = controller.status()["listen"]
+        assert st["bindAddress"] == "127.0.0.1"
+        assert st["ports"][str(http_port)]["refusedByCap"] == 1
+        assert st["ports"][str(http_port)]["closedReadTimeout"] == 1
+        assert str(port) in st["ports"]
+    finally:
+        await controller.shutdown()

@@ -82,3 +82,19 @@ def test_bad_frames() -> None:
     with pytest.raises(RemotingCommandError):  # binary header with an ext length beyond the header
         h = struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">i", 0) + struct.pack(">i", 999)
         decode_frame(struct.pack(">i", (1 << 24) | len(h)) + h)
+
+
+def test_pending_frame_length_announces_the_incomplete_frame() -> None:
+    """The server reserves this against serverMaxPendingBytes before buffering a big frame's body."""
+    dec = FrameDecoder()
+    assert dec.pending_frame_length == 0
+    dec.feed(struct.pack(">i", 1_000_000)[:2])
+    assert dec.pending_frame_length == 0  # the length itself is not complete yet
+    dec.feed(struct.pack(">i", 1_000_000)[2:] + b"abc")
+    assert dec.pending_frame_length == 1_000_004
+    whole = encode(RemotingCommand.request(10, {"k": "v"}))
+    dec2 = FrameDecoder()
+    assert len(dec2.feed(whole + whole[:6])) == 1
+    assert dec2.pending_frame_length == len(whole)
+    dec2.feed(whole[6:])
+    assert dec2.pending_frame_length == 0 and dec2.buffered == 0

@@ -91,3 +91,46 @@ def test_mqnamesrv_process(tmp_path: Path) -> None:
         asyncio.run(run())
     finally:
         ns.kill9()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> None:
+    """``-c`` properties: bindAddress (logged) and the listen limits; idle connections are closed."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from broker.devtools.procs import free_port, wait_until
+    from tests.security._listen_support import closed_by_peer, listening_hosts
+
+    port = free_port()
+    props = tmp_path / "namesrv.properties"
+    props.write_text(f"listenPort={port}\nbindAddress=127.0.0.1\nserverChannelMaxIdleTimeSeconds=1\n"
+                     "serverReadTimeoutMillis=300\nserverMaxConnections=5\n")
+    log = tmp_path / "ns.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(props)], stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        wait_until(lambda: f"listening on 127.0.0.1:{port}" in log.read_text(), 20, "the name server to start",
+                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+        assert listening_hosts(port) == ["127.0.0.1"]
+        with socket.create_connection(("127.0.0.1", port), 5) as partial, \
+                socket.create_connection(("127.0.0.1", port), 5) as silent:
+            partial.sendall(b"\x00\x00")
+            t0 = time.monotonic()
+            assert closed_by_peer(partial, 5) is not None  # read timeout
+            assert closed_by_peer(silent, 5) is not None  # idle
+            assert time.monotonic() - t0 < 4
+        held = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(5)]
+        try:
+            with socket.create_connection(("127.0.0.1", port), 5) as extra:
+                assert closed_by_peer(extra, 0.8) is not None  # over serverMaxConnections: closed at once
+        finally:
+            for s in held:
+                s.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
