@@ -267,7 +267,7 @@ class BrokerController:
         if self.dledger_enabled:
             return "DLedger replication"
         if self.ha_service is not None:
-            return f"HA listening on port {self.ha_service.listen_port}"
+            return f"HA listening on {self.ha_service.host}:{self.ha_service.listen_port}"
         if self.ha_client is not None:
             return f"replicating from HA master {self.ha_master_address}"
         return "no HA"
@@ -277,19 +277,24 @@ class BrokerController:
         from broker.ha.service import HAService  # noqa: WPS433
 
         commitlog = self.store_access.commitlog
+        token = _cfg(self.store_config, "ha_auth_token", None) or None  # None: classic open protocol
         if self.broker_role in MASTER_ROLES:
-            self.ha_service = HAService(commitlog, self.store_config, port=self.ha_listen_port)
+            ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
+            self.ha_service = HAService(commitlog, self.store_config, host=ha_host, port=self.ha_listen_port,
+                                        broker_name=self.broker_name, auth_token=token)
             try:
                 await self.ha_service.start()
             except OSError as exc:
                 self.ha_service = None
-                raise BrokerStartError(f"cannot listen on HA port {self.ha_listen_port} (haListenPort): {exc.strerror}") from None
+                raise BrokerStartError(f"cannot listen on HA port {ha_host}:{self.ha_listen_port} (haListenPort): "
+                                       f"{exc.strerror}") from None
             self.store_access.on_put(self.ha_service.notify_put)
         else:
             if not self.ha_master_address:
                 raise BrokerStartError("brokerRole=SLAVE needs haMasterAddress=<master host>:<master haListenPort>")
             self.ha_client = HAClient(commitlog, self.ha_master_address, self.store_config,
-                                      on_append=self.store_access.wake_dispatch)
+                                      on_append=self.store_access.wake_dispatch, broker_name=self.broker_name,
+                                      auth_token=token)
             await self.ha_client.start()
 
     def _start_role_handler(self) -> None:
@@ -427,12 +432,16 @@ class BrokerController:
             acked = st.get("push2slave_max_offset", 0)
             return {"mode": "master", "listenPort": st.get("listen_port"), "connections": st.get("connection_count", 0),
                     "push2SlaveMaxOffset": acked, "slaveLagBytes": max(0, st.get("master_max_offset", 0) - acked)
-                    if st.get("connection_count") else None, "slaves": st.get("slaves", [])}
+                    if st.get("connection_count") else None, "slaves": st.get("slaves", []),
+                    "auth": st.get("auth"), "authenticatedSlaves": st.get("authenticated_slave_count"),
+                    "pendingConnections": st.get("pending_connections"),
+                    "refusedConnections": st.get("refused_connections")}
         if self.ha_client is not None:
             st = self.ha_client.status()
             return {"mode": "slave", "connected": st.get("connected"), "masterHaAddress": st.get("master_address"),
                     "maxOffset": st.get("max_offset"), "bytesReceived": st.get("bytes_received"),
                     "connectCount": st.get("connect_count"), "lastError": st.get("last_error"),
+                    "auth": st.get("auth"), "handshakeFailures": st.get("handshake_failures"),
                     "lastSync": self.slave_sync.syncs if self.slave_sync else None}
         return {"mode": "dledger" if self.dledger_enabled else "none"}
 
@@ -454,6 +463,9 @@ class BrokerController:
                          self._ha_connections_gauge)
         m.register_gauge("rocketmq_broker_ha_slave_lag_bytes", "Master max offset minus the best slave ack",
                          lambda: [({}, v)] if (v := self.ha_status().get("slaveLagBytes")) is not None else [])
+        m.register_gauge("rocketmq_broker_ha_refused_connections_total", "HA connections refused before admission "
+                         "(no/wrong haAuthToken, handshake timeout, limits)", kind="counter", callback=lambda: [({}, v)]
+                         if (v := self.ha_status().get("refusedConnections")) is not None else [])
         m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(self.metadata.topics()))])
         m.register_gauge("rocketmq_broker_listen_connections", "Open connections per listen port",
                          lambda: self._listen_samples("open"))
