@@ -6,7 +6,8 @@ Rules (issue 12; RocketMQ ``NettyServerConfig`` + ``IdleStateHandler`` on the se
   ``NettyConnectManageHandler`` does on ``ALL_IDLE``. A connection with a request in progress (a
   held pull) is never idle.
 - **Read timeout**: a connection that has started a frame (remoting) or a request head (HTTP) and
-  not finished it within ``serverReadTimeoutMillis`` (30 s) is closed: one byte, then silence, no
+  not finished it within ``serverReadTimeoutMillis`` (30 s) is closed (time while the server
+  itself stopped reading it, for flow control, does not count): one byte, then silence, no
   longer holds a connection forever. (RocketMQ has no such timer; a frame of the 16 MiB maximum
   therefore needs more than ~0.5 MiB/s at the default.)
 - **Cap**: at most ``serverMaxConnections`` (1024) open connections per port, both protocols
@@ -75,7 +76,8 @@ class ListenLimits:
 
     def verdict(self, clock: "ConnectionClock", now: float) -> Optional[str]:
         """``READ_TIMEOUT``, ``IDLE`` or None (keep) for one connection at ``now`` (monotonic)."""
-        if clock.partial_since is not None and self.read_timeout_s > 0 and now - clock.partial_since > self.read_timeout_s:
+        if (clock.partial_since is not None and not clock.reading_paused and self.read_timeout_s > 0
+                and now - clock.partial_since > self.read_timeout_s):
             return READ_TIMEOUT
         if clock.busy == 0 and self.idle_timeout_s > 0 and now - clock.last_activity > self.idle_timeout_s:
             return IDLE
@@ -90,6 +92,13 @@ class ConnectionClock:
     last_activity: float = field(default_factory=time.monotonic)
     partial_since: Optional[float] = None
     busy: int = 0
+    reading_paused: bool = False  # we stopped reading (flow control): the peer is not the slow one
+
+    def set_reading_paused(self, paused: bool) -> None:
+        """While the server does not read, the read timeout stands still; it restarts on resume."""
+        self.reading_paused = paused
+        if not paused and self.partial_since is not None:
+            self.partial_since = time.monotonic()
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()

@@ -181,9 +181,11 @@ class RemotingConnection(asyncio.Protocol):
         want_pause = self._write_paused or self.in_flight > self.server.max_in_flight
         if want_pause and not self._read_paused:
             self._read_paused = True
+            self.clock.set_reading_paused(True)
             self.transport.pause_reading()
         elif not want_pause and self._read_paused:
             self._read_paused = False
+            self.clock.set_reading_paused(False)
             self.transport.resume_reading()
 
     def send(self, cmd: RemotingCommand) -> None:
