@@ -80,7 +80,26 @@ class StoreAccess:
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
         store.start()
-        return cls(store, bool(getattr(store, "last_exit_ok", True)))
+        access = cls(store, bool(getattr(store, "last_exit_ok", True)))
+        metrics = getattr(controller, "metrics", None)
+        if metrics is not None:
+            access.register_dispatch_gauges(metrics)
+        return access
+
+    def dispatch_status(self) -> dict[str, Any]:
+        """Records dispatch skipped (count, last few with file and offset) and a stall, if any."""
+        status = getattr(self.store, "dispatch_status", None)
+        return status() if status is not None else {}
+
+    def register_dispatch_gauges(self, metrics: Any) -> None:
+        """``rocketmq_broker_dispatch_skipped_records_total`` and ``rocketmq_broker_dispatch_stalled``."""
+        metrics.register_gauge(
+            "rocketmq_broker_dispatch_skipped_records_total",
+            "Commitlog records dispatch refused (invalid topic/queue id, DLedger entry that is not a message)",
+            lambda: [({}, self.dispatch_status().get("skippedRecords", 0))], kind="counter")
+        metrics.register_gauge(
+            "rocketmq_broker_dispatch_stalled", "1 while dispatch waits at a record it cannot parse (classic)",
+            lambda: [({}, 1 if self.dispatch_status().get("error") else 0)])
 
     async def shutdown(self) -> None:
         result = self.store.shutdown()
@@ -176,6 +195,7 @@ class StoreAccess:
                 "path": str(getattr(s, "store_path_commitlog", "")),
             },
             "dispatchBehindBytes": self.dispatch_behind_bytes(),
+            "dispatch": {k: v for k, v in self.dispatch_status().items() if k != "dispatchBehindBytes"},
             "lastExitOK": self.last_exit_ok,
             **({"putCoalescer": {"mergedPuts": self.coalescer.merged_puts,
                                  "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
