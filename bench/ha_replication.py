@@ -13,7 +13,12 @@ Phases:
   (append + slave ack) percentiles, and the same on an ASYNC_MASTER for the baseline.
 - ``sync_concurrent``: SYNC_MASTER, C concurrent producers of single messages; puts/s.
 
-Usage: ``python bench/ha_replication.py [--messages 20000] [--body 1024] [--sync-puts 2000]``
+Every phase runs once per ``--auth`` mode: ``open`` (RocketMQ's protocol, no haAuthToken) and
+``token`` (haAuthToken: handshake, then a 16-byte HMAC-SHA256 tag on every frame and report), so
+the cost of authentication is read off side by side.
+
+Usage: ``python bench/ha_replication.py [--messages 20000] [--body 1024] [--sync-puts 2000]
+[--auth open|token|both]``
 """
 from __future__ import annotations
 
@@ -51,11 +56,16 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100.0 * len(s)))]
 
 
+BENCH_TOKEN = "bench-ha-secret-0123456789"
+AUTH: dict[str, str | None] = {"open": None, "token": BENCH_TOKEN}
+
+
 class Rig:
-    def __init__(self, root: Path, role: str, file_size: int) -> None:
+    def __init__(self, root: Path, role: str, file_size: int, token: str | None = None) -> None:
         self.root = root
         self.file_size = file_size
-        self.settings = HASettings(ha_listen_port=0, broker_role=role, mapped_file_size_commit_log=file_size)
+        self.settings = HASettings(ha_listen_port=0, broker_role=role, mapped_file_size_commit_log=file_size,
+                                   ha_auth_token=token, broker_name="bench")
         self.master = self._store("master", role)
         self.service = HAService(self.master.commitlog, self.settings, host="127.0.0.1")
         self.slave: DefaultMessageStore | None = None
@@ -104,7 +114,7 @@ async def put_batches(store: DefaultMessageStore, n: int, body: bytes, batch: in
 
 
 async def phase_catch_up(root: Path, args: argparse.Namespace, body: bytes) -> dict[str, Any]:
-    rig = Rig(root / "catch_up", "ASYNC_MASTER", args.file_size)
+    rig = Rig(root / "catch_up", "ASYNC_MASTER", args.file_size, args.token)
     try:
         await rig.service.start()
         await put_batches(rig.master, args.messages, body, 64, 1)
@@ -120,7 +130,7 @@ async def phase_catch_up(root: Path, args: argparse.Namespace, body: bytes) -> d
 
 
 async def phase_streaming(root: Path, args: argparse.Namespace, body: bytes) -> dict[str, Any]:
-    rig = Rig(root / "streaming", "ASYNC_MASTER", args.file_size)
+    rig = Rig(root / "streaming", "ASYNC_MASTER", args.file_size, args.token)
     try:
         await rig.service.start()
         await rig.start_slave()
@@ -155,7 +165,7 @@ def summary_us(lat: list[float]) -> dict[str, float]:
 async def phase_sync(root: Path, args: argparse.Namespace, body: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for role in ("ASYNC_MASTER", "SYNC_MASTER"):
-        rig = Rig(root / f"lat_{role}", role, args.file_size)
+        rig = Rig(root / f"lat_{role}", role, args.file_size, args.token)
         try:
             await rig.service.start()
             await rig.start_slave()
@@ -184,17 +194,18 @@ async def phase_sync(root: Path, args: argparse.Namespace, body: bytes) -> dict[
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     body = os.urandom(args.body)
-    with tempfile.TemporaryDirectory(prefix="ha-bench-", dir=args.dir) as tmp:
-        root = Path(tmp)
-        return {
-            "benchmark": "ha_replication",
-            "python": platform.python_version(),
-            "body_bytes": args.body,
-            "file_size": args.file_size,
-            "catch_up": await phase_catch_up(root, args, body),
-            "streaming": await phase_streaming(root, args, body),
-            "latency": await phase_sync(root, args, body),
-        }
+    out: dict[str, Any] = {"benchmark": "ha_replication", "python": platform.python_version(),
+                           "body_bytes": args.body, "file_size": args.file_size}
+    for mode in (("open", "token") if args.auth == "both" else (args.auth,)):
+        args.token = AUTH[mode]
+        with tempfile.TemporaryDirectory(prefix="ha-bench-", dir=args.dir) as tmp:
+            root = Path(tmp)
+            out[mode] = {
+                "catch_up": await phase_catch_up(root, args, body),
+                "streaming": await phase_streaming(root, args, body),
+                "latency": await phase_sync(root, args, body),
+            }
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sync-puts", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--file-size", type=int, default=128 * 1024 * 1024)
+    ap.add_argument("--auth", choices=("open", "token", "both"), default="both",
+                    help="open: no haAuthToken; token: handshake + MACed frames; both: side by side")
     ap.add_argument("--dir", default=None, help="parent of the temporary store directories")
     args = ap.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
