@@ -16,6 +16,7 @@ from pathlib import Path
 
 from broker.devtools.procs import free_port
 from broker.store.commitlog import CommitLog
+from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.lockfile import AbortFile
 from broker.store.message import MessageExt, encode_message
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus
@@ -211,3 +212,59 @@ def test_entry_frame_is_recognised_only_where_dledger_wrote_it() -> None:
     struct.pack_into(">i", crc_bad, 40, 12345)
     assert dledger_entry_frame_size(crc_bad, 0, 4096) == -1
     assert dledger_entry_frame_size(b"x" + entry, 1, 4096) == 248
+
+
+def test_dledger_old_region_records_are_checked_too(tmp_path: Path) -> None:
+    """Records below dividedCommitlogOffset (the frozen classic commitlog of an upgraded store)
+    go through the same check when the DLedger-mode store dispatches them."""
+    root = tmp_path / "u"
+    classic = classic_store(root, mapped_file_size_commit_log=1 << 20)
+    try:
+        ar = classic.commitlog.put_messages([good(0), bad("../../escape-old"), good(1)]).append_result
+        assert classic.wait_dispatched(5)
+    finally:
+        classic.shutdown()
+    shutil.rmtree(root / "consumequeue")  # the DLedger-mode store re-dispatches the old region
+    shutil.rmtree(root / "index")
+    store = open_dledger(root, free_port())
+    try:
+        assert store.commitlog.divided_commitlog_offset == 1 << 20
+        assert store.wait_dispatched(5)
+        assert store.get_max_offset_in_queue("Good", 0) == 2
+        st = store.dispatch_status()
+        assert st["skippedRecords"] == 1 and st["lastSkipped"][0]["offset"] == ar.physical_offsets[1]
+        assert st["lastSkipped"][0]["file"] == str(root / "commitlog" / f"{0:020d}")
+        r = store.put_message(good(2))
+        assert r.status is PutMessageStatus.PUT_OK and store.wait_dispatched(5)
+        assert store.get_max_offset_in_queue("Good", 0) == 3
+    finally:
+        store.shutdown()
+    assert not (tmp_path / "escape-old").exists() and cq_dirs(root) == ["Good"]
+
+
+def test_apache_stores_redispatch_completely_with_nothing_skipped(store_copy, fixture_set, fixture_root) -> None:
+    """Both Apache stores (classic, and upgraded across the divide) re-dispatched from scratch:
+    every queue Apache built comes back, to the same max offset, and nothing is skipped."""
+    for name, dledger in ((fixture_set.classic, False), (fixture_set.mixed, True)):
+        apache = ConsumeQueueStore(fixture_root / name, read_only=True)
+        apache.load()
+        apache.recover()
+        want = {(cq.topic, cq.queue_id): cq.max_offset_in_queue for cq in apache.consume_queues()}
+        apache.shutdown()
+        root = store_copy(name)
+        shutil.rmtree(root / "consumequeue")
+        if (root / "index").exists():
+            shutil.rmtree(root / "index")
+        if dledger:
+            store = open_dledger(root, free_port())
+        else:
+            store = classic_store(root, mapped_file_size_commit_log=fixture_set.file_size)
+        try:
+            assert store.wait_dispatched(30)
+            st = store.dispatch_status()
+            assert st["skippedRecords"] == 0 and st["error"] is None, st
+            got = {(cq.topic, cq.queue_id): cq.max_offset_in_queue
+                   for cq in store.consume_queue_store.consume_queues()}
+            assert got == want, name
+        finally:
+            store.shutdown()
