@@ -30,6 +30,7 @@ from tests.security._ha_support import (
     idle_sockets,
     wrong_secret_handshake,
 )
+from tests.security._listen_support import listening_hosts
 
 pytestmark = pytest.mark.multiprocess
 
@@ -67,6 +68,7 @@ def test_ha_port_serves_only_slaves_that_prove_the_secret(tmp_path: Path) -> Non
     idle: list = []
     try:
         master.start()
+        assert listening_hosts(ha_port) == ["127.0.0.1"]  # bindAddress of conf/classic, not 0.0.0.0
         # 1. A fake slave speaking the classic protocol (request offset 0, then acks what it gets).
         fake = FakeClassicSlave(ha_port)
         fake.start()
@@ -136,3 +138,16 @@ def test_fake_master_cannot_feed_a_slave(tmp_path: Path) -> None:
     finally:
         kill_all([slave])
         fm.stop()
+
+
+@pytest.mark.timeout(60)
+def test_ha_bind_address_is_honoured(tmp_path: Path) -> None:
+    mconf, mport = master_conf(tmp_path, "ASYNC_MASTER", haAuthToken=SECRET, haBindAddress="127.0.0.2")
+    master = BrokerProc(mconf, mport, "master", tmp_path)
+    try:
+        master.start()
+        assert listening_hosts(mport + 1) == ["127.0.0.2"]
+        assert listening_hosts(mport) == ["127.0.0.1"]
+        assert first_line(_full_log(master), "HA listening on 127.0.0.2:")
+    finally:
+        kill_all([master])
