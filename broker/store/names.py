@@ -20,7 +20,8 @@ Rules:
 Theory of operation: pure functions. ``*_problem`` return ``None`` for a valid value or one
 line saying why not (for logs and MESSAGE_ILLEGAL answers); ``check_*`` raise
 :class:`InvalidNameError` with that line (for path builders, which must never build a path
-from a bad name); :func:`record_problem` is what every dispatch path asks of a parsed record.
+from a bad name); :func:`record_problem` is what every dispatch path asks of a parsed record
+(the send's rule, plus a non-negative queue offset).
 """
 from __future__ import annotations
 
@@ -94,8 +95,11 @@ def check_queue_id(queue_id: Any) -> int:
 
 
 def record_problem(request: Any) -> str | None:
-    """Why a parsed commitlog record (a DispatchRequest: ``topic``, ``queue_id``) must not be
-    dispatched, or ``None``. Same characters and queue range as a send; topic length up to
-    the record limit (module rules)."""
-    return (topic_problem(request.topic, RECORD_TOPIC_MAX_LENGTH)
-            or queue_id_problem(request.queue_id))
+    """Why a parsed commitlog record (a DispatchRequest: ``topic``, ``queue_id``,
+    ``consume_queue_offset``) must not be dispatched, or ``None``. Same characters and queue
+    range as a send, topic length up to the record limit (module rules), and a queue offset
+    >= 0 (the store assigns them from 0; a negative one would name a ``-000...`` CQ file)."""
+    problem = topic_problem(request.topic, RECORD_TOPIC_MAX_LENGTH) or queue_id_problem(request.queue_id)
+    if problem is None and request.consume_queue_offset < 0:
+        problem = f"queue offset {request.consume_queue_offset} is negative"
+    return problem

@@ -60,6 +60,11 @@ def test_queue_id_range(qid: object, ok: bool) -> None:
     assert (names.record_problem(DispatchRequest("T", qid, 0, 100, 0, 0, 0)) is None) is ok  # type: ignore[arg-type]
 
 
+def test_record_with_a_negative_queue_offset_is_refused() -> None:
+    assert "queue offset -5" in names.record_problem(DispatchRequest("T", 0, 0, 100, 0, 0, -5))
+    assert names.record_problem(DispatchRequest("T", 0, 0, 100, 0, 0, 0)) is None
+
+
 def test_queue_id_within_the_topic_queue_count() -> None:
     assert names.queue_id_problem(3, queue_count=4) is None
     assert "outside [0, 4)" in names.queue_id_problem(4, queue_count=4)
