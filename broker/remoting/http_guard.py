@@ -12,7 +12,8 @@ Rules (see ``broker.remoting.limits`` for the limits themselves):
   finished within ``serverReadTimeoutMillis`` is cut (slowloris).
 - The middleware reads the body itself, within ``serverReadTimeoutMillis``, after reserving its
   announced length (``Content-Length``, else ``client_max_size``) against the broker's
-  pending-bytes budget when it is larger than ``SMALL_FRAME``; a body that does not fit is
+  pending-bytes budget when it is larger than ``SMALL_FRAME`` (a ``Content-Length`` over
+  ``client_max_size`` is ``REQUEST_TOO_LARGE`` before any byte is read); a body that does not fit is
   answered ``SERVICE_NOT_AVAILABLE`` (503) without being read, a body not received in time closes
   the connection. The reservation is released when the handler returns.
 - While a request is handled the connection is never idle; ``serverChannelMaxIdleTimeSeconds``
@@ -128,8 +129,10 @@ async def limits_middleware(request: web.Request,
     reserved = 0
     try:
         if request.body_exists:
-            wanted = request.content_length if request.content_length is not None else request.client_max_size
-            wanted = min(wanted, request.client_max_size)
+            limit = request.client_max_size
+            if request.content_length is not None and request.content_length > limit:
+                raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+            wanted = request.content_length if request.content_length is not None else limit
             if wanted > SMALL_FRAME:
                 if not guard.budget.reserve(wanted):
                     guard.refuse_budget(conn, wanted)

@@ -205,6 +205,40 @@ def test_slow_http_head_and_body_are_cut(broker: BrokerProc) -> None:
         assert c.status()["brokerName"] == "broker-a"
 
 
+def _read_answer(s: socket.socket, timeout: float) -> bytes:
+    """What the peer sends until it closes or ``timeout`` passes."""
+    s.settimeout(timeout)
+    out = b""
+    try:
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return out
+            out += data
+    except OSError:
+        return out
+
+
+@pytest.mark.timeout(30)
+def test_http_bodies_are_charged_to_the_budget(broker: BrokerProc) -> None:
+    """Big announced bodies reserve the pending-bytes budget; one that does not fit is refused with
+    503 before it is read; one over client_max_size is 413 at once."""
+    head = (b"POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{\"topic\":")
+    socks = [connect(broker.api_port, head % (7 * 1024 * 1024)) for _ in range(4)]  # 28 MiB > 20 MiB
+    huge = connect(broker.api_port, head % (100 * 1024 * 1024))
+    try:
+        answers = [_read_answer(s, READ_TIMEOUT_S + 3) for s in socks]
+        huge_answer = _read_answer(huge, 3)
+    finally:
+        close_all([*socks, huge])
+    refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+    assert len(refused) >= 2 and all(b"SERVICE_NOT_AVAILABLE" in a for a in refused), answers
+    assert huge_answer.startswith(b"HTTP/1.1 413"), huge_answer
+    assert port_counters(broker.address, broker.api_port)["pendingBytes"] == 0
+    assert_serving(broker, "TopicHttpBudget")
+
+
 @pytest.mark.timeout(30)
 def test_metrics_expose_the_counters(broker: BrokerProc) -> None:
     with broker.client() as c:
