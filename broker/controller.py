@@ -18,6 +18,11 @@ Rules:
 - In DLedger mode (``enableDLegerCommitLog=true``) no classic HA runs, the broker starts with
   ``brokerId=-1`` and refuses writes until the role-change handler (``broker.role``, started
   right after the store, stopped before it) makes it master.
+- Doors (issue 12): ``listenPort`` (and a split ``httpListenPort``) bind ``bindAddress`` (default
+  ``0.0.0.0`` like Apache; the shipped confs say ``127.0.0.1``), logged at start with the limits of
+  ``broker.remoting.limits`` (idle/read timeouts, connection cap, one pending-bytes budget for
+  both ports); their counters are in ``/status`` (``listen``) and ``/metrics``
+  (``rocketmq_broker_listen_*``).
 - One log line per state change: started as ROLE, role changed, shutting down, stopped. HA and
   SlaveSynchronize log their own transitions (slave connected/disconnected, sync failing/ok).
 
