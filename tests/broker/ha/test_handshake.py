@@ -231,3 +231,11 @@ def test_tampered_or_injected_frame_is_not_appended() -> None:
     forged = encode_frame_header(0, 4) + b"evil" + b"\x00" * TAG_SIZE
     events = sl2.receive_data(forged, 0)
     assert len(events) == 1 and isinstance(events[0], ProtocolError)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_never_become_data_on_a_maced_slave(data: bytes) -> None:
+    sl, _ = machines()
+    events = sl.receive_data(data, 0)
+    assert not any(isinstance(e, (DataFrame, HeartbeatFrame)) for e in events)
