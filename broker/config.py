@@ -115,6 +115,12 @@ class BrokerConfig:
     short_polling_time_mills: int = _key("shortPollingTimeMills", 1000)
     acl_enable: bool = _key("aclEnable", False)
     plain_acl_file: Optional[str] = _key("plainAclFile", ours=True)  # None: <rocketmqHome>/conf/plain_acl.yml
+    # the plain_acl.yml account this broker signs its broker-to-broker calls with (a slave's
+    # metadata sync from its master); RocketMQ 5.3 calls it innerClientAuthenticationCredentials
+    inner_access_key: Optional[str] = _key("innerAccessKey", ours=True)
+    inner_secret_key: Optional[str] = _key("innerSecretKey", ours=True)
+    # aclEnable=true: GET /metrics also accepts "Authorization: Bearer <token>" (Prometheus)
+    metrics_bearer_token: Optional[str] = _key("metricsBearerToken", ours=True)
     # ---- doors (broker/security_policy.py): where listenPort binds and what it lets in
     # RocketMQ 5's NettyServerConfig key; also the HTTP port's address when httpListenPort is split
     bind_address: str = _key("bindAddress", "0.0.0.0")

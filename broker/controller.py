@@ -46,12 +46,13 @@ from aiohttp import web
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
+from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
 from broker.metadata_access import MetadataAccessor
 from broker.processor import BrokerProcessor
 from broker.remoting.http_guard import install_middleware, start_http_listener
 from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
-from broker.slave_sync import SlaveSynchronize
+from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store_access import StoreAccess
 
@@ -217,7 +218,9 @@ class BrokerController:
             await self._start_classic_ha()
         else:
             self._start_role_handler()
-        app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024)
+        app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024,
+                        acl=http_acl_for(self.broker_config),  # aclEnable=true: every route but /health signed
+                        max_batch_message_count=int(_cfg(self.broker_config, "max_batch_message_count", 4096)))
         install_middleware(app)  # slow bodies, body budget, busy/idle clock of every HTTP connection
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
@@ -316,7 +319,7 @@ class BrokerController:
 
         return SlaveSynchronize(self.metadata.sync_access(), self.master_api_address,
                                 interval=self.slave_sync_interval_s, initial_delay=min(3.0, self.slave_sync_interval_s),
-                                on_update=on_update)
+                                on_update=on_update, credentials=inner_credentials(self.broker_config))
 
     async def shutdown(self) -> None:
         if self._shutting_down:

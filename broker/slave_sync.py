@@ -11,11 +11,18 @@ seed 000):
 - HTTP fallback: the master address is the master's ``listenPort``, which speaks remoting
   unless that master set a separate ``httpListenPort`` (then the address is its HTTP port). When
   the master's first reply is not a remoting frame (an HTTP server answers ``HTTP/1.1 400``), or
-  it closes the connection before any frame, or it refuses the unsigned request with
-  NO_PERMISSION (ACL covers remoting only), that master address is synced over HTTP instead
+  it closes the connection before any frame, that master address is synced over HTTP instead
   (``GET /admin/config/<name>`` -> ``{"dataVersion", "content"}``). The choice is kept until the
   address changes or a round fails, then remoting is probed again. :attr:`protocol` says which
   one the last round used; switching logs one line.
+- ACL (the master's ``aclEnable=true``): with ``credentials`` (the slave's ``innerAccessKey`` /
+  ``innerSecretKey``, an account of the master's ``plain_acl.yml``) every remoting request is
+  signed as ``AclClientRPCHook`` signs it and every HTTP request as ``broker.api.signing``
+  (``/admin/config/*`` needs ``admin: true``). A refusal (remoting NO_PERMISSION, HTTP 401/403)
+  is never answered by trying the other protocol unsigned: it fails the round with
+  :class:`SyncRefused`, logged as one ERROR line naming the master, the AccessKey (never the
+  secret) and the master's reason (again only when the reason changes); :attr:`last_refusal`
+  keeps it and the ``slave_sync`` metric counts result ``refused``.
 - A local file is replaced only when the master's ``dataVersion`` differs from ours (topics,
   subscription groups; consumer offsets and delay offsets when the master sends a version).
   Without a version on either side the content is compared instead (RocketMQ 4.9.8 compares
@@ -41,6 +48,8 @@ from typing import Any, Callable, Optional
 
 import aiohttp
 
+from broker.api.signing import sign_headers
+from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.tasks import cancel_and_wait
@@ -55,7 +64,21 @@ REQUEST_TIMEOUT = 3.0
 
 
 class _NotRemoting(Exception):
-    """The master address does not speak remoting (or refuses it): use HTTP."""
+    """The master address does not speak remoting: use HTTP."""
+
+
+class SyncRefused(Exception):
+    """The master's ACL refused the sync (missing, unknown or insufficient credentials)."""
+
+
+def inner_credentials(broker_config: Any) -> Optional[tuple[str, str]]:
+    """``innerAccessKey``/``innerSecretKey`` of a broker's conf: both, or neither."""
+    ak = getattr(broker_config, "inner_access_key", None) or None
+    sk = getattr(broker_config, "inner_secret_key", None) or None
+    if bool(ak) != bool(sk):
+        raise ValueError("innerAccessKey and innerSecretKey go together: set both (an account of the master's "
+                         "plain_acl.yml) or neither")
+    return (str(ak), str(sk)) if ak and sk else None
 
 
 @dataclass
@@ -77,8 +100,11 @@ def _same_version(a: Optional[dict[str, Any]], b: Optional[dict[str, Any]]) -> b
 
 class SlaveSynchronize:
     def __init__(self, access: dict[str, MetadataAccess], master_address: Optional[str] = None,
-                 interval: float = 10.0, initial_delay: float = 3.0, on_update: Callable[[str, str], None] | None = None) -> None:
+                 interval: float = 10.0, initial_delay: float = 3.0, on_update: Callable[[str, str], None] | None = None,
+                 credentials: Optional[tuple[str, str]] = None) -> None:
         self._access = access
+        self._credentials = credentials
+        self.last_refusal: Optional[str] = None
         self._master = master_address
         self.interval = interval
         self.initial_delay = initial_delay
@@ -142,6 +168,7 @@ class SlaveSynchronize:
             return False
         ok = True
         problem = ""
+        refusal: Optional[str] = None
         for name in SYNC_FILES:
             access = self._access.get(name)
             if access is None:
@@ -150,6 +177,12 @@ class SlaveSynchronize:
                 changed = await self._sync_one(master, name, access)
                 if changed and self._on_update is not None:
                     self._on_update(name, "updated")
+            except SyncRefused as exc:
+                ok = False
+                refusal = problem = str(exc)
+                if self._on_update is not None:
+                    self._on_update(name, "refused")
+                break  # the other files would be refused the same way
             except Exception as exc:  # noqa: BLE001 - keep syncing whatever the master sends
                 ok = False
                 problem = f"{name}: {type(exc).__name__}: {exc}"
@@ -163,10 +196,20 @@ class SlaveSynchronize:
             self._failing = False
         else:
             self._http_master = None  # probe remoting again next round
-        if not ok and not self._failing:
+        if refusal is not None and refusal != self.last_refusal:
+            log.error("SlaveSynchronize: %s; metadata is not synced until the master accepts it (retrying every %.0f s)",
+                      refusal, self.interval)
+            self._failing = True
+        elif not ok and not self._failing:
             log.warning("SlaveSynchronize from master %s failing (%s); will keep retrying every %.0f s", master, problem, self.interval)
             self._failing = True
+        self.last_refusal = refusal
         return ok
+
+    def _refused(self, master: str, how: str, reason: str) -> SyncRefused:
+        who = f"accessKey={self._credentials[0]}" if self._credentials else "no credentials (innerAccessKey unset)"
+        hint = "" if self._credentials else "; set innerAccessKey/innerSecretKey to an account of the master's plain_acl.yml"
+        return SyncRefused(f"master {master} refused the metadata sync over {how} for {who}: {reason}{hint}")
 
     async def _sync_one(self, master: str, name: str, access: MetadataAccess) -> bool:
         content, remote_version = await self._fetch(master, name)
@@ -216,7 +259,8 @@ class SlaveSynchronize:
             host, _, port = master.rpartition(":")
             if not port.isdigit():
                 raise ValueError(f"master address {master!r} is not host:port")
-            client = await asyncio.wait_for(RemotingClient.connect(host, int(port)), REQUEST_TIMEOUT)
+            hook = signer(*self._credentials) if self._credentials else None
+            client = await asyncio.wait_for(RemotingClient.connect(host, int(port), rpc_hook=hook), REQUEST_TIMEOUT)
             self._client, self._client_master = client, master
         self.remoting_requests += 1
         try:
@@ -232,7 +276,7 @@ class SlaveSynchronize:
             await self._close_client()  # a late answer must not be taken for the next request's
             raise
         if resp.code == ResponseCode.NO_PERMISSION:
-            raise _NotRemoting(f"refused the remoting request: {resp.remark}")
+            raise self._refused(master, "remoting", resp.remark or "NO_PERMISSION")
         if resp.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"master answered remoting code {resp.code}: {resp.remark}")
         content = resp.body.decode("utf-8")
@@ -248,8 +292,16 @@ class SlaveSynchronize:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
         self.http_requests += 1
-        async with self._session.get(f"http://{master}/admin/config/{name}") as resp:
+        path = f"/admin/config/{name}"
+        headers = sign_headers("GET", path, None, *self._credentials) if self._credentials else None
+        async with self._session.get(f"http://{master}{path}", headers=headers) as resp:
             text = await resp.text()
+            if resp.status in (401, 403):
+                try:
+                    reason = str(json.loads(text).get("message"))
+                except (ValueError, AttributeError):
+                    reason = text[:200]
+                raise self._refused(master, f"HTTP ({resp.status})", reason)
             if resp.status != 200:
                 raise RuntimeError(f"master answered HTTP {resp.status}: {text[:200]}")
         data = json.loads(text)

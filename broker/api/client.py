@@ -13,6 +13,13 @@ Rules:
   a RocketMQ producer does after a DLedger failover.
 - The sync client uses only the standard library (``http.client``, one kept-alive connection,
   reconnecting once on a dropped connection), so the CLI and tests need no event loop.
+- Given ``access_key``/``secret_key`` (an account of the broker's ``plain_acl.yml``), every
+  request is signed (``broker.api.signing``: ``X-RMQ-AccessKey``, ``X-RMQ-Timestamp``,
+  ``X-RMQ-Nonce``, ``X-RMQ-Signature``), as RocketMQ's ``AclClientRPCHook`` signs remoting
+  requests. The library reads no environment; :func:`broker.api.signing.credentials_from`
+  resolves ``$RMQ_ACCESS_KEY``/``$RMQ_SECRET_KEY`` for tools (mqadmin).
+- A broker address that is not ``host:port`` raises :class:`BrokerClientError`
+  (``BAD_ADDRESS``) at construction, not a ``ValueError`` later.
 
 Theory of operation: ``_Requests.<call>(...)`` returns ``(method, path, query, json_body)``;
 each transport executes it and decodes the answer.
@@ -29,6 +36,8 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from broker.api.signing import sign_headers
+
 Call = tuple[str, str, dict[str, Any] | None, Any]
 
 
@@ -44,6 +53,30 @@ class BrokerClientError(Exception):
 class BrokerUnavailable(BrokerClientError):
     def __init__(self, address: str, reason: str) -> None:
         super().__init__("CONNECT_FAILED", f"cannot reach broker at {address}: {reason}")
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``http://`` and ``[v6]`` accepted) -> (host, port), else ``BAD_ADDRESS``."""
+    text = str(address or "").strip()
+    bare = text.split("://", 1)[-1].rstrip("/")
+    host, sep, port = bare.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host or " " in host:
+        raise BrokerClientError("BAD_ADDRESS", f"broker address {text!r} is not host:port (e.g. 127.0.0.1:10911)")
+    return host, int(port)
+
+
+def _auth_headers(credentials: tuple[str, str] | None, method: str, path_and_query: str,
+                  data: bytes | None) -> dict[str, str]:
+    return sign_headers(method, path_and_query, data, *credentials) if credentials else {}
+
+
+def _credentials(access_key: str | None, secret_key: str | None) -> tuple[str, str] | None:
+    if access_key and secret_key:
+        return access_key, secret_key
+    if access_key or secret_key:
+        raise ValueError("access_key and secret_key go together")
+    return None
 
 
 def message_json(body: bytes | str, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
@@ -174,8 +207,11 @@ def _path(path: str, query: dict[str, Any] | None) -> str:
 class BrokerClient:
     """asyncio client; use ``async with BrokerClient("127.0.0.1:10911") as c: await c.send(...)``."""
 
-    def __init__(self, address: str, timeout: float = 10.0, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, address: str, timeout: float = 10.0, session: aiohttp.ClientSession | None = None, *,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        split_address(address)
         self.address = address
+        self._credentials = _credentials(access_key, secret_key)
         self._base = address if address.startswith("http") else f"http://{address}"
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
@@ -197,9 +233,11 @@ class BrokerClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        target = _path(path, query)
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers.update(_auth_headers(self._credentials, method, target, data))
         try:
-            async with self._session.request(method, self._base + _path(path, query), data=data, headers=headers) as resp:
+            async with self._session.request(method, self._base + target, data=data, headers=headers) as resp:
                 text = await resp.text()
                 if resp.status >= 300:
                     raise _error_from(resp.status, text)
@@ -259,23 +297,24 @@ class BrokerClient:
         return await self._do(_Requests.set_preferred_leader(ids))
 
     async def request(self, method: str, path: str, body: Any = None, raw_body: bytes | None = None) -> tuple[int, str]:
-        """Escape hatch for tests: any method/path/body; returns ``(status, text)`` without raising."""
+        """Escape hatch for tests: any method/path/body (signed if keyed); ``(status, text)`` without raising."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         data = raw_body if raw_body is not None else (json.dumps(body).encode() if body is not None else None)
-        async with self._session.request(method, self._base + path, data=data) as resp:
+        headers = _auth_headers(self._credentials, method, path, data)
+        async with self._session.request(method, self._base + path, data=data, headers=headers) as resp:
             return resp.status, await resp.text()
 
 
 class SyncBrokerClient:
     """Blocking client on ``http.client`` (standard library only)."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
-        self.address = address.split("://", 1)[-1].rstrip("/")
-        host, _, port = self.address.rpartition(":")
-        self._host = host.strip("[]") or "127.0.0.1"
-        self._port = int(port)
+    def __init__(self, address: str, timeout: float = 10.0, *, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
+        self.address = str(address).split("://", 1)[-1].rstrip("/")
+        self._host, self._port = split_address(address)
         self._timeout = timeout
+        self._credentials = _credentials(access_key, secret_key)
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -290,20 +329,21 @@ class SyncBrokerClient:
         self.close()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-        """One HTTP exchange; returns ``(status, text)`` without interpreting it."""
+        """One HTTP exchange (signed if keyed); returns ``(status, text)`` without interpreting it."""
         for attempt in (0, 1):
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-            try:
-                self._conn.request(method, path, body=body, headers=dict(headers or {}))
+            try:  # signed per attempt: a resent request carries a fresh nonce, not a replay
+                sent = {**_auth_headers(self._credentials, method, path, body), **dict(headers or {})}
+                self._conn.request(method, path, body=body, headers=sent)
                 resp = self._conn.getresponse()
                 text = resp.read().decode("utf-8", "replace")
                 if resp.getheader("Connection", "").lower() == "close":
                     self.close()
                 return resp.status, text
-            except (ConnectionError, http.client.HTTPException, socket.timeout, OSError) as exc:
+            except (ConnectionError, http.client.HTTPException, socket.timeout, OSError, UnicodeError) as exc:
                 self.close()
-                if attempt == 1 or isinstance(exc, (ConnectionRefusedError, socket.timeout)):
+                if attempt == 1 or isinstance(exc, (ConnectionRefusedError, socket.timeout, socket.gaierror, UnicodeError)):
                     raise BrokerUnavailable(self.address, str(exc) or type(exc).__name__) from None
         raise AssertionError("unreachable")
 
@@ -382,7 +422,9 @@ class MasterFollowingProducer:
     (at-least-once, as RocketMQ's producer): only a returned result is an acknowledgement.
     """
 
-    def __init__(self, seeds: Iterable[str], *, timeout: float = 5.0, retry_for: float = 15.0, backoff: float = 0.01) -> None:
+    def __init__(self, seeds: Iterable[str], *, timeout: float = 5.0, retry_for: float = 15.0, backoff: float = 0.01,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        self._keys = {"access_key": access_key, "secret_key": secret_key}
         self.seeds = [s for s in seeds if s]
         if not self.seeds:
             raise ValueError("at least one broker address is needed")
@@ -412,7 +454,7 @@ class MasterFollowingProducer:
                                                   connector=aiohttp.TCPConnector(limit=0))
         c = self._clients.get(address)
         if c is None:
-            c = self._clients[address] = BrokerClient(address, session=self._session)
+            c = self._clients[address] = BrokerClient(address, session=self._session, **self._keys)
         return c
 
     def _retarget(self, address: str, exc: BrokerClientError) -> None:

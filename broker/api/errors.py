@@ -5,7 +5,7 @@ Rules:
   never a traceback, never HTML. ``code`` is a RocketMQ name where RocketMQ has one
   (``TOPIC_NOT_EXIST``, ``MESSAGE_ILLEGAL``, ``SERVICE_NOT_AVAILABLE``, ``SLAVE_NOT_AVAILABLE``,
   ``FLUSH_SLAVE_TIMEOUT``, ``FLUSH_DISK_TIMEOUT``, ...), otherwise a short upper-case name of our
-  own (``BAD_REQUEST``, ``NOT_MASTER``, ``REQUEST_TOO_LARGE``).
+  own (``BAD_REQUEST``, ``NOT_MASTER``, ``REQUEST_TOO_LARGE``, ``UNAUTHORIZED``).
 - ``extra`` fields carry what a client needs to act: ``masterAddress`` for ``NOT_MASTER`` (the
   DLedger follower answer of DESIGN §5), and for the replication statuses the ``msgId`` and
   offsets of the message, which *is* stored on the master (RocketMQ returns a SendResult with
@@ -35,6 +35,7 @@ FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
 OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
 MESSAGE_NOT_FOUND = "MESSAGE_NOT_FOUND"
 NO_PERMISSION = "NO_PERMISSION"
+UNAUTHORIZED = "UNAUTHORIZED"  # ACL: no/unknown AccessKey, bad signature, stale or replayed request
 SYSTEM_ERROR = "SYSTEM_ERROR"
 LEADERSHIP_TRANSFER_FAILED = "LEADERSHIP_TRANSFER_FAILED"
 
@@ -49,6 +50,7 @@ HTTP_STATUS: dict[str, int] = {
     METHOD_NOT_ALLOWED: 405,
     REQUEST_TOO_LARGE: 413,
     NO_PERMISSION: 403,
+    UNAUTHORIZED: 401,
     NOT_MASTER: 421,  # "Misdirected Request": ask masterAddress instead
     SERVICE_NOT_AVAILABLE: 503,
     SLAVE_NOT_AVAILABLE: 503,

@@ -32,11 +32,16 @@ Rules:
 - The request body limit is ``client_max_size`` (set from ``maxMessageSize``); exceeding it is
   ``REQUEST_TOO_LARGE`` before any byte is parsed. Malformed JSON is ``BAD_REQUEST``.
 - Anything unexpected is logged once with its traceback and answered ``SYSTEM_ERROR``; the
-  process keeps serving.
+  process keeps serving. A JSON body nested too deeply is ``BAD_REQUEST``, not a traceback.
+- ``aclEnable=true``: every route but ``/health`` needs a signed request of a ``plain_acl.yml``
+  account with RocketMQ's permissions (``http_acl.py`` has the scheme and the route table);
+  refusals are 401/403 before any handler runs.
+- Batches: at most ``maxBatchMessageCount`` messages and ``maxMessageSize`` encoded bytes.
 
 Theory of operation: :func:`build_app` wires routes to a controller object (duck-typed, see
 ``broker.controller.BrokerController``) and installs :func:`error_middleware`, which also counts
-requests per route/status for ``/metrics``.
+requests per route/status for ``/metrics``, then (ACL on) :func:`acl_middleware`; the request
+body is parsed once (:func:`read_json` caches it) whether the ACL or the handler asks first.
 """
 from __future__ import annotations
 
@@ -48,11 +53,16 @@ from aiohttp import web
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
-from broker.api.validation import check_name, int_field, parse_batch, parse_produce, query_int
+from broker.api.http_acl import HttpAcl, group_topic_sub, require, topic_sub
+from broker.api.validation import DEFAULT_MAX_BATCH_MESSAGE_COUNT, check_name, int_field, parse_batch, parse_json, \
+    parse_produce, query_int
 
 log = logging.getLogger("broker.api")
 
 CONTROLLER_KEY = web.AppKey("controller", object)
+ACL_KEY = web.AppKey("http_acl", object)  # HttpAcl when aclEnable=true
+MAX_BATCH_KEY = web.AppKey("max_batch_message_count", int)
+_JSON_KEY = "rmq.json"
 CONFIG_FILE_NAMES = ("topics", "consumerOffset", "delayOffset", "subscriptionGroup")
 MAX_PULL_BATCH = 1024
 
@@ -97,13 +107,19 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
 
 
 async def read_json(request: web.Request) -> Any:
-    raw = await request.read()  # raises HTTPRequestEntityTooLarge past client_max_size
-    if not raw:
-        raise BrokerApiError(E.BAD_REQUEST, "request body is empty; expected a JSON object")
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BrokerApiError(E.BAD_REQUEST, f"malformed JSON body: {exc}") from None
+    """The request body as JSON (parsed once per request; see ``validation.parse_json``)."""
+    if _JSON_KEY not in request:
+        raw = await request.read()  # raises HTTPRequestEntityTooLarge past client_max_size
+        request[_JSON_KEY] = parse_json(raw)
+    return request[_JSON_KEY]
+
+
+@web.middleware
+async def acl_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """``aclEnable=true``: the route's policy (``http_acl.POLICIES``) passes before the handler runs."""
+    acl: HttpAcl = request.app[ACL_KEY]  # type: ignore[assignment]
+    await acl.guard(request, _route_name(request), lambda: read_json(request))
+    return await handler(request)
 
 
 def _peer(request: web.Request) -> tuple[str, int]:
@@ -122,7 +138,7 @@ async def produce(request: web.Request) -> web.Response:
 
 async def produce_batch(request: web.Request) -> web.Response:
     c = request.app[CONTROLLER_KEY]
-    msgs = parse_batch(await read_json(request), c.max_message_size)
+    msgs = parse_batch(await read_json(request), c.max_message_size, request.app[MAX_BATCH_KEY])
     return json_response(await c.put_messages(msgs, born_host=_peer(request)))
 
 
@@ -140,13 +156,17 @@ async def by_id(request: web.Request) -> web.Response:
     topic = request.query.get("topic")
     if topic is not None:
         check_name(topic, "topic")
-    return json_response(c.view_message_by_id(request.match_info["msgId"], topic))
+    found = c.view_message_by_id(request.match_info["msgId"], topic)
+    require(request, resources=topic_sub(found.get("topic") if isinstance(found, dict) else None))
+    return json_response(found)
 
 
 async def by_offset(request: web.Request) -> web.Response:
     c = request.app[CONTROLLER_KEY]
     offset = query_int({"offset": request.match_info["offset"]}, "offset")
-    return json_response(c.view_message_by_offset(offset))
+    found = c.view_message_by_offset(offset)
+    require(request, resources=topic_sub(found.get("topic") if isinstance(found, dict) else None))
+    return json_response(found)
 
 
 async def by_key(request: web.Request) -> web.Response:
@@ -205,7 +225,17 @@ async def commit_offset(request: web.Request) -> web.Response:
     for name, value in (("queueId", queue_id), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BrokerApiError(E.BAD_REQUEST, f"{name} must be an integer >= 0")
+    if ACL_KEY in request.app and offset < _committed_offset(c, group, topic, queue_id):  # moving back is a reset: admin (http_acl rules)
+        require(request, admin_for="resetting a consumer offset backwards", resources=group_topic_sub(group, topic))
     return json_response(c.commit_consumer_offset(group, topic, queue_id, offset))
+
+
+def _committed_offset(c: Any, group: str, topic: str, queue_id: int) -> int:
+    try:
+        table = c.query_consumer_offsets(group, topic).get("offsets", {}).get(f"{topic}@{group}", {})
+        return int(table.get(str(queue_id), table.get(queue_id, -1)))
+    except (BrokerApiError, AttributeError, TypeError, ValueError):
+        return -1
 
 
 async def status(request: web.Request) -> web.Response:
@@ -250,9 +280,15 @@ async def health(request: web.Request) -> web.Response:
     return json_response({"ok": True})
 
 
-def build_app(controller: Any, client_max_size: int) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=client_max_size)
+def build_app(controller: Any, client_max_size: int, *, acl: HttpAcl | None = None,
+              max_batch_message_count: int = DEFAULT_MAX_BATCH_MESSAGE_COUNT) -> web.Application:
+    """The API application; ``acl`` (``aclEnable=true``) puts every route but ``/health`` behind it."""
+    middlewares = [error_middleware] + ([acl_middleware] if acl is not None else [])
+    app = web.Application(middlewares=middlewares, client_max_size=client_max_size)
     app[CONTROLLER_KEY] = controller
+    app[MAX_BATCH_KEY] = max_batch_message_count
+    if acl is not None:
+        app[ACL_KEY] = acl
     r = app.router
     r.add_post("/messages", produce)
     r.add_post("/messages/batch", produce_batch)

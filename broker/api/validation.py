@@ -12,6 +12,12 @@ Rules (RocketMQ ``Validators`` / ``AbstractSendMessageProcessor.msgCheck``, DESI
   properties must fit a signed short (``PROPERTIES_SIZE_EXCEEDED``).
 - ``queueId`` is absent/null (auto-select) or an integer ``>= 0``; the range check against
   ``writeQueueNums`` happens in the controller, which knows the topic.
+- A batch holds at most ``maxBatchMessageCount`` messages (413 ``REQUEST_TOO_LARGE``, checked
+  before any message is parsed) and its encoded size (per message: 20 bytes of fixed fields,
+  body, properties, as RocketMQ's ``MessageBatch`` encoding) must fit ``maxMessageSize``, the
+  limit RocketMQ puts on one batch (``MESSAGE_ILLEGAL``).
+- A JSON body nested deeper than the parser's recursion limit is ``BAD_REQUEST`` (never a
+  ``RecursionError``).
 
 Theory of operation: pure functions from parsed JSON to :class:`ProduceMessage`, raising
 :class:`BrokerApiError` with a message that names the offending field. No I/O.
@@ -20,17 +26,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from broker.api.errors import BAD_REQUEST, MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, BrokerApiError
+from broker.api.errors import BAD_REQUEST, MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, REQUEST_TOO_LARGE, BrokerApiError
 
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 BARRIER_TOPIC = "RMQ_SYS_DLEDGER_BARRIER"
 RESERVED_PRODUCE_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, BARRIER_TOPIC})
 MAX_PROPERTIES_BYTES = 32767
+DEFAULT_MAX_BATCH_MESSAGE_COUNT = 4096
+BATCH_MESSAGE_OVERHEAD = 20  # MessageBatch encoding: totalSize, magic, bodyCRC, flag, bodyLength (+ 2 props length)
 #: Property names the broker manages itself; a client may not set them.
 RESERVED_PROPERTIES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "REAL_TOPIC", "REAL_QID", "MSG_REGION", "TRACE_ON"})
 
@@ -46,6 +55,18 @@ class ProduceMessage:
     keys: list[str] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON, or ``BAD_REQUEST`` naming why (malformed, not UTF-8, nested too deep)."""
+    if not raw:
+        raise BrokerApiError(BAD_REQUEST, "request body is empty; expected a JSON object")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BrokerApiError(BAD_REQUEST, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise BrokerApiError(BAD_REQUEST, "JSON body is nested too deeply") from None
 
 
 def check_name(value: Any, what: str = "topic") -> str:
@@ -182,11 +203,12 @@ def parse_produce(obj: Any, max_message_size: int) -> ProduceMessage:
     return msg
 
 
-def parse_batch(obj: Any, max_message_size: int) -> list[ProduceMessage]:
+def parse_batch(obj: Any, max_message_size: int,
+                max_count: int = DEFAULT_MAX_BATCH_MESSAGE_COUNT) -> list[ProduceMessage]:
     """``POST /messages/batch`` body: ``{"topic", "queueId"?, "messages": [ {...}, ... ]}``.
 
-    As with a RocketMQ ``MessageBatch``, all messages go to one topic and one queue, and their
-    bodies together must fit ``maxMessageSize``.
+    As with a RocketMQ ``MessageBatch``, all messages go to one topic and one queue, and the
+    encoded batch must fit ``maxMessageSize``; at most ``max_count`` messages (module rules).
     """
     if not isinstance(obj, dict):
         raise BrokerApiError(BAD_REQUEST, "request body must be a JSON object")
@@ -195,12 +217,18 @@ def parse_batch(obj: Any, max_message_size: int) -> list[ProduceMessage]:
     raw = obj.get("messages")
     if not isinstance(raw, list) or not raw:
         raise BrokerApiError(MESSAGE_ILLEGAL, "messages must be a non-empty list")
-    msgs = [parse_message(m, topic=topic, queue_id=queue_id, where=f"messages[{i}]") for i, m in enumerate(raw)]
-    total = sum(len(m.body) for m in msgs)
-    if total > max_message_size:
-        raise BrokerApiError(
-            MESSAGE_ILLEGAL, f"the batch body size {total} is over the max value {max_message_size} (maxMessageSize)"
-        )
+    if len(raw) > max_count:
+        raise BrokerApiError(REQUEST_TOO_LARGE, f"the batch has {len(raw)} messages, over the max "
+                             f"{max_count} (maxBatchMessageCount); split it")
+    msgs = []
+    total = 0
+    for i, m in enumerate(raw):
+        msg = parse_message(m, topic=topic, queue_id=queue_id, where=f"messages[{i}]")
+        total += BATCH_MESSAGE_OVERHEAD + len(msg.body) + properties_size(msg)
+        if total > max_message_size:
+            raise BrokerApiError(MESSAGE_ILLEGAL, f"the batch size is over the max value {max_message_size} "
+                                 f"(maxMessageSize) at messages[{i}]: split it")
+        msgs.append(msg)
     return msgs
 
 

@@ -17,7 +17,10 @@ Rules (``PlainAccessValidator``, ``PlainPermissionManager``, ``AclUtils``, ``Per
   signatures never appear in remarks or logs; the AccessKey does, as in RocketMQ.
 
 Theory of operation: :class:`PlainAccessValidator` is an RPC hook of the RemotingServer; the
-YAML file is read once at start (PyYAML). :func:`sign_request` is the client side.
+YAML file is read once at start (PyYAML). Its :meth:`PlainAccessValidator.check` is the
+protocol-free decision (white addresses, account, signature callback, admin, resources), shared
+with the HTTP API's signature scheme (``broker.api.http_acl``). :func:`sign_request` is the
+client side.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -123,6 +127,17 @@ class AclConfigError(ValueError):
     pass
 
 
+def acl_file_of(broker_config: Any) -> Path:
+    """``plainAclFile`` (ours), else ``$rocketmqHome/conf/plain_acl.yml`` (as RocketMQ)."""
+    explicit = getattr(broker_config, "plain_acl_file", None)
+    if explicit:
+        return Path(explicit)
+    home = getattr(broker_config, "rocketmq_home", None) or os.environ.get("ROCKETMQ_HOME")
+    if home:
+        return Path(home) / "conf" / "plain_acl.yml"
+    raise AclConfigError("aclEnable=true needs plainAclFile=<path to plain_acl.yml> (or rocketmqHome with conf/plain_acl.yml)")
+
+
 def _perm_entries(items: Any, is_group: bool, where: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items or []:
@@ -200,33 +215,65 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
     return res
 
 
+class AclRefusal(RpcHookRefusal):
+    """A refusal that says whether the caller was not authenticated (HTTP 401) or not allowed (403).
+
+    Subclass of :class:`RpcHookRefusal`, so the remoting server answers it as before."""
+
+    def __init__(self, message: str, *, authenticated: bool) -> None:
+        super().__init__(message)
+        self.authenticated = authenticated
+
+
+def _unauthenticated(message: str) -> AclRefusal:
+    return AclRefusal(message, authenticated=False)
+
+
+def _forbidden(message: str) -> AclRefusal:
+    return AclRefusal(message, authenticated=True)
+
+
 class PlainAccessValidator:
-    """RPC hook of the broker's RemotingServer when ``aclEnable=true``."""
+    """The plain ACL (accounts, white addresses, permissions) of one broker.
+
+    :meth:`check` is the protocol-free decision shared by the remoting RPC hook (:meth:`__call__`)
+    and the HTTP API (``broker.api.http_acl``): both answer from the same accounts and rules."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.global_white, self.accounts = load_plain_acl(self.path)
 
-    def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> None:
-        ip = conn.remote_addr.rpartition(":")[0]
+    def check(self, ip: str, access_key: Optional[str], verify: Callable[[PlainAccount], None], *,
+              admin_for: Optional[str], resources: dict[str, int]) -> Optional[PlainAccount]:
+        """Allow or raise :class:`AclRefusal`; returns the account (None: a white address).
+
+        ``verify(account)`` checks the request's signature with the account's secret and raises
+        :class:`AclRefusal` when it does not match; ``admin_for`` names the operation when it
+        needs ``admin: true``; ``resources`` maps topic / ``%RETRY%group`` to the needed perm.
+        A white address (global or the account's own) skips signature and permissions, as in
+        RocketMQ's ``PlainPermissionManager.validate``."""
         if any(m(ip) for m in self.global_white):
-            return
-        ak = cmd.ext_fields.get("AccessKey")
-        if not ak:
-            raise RpcHookRefusal("No accessKey is configured")
-        acc = self.accounts.get(ak)
+            return None
+        if not access_key:
+            raise _unauthenticated("No accessKey is configured")
+        acc = self.accounts.get(access_key)
         if acc is None:
-            raise RpcHookRefusal(f"No acl config for {ak}")
+            raise _unauthenticated(f"No acl config for {access_key}")
         if acc.white(ip):
-            return
-        expected = cal_signature(signed_content(cmd.ext_fields, cmd.body), acc.secret_key)
-        if not hmac.compare_digest(expected, cmd.ext_fields.get("Signature") or ""):
-            raise RpcHookRefusal(f"Check signature failed for accessKey={ak}")
-        if cmd.code in ADMIN_CODES and not acc.admin:
-            raise RpcHookRefusal(f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not")
+            return None
+        verify(acc)
+        self.authorize(acc, admin_for=admin_for, resources=resources)
+        return acc
+
+    @staticmethod
+    def authorize(acc: PlainAccount, *, admin_for: Optional[str] = None, resources: dict[str, int] | None = None) -> None:
+        """The authenticated part: ``admin: true`` when ``admin_for`` is given, then
+        ``PlainPermissionManager.validate``'s resource loop (topic PUB/SUB, group as %RETRY%)."""
+        if admin_for is not None and not acc.admin:
+            raise _forbidden(f"Need admin permission for {admin_for}, but accessKey={acc.access_key} is not")
         if acc.admin and not acc.resource_perms:
             return
-        for resource, needed in needed_resources(cmd).items():
+        for resource, needed in (resources or {}).items():
             if resource == "RMQ_SYS_TRACE_TOPIC" and needed == PUB:
                 continue
             is_group = resource.startswith(RETRY_PREFIX)
@@ -235,7 +282,16 @@ class PlainAccessValidator:
                 owned = acc.default_group_perm if is_group else acc.default_topic_perm
             if not check_permission(needed, owned):
                 what = f"group={resource[len(RETRY_PREFIX):]}" if is_group else f"topic={resource}"
-                raise RpcHookRefusal(f"No default permission for {what}" if resource not in acc.resource_perms
-                                     else f"No permission for {what} (accessKey={ak})")
+                raise _forbidden(f"No default permission for {what}" if resource not in acc.resource_perms
+                                 else f"No permission for {what} (accessKey={acc.access_key})")
 
+    def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> None:
+        def verify(acc: PlainAccount) -> None:
+            expected = cal_signature(signed_content(cmd.ext_fields, cmd.body), acc.secret_key)
+            if not hmac.compare_digest(expected, cmd.ext_fields.get("Signature") or ""):
+                raise _unauthenticated(f"Check signature failed for accessKey={acc.access_key}")
 
+        ip = conn.remote_addr.rpartition(":")[0]
+        self.check(ip, cmd.ext_fields.get("AccessKey"), verify,
+                   admin_for=f"request code={cmd.code}" if cmd.code in ADMIN_CODES else None,
+                   resources=needed_resources(cmd))

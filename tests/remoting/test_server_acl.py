@@ -127,8 +127,11 @@ def test_acl_and_bad_input(acl_broker: BrokerProc) -> None:
             await cl.close()
 
     asyncio.run(run())
-    with SyncBrokerClient(acl_broker.address, timeout=5) as c:  # HTTP on the same port still works
+    # HTTP on the same port still works, under the same accounts (issue 12: no open HTTP door)
+    with SyncBrokerClient(acl_broker.address, timeout=5, access_key="RocketMQ", secret_key=SECRET) as c:
         assert c.status()["isMaster"]
+    with SyncBrokerClient(acl_broker.address, timeout=5) as c:
+        assert c.request("GET", "/status")[0] == 401
     with socket.create_connection(("127.0.0.1", port), 5) as s:  # text garbage goes to HTTP: 400 and closed
         s.sendall(b"HELLO THERE\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.")

@@ -161,9 +161,16 @@ class SendMessageProcessor(Processor):
             max_reconsume = field_int(cmd, "maxReconsumeTimes", -1)
             batch = cmd.code == RC.SEND_BATCH_MESSAGE or field_bool(cmd, "batch")
             if batch:
+                if len(cmd.body) > self.c.max_message_size:  # before decoding: bytes first, as RocketMQ
+                    return request.response(R.MESSAGE_ILLEGAL, f"the batch is {len(cmd.body)}B, over the max "
+                                            f"message size {self.c.max_message_size}B (maxMessageSize)")
                 items = decode_batch(cmd.body)
                 if not items:
                     raise HeaderError("empty batch")
+                max_count = int(getattr(self.c.broker_config, "max_batch_message_count", 4096) or 4096)
+                if len(items) > max_count:  # issue 12: count cap (maxBatchMessageCount), as the HTTP batch
+                    return request.response(R.MESSAGE_ILLEGAL, f"the batch has {len(items)} messages, over the "
+                                            f"max {max_count} (maxBatchMessageCount)")
                 if topic.startswith(RETRY_PREFIX):
                     return request.response(R.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
             else:

@@ -59,8 +59,9 @@ class BrokerProc:
                 with self.client(timeout=2.0) as c:
                     if c.status().get("writable") is not None:
                         return
-            except BrokerClientError:
-                pass
+            except BrokerClientError as exc:
+                if exc.status in (401, 403):  # aclEnable=true: an unsigned /status is refused, so it serves
+                    return
             time.sleep(0.1)
         raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log()}")
 

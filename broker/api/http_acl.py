@@ -1,0 +1,278 @@
+"""Plain ACL on the HTTP API: the same accounts and permissions as remoting, signed HTTP requests.
+
+Rules (``aclEnable=true``; with ACL off nothing here runs):
+- Authentication: the signature scheme of ``broker.api.signing`` (AccessKey + HmacSHA1 over
+  method, path, sorted query, timestamp, nonce and body). The decision is
+  ``PlainAccessValidator.check`` of ``broker.remoting.acl``, the one remoting uses:
+  ``globalWhiteRemoteAddresses`` and an account's ``whiteRemoteAddress`` pass without a
+  signature, an unknown AccessKey or a wrong signature is refused. Then, for HTTP only: the
+  timestamp must be within 5 minutes of the broker's clock and the signature never seen before.
+- Permissions (RocketMQ's PUB / SUB / admin, groups as ``%RETRY%group``), per route:
+
+  ============================================ =====================================================
+  POST /messages, /messages/batch              PUB on the topic
+  GET  /topics/{t}/queues/{q}/messages         SUB on the topic
+  GET  /messages/by-key                        SUB on the topic
+  GET  /messages/by-id, /messages/by-offset    SUB on the found message's topic (checked after
+                                               the lookup; ``?topic=`` is checked before too)
+  GET  /topics/{t}                             PUB or SUB on the topic (producers need queues too)
+  GET  /consumer-offsets                       SUB on the group (and topic if given); all groups:
+                                               admin
+  POST /consumer-offsets                       SUB on group and topic to commit forward (as
+                                               UPDATE_CONSUMER_OFFSET); moving an offset back (a
+                                               reset) needs admin
+  POST /topics, GET /admin/config/*,           admin
+  POST /admin/dledger/transfer-leader,
+  POST /admin/dledger/preferred-leader
+  GET  /topics, /status, /admin/dledger,       any account (authenticated; no message data — as
+  GET  /metrics                                RocketMQ's runtime-info requests, which need no
+                                               admin). ``/metrics`` also takes ``Authorization:
+                                               Bearer <metricsBearerToken>`` for Prometheus
+  GET  /health                                 open (liveness only, no data)
+  anything else (404/405)                      any account, so a stranger learns nothing
+  ============================================ =====================================================
+- Refusals: HTTP 401 (``UNAUTHORIZED``: no/unknown key, bad signature, stale timestamp, replay)
+  or 403 (``NO_PERMISSION``: authenticated, not allowed), JSON as ``errors.py``, and one log
+  line naming the peer, the route and RocketMQ's reason; never the secret or the signature.
+  Log lines are capped per second (a flood of refusals cannot fill the disk); the suppressed
+  count is logged with the next line.
+
+Theory of operation: ``broker.api.server`` builds an :class:`HttpAcl` when ACL is on and runs
+:meth:`HttpAcl.guard` from its ACL middleware before any handler; routes whose resource is only
+known inside the handler call :func:`require` there. :data:`POLICIES` maps a route to what it
+needs; a handler cannot be reached without its route's policy having passed.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from aiohttp import web
+
+from broker.api import errors as E
+from broker.api.errors import BrokerApiError
+from broker.api.signing import (H_ACCESS_KEY, H_NONCE, H_SIGNATURE, H_TIMESTAMP, MAX_SKEW_MS, ReplayGuard,
+                                canonical_request, signature)
+from broker.remoting.acl import ANY, PUB, RETRY_PREFIX, SUB, AclRefusal, PlainAccessValidator, PlainAccount
+
+log = logging.getLogger("broker.api.acl")
+
+ACCOUNT_KEY = "rmq.acl.account"  # request key: the authenticated PlainAccount, or None (white address)
+ACL_ON_KEY = "rmq.acl.on"
+Resources = dict[str, int]
+
+
+def _name(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def _res(*items: tuple[Optional[str], int, bool]) -> Resources:
+    out: Resources = {}
+    for name, perm, group in items:
+        if name:
+            key = RETRY_PREFIX + name if group and not name.startswith(RETRY_PREFIX) else name
+            out[key] = out.get(key, 0) | perm
+    return out
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one route needs: nothing (open), an account, admin, and/or resources."""
+
+    open: bool = False
+    admin: bool = False
+    needs_body: bool = False
+    resources: Callable[[web.Request, Any], Resources] = lambda r, b: {}
+    admin_when: Callable[[web.Request, Any], bool] = lambda r, b: False
+    bearer_ok: bool = False
+
+
+def _body_topic_pub(r: web.Request, b: Any) -> Resources:
+    return _res((_name(b.get("topic")) if isinstance(b, dict) else None, PUB, False))
+
+
+def _offsets_query(r: web.Request, b: Any) -> Resources:
+    return _res((_name(r.query.get("group")), SUB, True), (_name(r.query.get("topic")), SUB, False))
+
+
+def _offsets_commit(r: web.Request, b: Any) -> Resources:
+    b = b if isinstance(b, dict) else {}
+    return _res((_name(b.get("group")), SUB, True), (_name(b.get("topic")), SUB, False))
+
+
+AUTHENTICATED = Policy()
+ADMIN = Policy(admin=True)
+POLICIES: dict[tuple[str, str], Policy] = {
+    ("GET", "/health"): Policy(open=True),
+    ("POST", "/messages"): Policy(needs_body=True, resources=_body_topic_pub),
+    ("POST", "/messages/batch"): Policy(needs_body=True, resources=_body_topic_pub),
+    ("GET", "/topics/{topic}/queues/{queueId}/messages"):
+        Policy(resources=lambda r, b: _res((r.match_info.get("topic"), SUB, False))),
+    ("GET", "/messages/by-id/{msgId}"): Policy(resources=lambda r, b: _res((_name(r.query.get("topic")), SUB, False))),
+    ("GET", "/messages/by-offset/{offset}"): AUTHENTICATED,  # the handler checks the message's topic
+    ("GET", "/messages/by-key"): Policy(resources=lambda r, b: _res((_name(r.query.get("topic")), SUB, False))),
+    ("GET", "/topics"): AUTHENTICATED,
+    ("POST", "/topics"): ADMIN,
+    ("GET", "/topics/{topic}"): Policy(resources=lambda r, b: _res((r.match_info.get("topic"), ANY, False))),
+    ("GET", "/consumer-offsets"): Policy(resources=_offsets_query, admin_when=lambda r, b: not r.query.get("group")),
+    ("POST", "/consumer-offsets"): Policy(needs_body=True, resources=_offsets_commit),  # + handler: reset = admin
+    ("GET", "/status"): AUTHENTICATED,
+    ("GET", "/admin/config/{name}"): ADMIN,
+    ("GET", "/admin/dledger"): AUTHENTICATED,
+    ("POST", "/admin/dledger/transfer-leader"): ADMIN,
+    ("POST", "/admin/dledger/preferred-leader"): ADMIN,
+    ("GET", "/metrics"): Policy(bearer_ok=True),
+}
+
+
+def policy_for(method: str, canonical: Optional[str]) -> Policy:
+    m = "GET" if method == "HEAD" else method
+    return POLICIES.get((m, canonical or ""), AUTHENTICATED)
+
+
+def peer_ip(request: web.Request) -> tuple[str, str]:
+    """(ip, "ip:port") of the HTTP peer."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return str(peer[0]), f"{peer[0]}:{peer[1]}"
+    return "", "?"
+
+
+class _LogLimiter:
+    """At most ``per_second`` refusal lines a second; the rest are counted and reported later."""
+
+    def __init__(self, per_second: int = 20) -> None:
+        self.per_second = per_second
+        self._second = 0
+        self._count = 0
+        self.suppressed = 0
+
+    def line(self, text: str) -> None:
+        now = int(time.monotonic())
+        if now != self._second:
+            self._second, self._count = now, 0
+        if self._count >= self.per_second:
+            self.suppressed += 1
+            return
+        self._count += 1
+        if self.suppressed:
+            text += f" ({self.suppressed} more refusals not logged)"
+            self.suppressed = 0
+        log.warning("%s", text)
+
+
+class HttpAcl:
+    """The plain ACL of one broker's HTTP API (module rules)."""
+
+    def __init__(self, validator: PlainAccessValidator, *, metrics_bearer_token: Optional[str] = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), max_skew_ms: int = MAX_SKEW_MS) -> None:
+        self.validator = validator
+        self.metrics_bearer_token = metrics_bearer_token or None
+        self.clock_ms = clock_ms
+        self.max_skew_ms = max_skew_ms
+        self.replay = ReplayGuard(window_ms=max_skew_ms)
+        self.refused = {"401": 0, "403": 0}
+        self._log = _LogLimiter()
+
+    # ---- the middleware's part
+    async def guard(self, request: web.Request, canonical: Optional[str], read_body: Callable[[], Any]) -> None:
+        """Authenticate and authorize ``request`` for its route, or raise a 401/403 BrokerApiError."""
+        request[ACL_ON_KEY] = self
+        pol = policy_for(request.method, canonical)
+        if pol.open:
+            return
+        if pol.bearer_ok and self._bearer_ok(request.headers.get("Authorization")):
+            request[ACCOUNT_KEY] = None
+            return
+        try:
+            raw = await request.read()
+            account = self._authenticate(request, raw)
+            request[ACCOUNT_KEY] = account
+            if account is None:
+                return
+            body = await read_body() if pol.needs_body else None
+            admin = pol.admin or pol.admin_when(request, body)
+            self.validator.authorize(account, admin_for=f"{request.method} {request.path}" if admin else None,
+                                     resources=pol.resources(request, body))
+        except AclRefusal as exc:
+            raise self._refuse(request, exc) from None
+
+    def _bearer_ok(self, header: Optional[str]) -> bool:
+        token = self.metrics_bearer_token
+        if not token or not header or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+
+    def _authenticate(self, request: web.Request, raw: bytes) -> Optional[PlainAccount]:
+        ip, _ = peer_ip(request)
+        h = request.headers
+        access_key = h.get(H_ACCESS_KEY)
+
+        def verify(acc: PlainAccount) -> None:
+            ts, nonce, sig = h.get(H_TIMESTAMP) or "", h.get(H_NONCE) or "", h.get(H_SIGNATURE) or ""
+            content = canonical_request(request.method, request.path, request.query.items(), acc.access_key, ts,
+                                        nonce, raw)
+            if not sig or not hmac.compare_digest(signature(acc.secret_key, content), sig):
+                raise AclRefusal(f"Check signature failed for accessKey={acc.access_key}", authenticated=False)
+            if not ts.isdigit():
+                raise AclRefusal(f"{H_TIMESTAMP} must be Unix epoch milliseconds (accessKey={acc.access_key})",
+                                 authenticated=False)
+            now = self.clock_ms()
+            skew = int(ts) - now
+            if abs(skew) > self.max_skew_ms:
+                raise AclRefusal(f"request timestamp is {abs(skew) // 1000} s {'ahead of' if skew > 0 else 'behind'} "
+                                 f"the broker's clock, outside the {self.max_skew_ms // 1000} s window "
+                                 f"(accessKey={acc.access_key})", authenticated=False)
+            why = self.replay.admit(sig, int(ts), now)
+            if why is not None:
+                raise AclRefusal(f"{why} (accessKey={acc.access_key})", authenticated=False)
+
+        return self.validator.check(ip, access_key, verify, admin_for=None, resources={})
+
+    def _refuse(self, request: web.Request, exc: AclRefusal) -> BrokerApiError:
+        _, peer = peer_ip(request)
+        status = "403" if exc.authenticated else "401"
+        self.refused[status] += 1
+        self._log.line(f"HTTP ACL refused {request.method} {request.path} from {peer} ({status}): {exc}")
+        return BrokerApiError(E.NO_PERMISSION if exc.authenticated else E.UNAUTHORIZED, str(exc))
+
+    # ---- the handlers' part
+    def require(self, request: web.Request, *, admin_for: Optional[str] = None,
+                resources: Optional[Resources] = None) -> None:
+        if ACCOUNT_KEY not in request:  # never authenticated: cannot happen past guard(), refuse anyway
+            raise self._refuse(request, AclRefusal("request was not authenticated", authenticated=False))
+        account = request[ACCOUNT_KEY]
+        if account is None:  # a white address or the metrics token: allowed everything it reached
+            return
+        try:
+            self.validator.authorize(account, admin_for=admin_for, resources=resources or {})
+        except AclRefusal as exc:
+            raise self._refuse(request, exc) from None
+
+
+def http_acl_for(broker_config: Any) -> Optional[HttpAcl]:
+    """The broker's HTTP ACL when ``aclEnable=true`` (reads ``plain_acl.yml``), else None."""
+    if not getattr(broker_config, "acl_enable", False):
+        return None
+    from broker.remoting.acl import acl_file_of  # noqa: WPS433
+
+    return HttpAcl(PlainAccessValidator(acl_file_of(broker_config)),
+                   metrics_bearer_token=getattr(broker_config, "metrics_bearer_token", None))
+
+
+def require(request: web.Request, *, admin_for: Optional[str] = None, resources: Optional[Resources] = None) -> None:
+    """A handler's check for what it only knows after a lookup; a no-op with ACL off."""
+    acl: Optional[HttpAcl] = request.get(ACL_ON_KEY)
+    if acl is not None:
+        acl.require(request, admin_for=admin_for, resources=resources)
+
+
+def topic_sub(topic: Optional[str]) -> Resources:
+    return _res((topic, SUB, False))
+
+
+def group_topic_sub(group: str, topic: str) -> Resources:
+    return _res((group, SUB, True), (topic, SUB, False))
