@@ -26,15 +26,12 @@ sees ``request.transport``) finds it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
 from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, PortGuard
-
-log = logging.getLogger("broker.remoting.limits")
 
 #: transport -> its guard protocol (entries removed on connection_lost).
 _BY_TRANSPORT: dict[Any, "HttpGuardProtocol"] = {}
@@ -135,7 +132,7 @@ async def limits_middleware(request: web.Request,
             wanted = request.content_length if request.content_length is not None else limit
             if wanted > SMALL_FRAME:
                 if not guard.budget.reserve(wanted):
-                    guard.refuse_budget(conn, wanted)
+                    guard.refuse_budget(conn, wanted, "a request body")
                     raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, f"the broker holds too many incomplete request "
                                          f"bodies to take {wanted} more bytes now; retry later")
                 reserved = wanted
@@ -143,11 +140,7 @@ async def limits_middleware(request: web.Request,
             try:
                 await asyncio.wait_for(request.read(), timeout if timeout > 0 else None)
             except asyncio.TimeoutError:
-                guard.stats.closed_read_timeout += 1
-                guard.forget(conn)
-                log.warning("%s: closing connection from %s: request body not received within %.0f ms "
-                            "(serverReadTimeoutMillis)", guard.name, conn.remote_addr, timeout * 1000)
-                conn.guard_close(READ_TIMEOUT)
+                guard.read_timed_out(conn, "a request body")
                 raise web.HTTPRequestTimeout() from None
         return await handler(request)
     finally:

@@ -167,16 +167,21 @@ class _BurstLog:
 
     def line(self, reason: str, fmt: str, *args: Any) -> None:
         now = time.monotonic()
+        self.flush(now)
         start, n = self._window.get(reason, (now, 0))
-        if now - start > LOG_WINDOW_S:
-            if n > LOG_BURST:
-                log.warning("%s: ... and %d more connections closed (%s) in %.0f s", self.port_name, n - LOG_BURST,
-                            reason, now - start)
-            start, n = now, 0
         n += 1
         self._window[reason] = (start, n)
         if n <= LOG_BURST:
             log.warning("%s: " + fmt, self.port_name, *args)
+
+    def flush(self, now: float) -> None:
+        """End the windows older than LOG_WINDOW_S, saying how many lines they held back."""
+        for reason, (start, n) in list(self._window.items()):
+            if now - start > LOG_WINDOW_S:
+                if n > LOG_BURST:
+                    log.warning("%s: ... and %d more connections closed (%s) in %.0f s", self.port_name,
+                                n - LOG_BURST, reason, now - start)
+                del self._window[reason]
 
 
 class PortGuard:
@@ -215,11 +220,19 @@ class PortGuard:
         self.conns.discard(conn)
         self.stats.open = len(self.conns)
 
-    def refuse_budget(self, conn: Guarded, wanted: int) -> None:
+    def refuse_budget(self, conn: Guarded, wanted: int, what: str = "a frame") -> None:
         self.stats.refused_by_budget += 1
-        self._log.line("budget", "closing connection from %s: a frame of %d bytes does not fit the %d pending bytes "
-                       "left (serverMaxPendingBytes=%d)", conn.remote_addr, wanted,
+        self._log.line("budget", "refused %s of %d bytes from %s: it does not fit the %d pending bytes left "
+                       "(serverMaxPendingBytes=%d)", what, wanted, conn.remote_addr,
                        max(0, self.budget.limit - self.budget.reserved), self.budget.limit)
+
+    def read_timed_out(self, conn: Guarded, what: str) -> None:
+        """Count, log and close a connection whose ``what`` did not arrive within the read timeout."""
+        self.forget(conn)
+        self.stats.closed_read_timeout += 1
+        self._log.line(READ_TIMEOUT, "closing connection from %s: %s not completed within %.0f ms "
+                       "(serverReadTimeoutMillis)", conn.remote_addr, what, self.limits.read_timeout_s * 1000)
+        conn.guard_close(READ_TIMEOUT)
 
     # ---- the sweep
     def start(self) -> None:
@@ -244,16 +257,15 @@ class PortGuard:
             if reason is None:
                 continue
             closed += 1
-            self.forget(conn)
             if reason == READ_TIMEOUT:
-                self.stats.closed_read_timeout += 1
-                self._log.line(reason, "closing connection from %s: request not completed within %.0f ms "
-                               "(serverReadTimeoutMillis)", conn.remote_addr, self.limits.read_timeout_s * 1000)
-            else:
-                self.stats.closed_idle += 1
-                self._log.line(reason, "closing idle connection from %s: no request for %.0f s "
-                               "(serverChannelMaxIdleTimeSeconds)", conn.remote_addr, self.limits.idle_timeout_s)
+                self.read_timed_out(conn, "a frame or request head")
+                continue
+            self.forget(conn)
+            self.stats.closed_idle += 1
+            self._log.line(reason, "closing idle connection from %s: no request for %.0f s "
+                           "(serverChannelMaxIdleTimeSeconds)", conn.remote_addr, self.limits.idle_timeout_s)
             conn.guard_close(reason)
+        self._log.flush(time.monotonic())
         return closed
 
     async def _sweep_loop(self) -> None:

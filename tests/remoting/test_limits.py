@@ -48,3 +48,19 @@ def test_port_guard_cap_and_sweep() -> None:
     assert g.sweep(now=11.0) == 1 and a.closed_for == IDLE
     st = g.status()
     assert (st["open"], st["closedIdle"], st["closedReadTimeout"], st["refusedByCap"]) == (0, 1, 1, 1)
+
+
+def test_refusal_lines_are_summarised_past_the_burst(caplog) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from broker.remoting import limits
+
+    g = PortGuard("flood", ListenLimits(max_connections=1))
+    assert g.admit(_Conn("first", ConnectionClock()))
+    with caplog.at_level("WARNING", logger="broker.remoting.limits"):
+        for i in range(50):
+            assert not g.admit(_Conn(f"peer{i}", ConnectionClock()))
+        assert len(caplog.records) == limits.LOG_BURST
+        g._log.flush(time.monotonic() + limits.LOG_WINDOW_S + 1)  # the sweep does this every tick
+    assert "and 45 more" in caplog.records[-1].getMessage()
+    assert g.stats.refused_by_cap == 50
