@@ -60,8 +60,8 @@ from broker.remoting.acl import ANY, PUB, RETRY_PREFIX, SUB, AclRefusal, PlainAc
 
 log = logging.getLogger("broker.api.acl")
 
-ACCOUNT_KEY = "rmq.acl.account"  # request key: the authenticated PlainAccount, or None (white address)
-ACL_ON_KEY = "rmq.acl.on"
+ACCOUNT_KEY = web.RequestKey("rmq_acl_account", object)  # the authenticated PlainAccount, or None (white address)
+ACL_ON_KEY = web.RequestKey("rmq_acl", object)
 Resources = dict[str, int]
 
 
@@ -265,7 +265,7 @@ def http_acl_for(broker_config: Any) -> Optional[HttpAcl]:
 
 def require(request: web.Request, *, admin_for: Optional[str] = None, resources: Optional[Resources] = None) -> None:
     """A handler's check for what it only knows after a lookup; a no-op with ACL off."""
-    acl: Optional[HttpAcl] = request.get(ACL_ON_KEY)
+    acl: Optional[HttpAcl] = request.get(ACL_ON_KEY)  # type: ignore[assignment]
     if acl is not None:
         acl.require(request, admin_for=admin_for, resources=resources)
 

@@ -62,7 +62,7 @@ log = logging.getLogger("broker.api")
 CONTROLLER_KEY = web.AppKey("controller", object)
 ACL_KEY = web.AppKey("http_acl", object)  # HttpAcl when aclEnable=true
 MAX_BATCH_KEY = web.AppKey("max_batch_message_count", int)
-_JSON_KEY = "rmq.json"
+_JSON_KEY = web.RequestKey("rmq_json", object)
 CONFIG_FILE_NAMES = ("topics", "consumerOffset", "delayOffset", "subscriptionGroup")
 MAX_PULL_BATCH = 1024
 

@@ -105,3 +105,91 @@ async def test_http_only_master_address_falls_back_to_http() -> None:
     finally:
         await ss.stop()
         await runner.cleanup()
+
+
+# ---- ACL on the master (issue 12.2): the slave signs with its own account, refusals are loud
+ACL_YAML = """
+accounts:
+  - accessKey: slave-admin-key
+    secretKey: slave-admin-secret-1234
+    admin: true
+  - accessKey: plain-user-key
+    secretKey: plain-user-secret-1234
+    admin: false
+"""
+
+
+class _FakeController:
+    """What ``build_app`` needs for ``/admin/config/*``: the file and the metrics registry."""
+
+    def __init__(self) -> None:
+        from broker.api.metrics import BrokerMetrics
+
+        self.metrics = BrokerMetrics()
+
+    def config_file(self, name: str) -> dict[str, Any]:
+        content = _file(name, 7)
+        return {"name": name, "dataVersion": json.loads(content)["dataVersion"], "content": content}
+
+
+async def test_signed_http_sync_under_acl_and_a_clear_refusal(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from broker.api.http_acl import HttpAcl
+    from broker.api.server import build_app
+    from broker.remoting.acl import PlainAccessValidator
+
+    (tmp_path / "plain_acl.yml").write_text(ACL_YAML)
+    app = build_app(_FakeController(), 1 << 20, acl=HttpAcl(PlainAccessValidator(tmp_path / "plain_acl.yml")))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    addr = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    caplog.set_level(logging.INFO, logger="broker.slave_sync")
+    slaves = []
+    try:
+        good = SlaveSynchronize(Local().access(), addr, interval=3600, initial_delay=3600,
+                                credentials=("slave-admin-key", "slave-admin-secret-1234"))
+        slaves.append(good)
+        assert await good.sync_all() and good.protocol == "http" and good.last_refusal is None
+        for creds, why in ((None, "No accessKey is configured"),
+                           (("plain-user-key", "plain-user-secret-1234"), "Need admin permission"),
+                           (("slave-admin-key", "wrong-secret-123456"), "Check signature failed")):
+            local = Local()
+            ss = SlaveSynchronize(local.access(), addr, interval=3600, initial_delay=3600, credentials=creds)
+            slaves.append(ss)
+            assert not await ss.sync_all() and not await ss.sync_all()
+            assert local.replaced == [] and ss.last_refusal is not None and why in ss.last_refusal
+            assert f"master {addr} refused the metadata sync over HTTP" in ss.last_refusal
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 3  # one line per refused slave, not one per round
+        assert all("secret-123" not in m and "secret-1234" not in m for m in errors)
+    finally:
+        for ss in slaves:
+            await ss.stop()
+        await runner.cleanup()
+
+
+async def test_signed_remoting_sync_under_acl_never_falls_back_to_http(tmp_path: Any) -> None:
+    from broker.remoting.acl import PlainAccessValidator
+
+    async def get_all(cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, None, body=_file(CODES[cmd.code], 3).encode())
+
+    (tmp_path / "plain_acl.yml").write_text(ACL_YAML)
+    server = RemotingServer(name="acl-master")
+    server.rpc_hooks.append(PlainAccessValidator(tmp_path / "plain_acl.yml"))
+    for code in CODES:
+        server.register(code, get_all)
+    await server.start("127.0.0.1", 0)
+    good = SlaveSynchronize(Local().access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600,
+                            credentials=("plain-user-key", "plain-user-secret-1234"))
+    bad = SlaveSynchronize(Local().access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600)
+    try:
+        assert await good.sync_all() and good.protocol == "remoting"
+        assert not await bad.sync_all()
+        assert bad.http_requests == 0 and "No accessKey is configured" in (bad.last_refusal or "")
+        assert "innerAccessKey" in (bad.last_refusal or "")
+    finally:
+        await good.stop()
+        await bad.stop()
+        await server.stop()
