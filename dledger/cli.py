@@ -14,6 +14,8 @@ Rules
   message.
 * A member that stops itself (a failed flush or store write the core cannot be told about)
   exits with status 1 and one ``dledger: error:`` line instead of lingering without serving.
+* ``server`` refuses to start without ``--auth-token`` unless ``--allow-insecure`` is given and
+  every peer is on loopback (one ``dledger: error:`` line naming both flags).
 * The server runs on uvloop when it is installed (DESIGN §6); ``DLEDGER_NO_UVLOOP=1`` opts out.
   ``--coalesce-*`` tune how client appends are merged into proposals (``dledger.coalesce``).
 
@@ -90,7 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-batch-push-bytes", type=_size, default=DLedgerConfig.max_batch_push_bytes)
     s.add_argument("--no-batch-push", action="store_true", help="push one entry per request (DLedger default)")
     s.add_argument("--preferred-leader", default=None, help="preferred leader ids, ';'-separated")
-    s.add_argument("--auth-token", default=None)
+    s.add_argument("--auth-token", default=None,
+                   help="shared secret of the group (dLegerAuthToken, >= 16 chars, the same on every member)")
+    s.add_argument("--allow-insecure", action="store_true",
+                   help="run without --auth-token (dLegerAllowInsecure); only when every peer is on loopback")
+    s.add_argument("--client-port", choices=["on", "off"], default="on",
+                   help="serve client requests (append/get/status/transfer) on the port (default on; "
+                        "'off' = peers only, as a broker-hosted member)")
     s.add_argument("--no-crc", action="store_true", help="write bodyCrc=0 (byte identity with Apache)")
     s.add_argument("--barrier", choices=["empty", "none"], default="empty",
                    help="entry a new leader appends so earlier terms commit: an empty-body entry "
@@ -138,10 +146,11 @@ def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
         election_timeout_max_ms=args.election_max_ms, max_wait_ack_ms=args.max_wait_ack_ms,
         max_pending_requests=args.max_pending, max_batch_push_bytes=args.max_batch_push_bytes,
         enable_batch_push=not args.no_batch_push, preferred_leader_ids=args.preferred_leader,
-        auth_token=args.auth_token, entry_crc=not args.no_crc,
+        auth_token=args.auth_token, entry_crc=not args.no_crc, allow_insecure=args.allow_insecure,
+        serve_clients=args.client_port == "on",
     )
     try:
-        return cfg.validate()
+        return cfg.validate().check_auth()
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -161,7 +170,12 @@ def use_uvloop() -> bool:
 async def run_server(cfg: DLedgerConfig, barrier: bool, coalesce: Optional[dict] = None) -> None:
     from .server import DLedgerServer  # lazy: client commands need no store
 
-    server = DLedgerServer(cfg, leader_barrier_body=(lambda: b"") if barrier else None, **(coalesce or {}))
+    from .store.errors import DLedgerStoreError
+
+    try:
+        server = DLedgerServer(cfg, leader_barrier_body=(lambda: b"") if barrier else None, **(coalesce or {}))
+    except (ValueError, DLedgerStoreError) as exc:  # e.g. a currterm no DLedger could have written
+        raise UserError(f"cannot open the store of {cfg.self_id}: {exc}") from None
     try:
         await server.start()
     except OSError as exc:

@@ -10,6 +10,13 @@ Rules
   expressed in milliseconds here; the server converts it to core ticks of ``tick_ms``.
 * ``validate()`` names the offending field in a ``ValueError``; the CLI turns that into a one-line
   error, never a traceback.
+* Doors (issue 12): :meth:`DLedgerConfig.check_auth` (run by ``DLedgerServer.start`` and the
+  ``dledger server`` CLI) refuses a member without a shared secret (``auth_token`` /
+  ``dLegerAuthToken``, >= 16 characters) unless ``allow_insecure`` (``dLegerAllowInsecure``) is
+  set **and** every peer address is loopback. The loopback test is dledger's own
+  (:func:`is_loopback`): dledger does not import the broker.
+* ``serve_clients=False`` (set by the broker for a broker-hosted member): the port serves peers
+  only; the client role is refused in the handshake.
 * ``first_data_offset`` (``-1`` = none) is where the data file list starts for a store upgraded in
   place (RocketMQ's ``dividedCommitlogOffset``); the file store uses it for its first file.
 
@@ -20,11 +27,30 @@ the fields so the dataclass stays the single source of truth.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 from .rpc.framing import DEFAULT_MAX_FRAME_SIZE, parse_peers
+
+
+MIN_SECRET_LENGTH = 16
+
+
+class InsecureConfigError(ValueError):
+    """The member would accept unauthenticated peers; the message names the fix."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (no DNS lookups: a name is not loopback)."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -122,6 +148,28 @@ class DLedgerConfig:
             raise ValueError("tick_ms must not exceed heartbeat_interval_ms")
         if self.mapped_file_size_for_entry_index % 32:
             raise ValueError("mapped_file_size_for_entry_index must be a multiple of 32")
+        return self
+
+    def check_auth(self) -> "DLedgerConfig":
+        """Raise :class:`InsecureConfigError` unless peers must authenticate (see module rules)."""
+        where = f"DLedger member {self.self_id} of group {self.group}"
+        if self.auth_token:
+            if len(self.auth_token) < MIN_SECRET_LENGTH:
+                raise InsecureConfigError(
+                    f"{where}: the shared secret (--auth-token / dLegerAuthToken) has {len(self.auth_token)} "
+                    f"characters; use at least {MIN_SECRET_LENGTH}")
+            return self
+        if not self.allow_insecure:
+            raise InsecureConfigError(
+                f"{where} has no shared secret, so anyone reaching its port could vote and append: set "
+                "--auth-token / dLegerAuthToken=<secret> (the same on every member), or --allow-insecure / "
+                "dLegerAllowInsecure=true for a loopback-only group")
+        for pid, (host, _port) in self.peer_map.items():
+            if not is_loopback(host):
+                raise InsecureConfigError(
+                    f"{where}: peer {pid} at {host} is not on loopback, and --allow-insecure / "
+                    "dLegerAllowInsecure=true is only for loopback-only groups: set --auth-token / "
+                    "dLegerAuthToken=<secret> (the same on every member)")
         return self
 
     # -- DLedger's own key names

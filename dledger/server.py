@@ -30,7 +30,12 @@ Rules
 * ``leader_barrier_body`` (DESIGN §4.1): if given, a new leader appends one entry with that body
   so earlier-term entries commit promptly under the current-term commit rule.
 * Client requests (``dledger.rpc.client``) arrive on the same port with handshake role
-  ``client``; see that module for operations and fields.
+  ``client``; see that module for operations and fields. ``serve_clients=False`` (broker-hosted
+  member) refuses that role: only peers' RPCs are served.
+* :meth:`DLedgerServer.start` refuses an unauthenticated door (``DLedgerConfig.check_auth``:
+  a secret, or ``allow_insecure`` with every peer on loopback). Every peer message is decoded
+  by ``core.messages.from_dict`` (Java-long ranges); a refused one is logged as one line naming
+  the peer, the field and the value, and dropped before the core sees it.
 
 Theory of operation
 -------------------
@@ -124,6 +129,7 @@ class DLedgerServer:
             on_peer_message=self._on_peer_message,
             on_client_request=self._on_client_request,
             secret=config.auth_token,
+            serve_clients=config.serve_clients,
             max_frame_size=config.max_frame_size,
         )
 
@@ -131,6 +137,7 @@ class DLedgerServer:
     async def start(self) -> None:
         if self._started:
             return
+        self.config.check_auth()  # InsecureConfigError: refuse to open an unauthenticated door
         self._loop = asyncio.get_running_loop()
         self._flusher = GroupFlusher(self.log_view, self._loop, self._on_flushed, self._on_flush_error, self.counters,
                                      name=f"dledger-flush-{self.config.self_id}")
@@ -471,12 +478,15 @@ class DLedgerServer:
             return
         try:
             msg = from_dict(payload)
-        except MessageError as exc:
+        except MessageError as exc:  # e.g. a term no Java long holds: never reaches the core
             self.counters["bad_peer_messages"] += 1
-            log.warning("%s: bad message from %s: %s", self.config.self_id, src, exc)
+            log.warning("%s: dropped a message from peer %s: %s", self.config.self_id, src, exc)
             return
-        if msg.src != src:  # the handshake authenticated `src`; a frame may not claim another id
+        if msg.src != src or msg.dst != self.config.self_id:
+            # the handshake authenticated `src`; a frame may not claim another sender
             self.counters["bad_peer_messages"] += 1
+            log.warning("%s: dropped a %s from peer %s claiming src=%r dst=%r", self.config.self_id,
+                        type(msg).__name__, src, msg.src, msg.dst)
             return
         self.core.step(msg)
         self._kick()

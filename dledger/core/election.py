@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from dledger.core.codes import Role, VoteResult
-from dledger.core.messages import VoteRequest, VoteResponse
+from dledger.core.messages import MAX_TERM, VoteRequest, VoteResponse
 
 if TYPE_CHECKING:
     from dledger.core.raft import RaftCore
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 def campaign(r: "RaftCore", transfer: bool = False) -> None:
     """Election timer fired (or TimeoutNow arrived): pre-vote first unless transferring."""
+    if r.term >= MAX_TERM:  # term+1 would not fit DLedger's long; stay put rather than persist it
+        return
     if r.cfg.pre_vote and not transfer:
         r.become_pre_candidate()
         _request_votes(r, r.term + 1, pre=True, transfer=False)

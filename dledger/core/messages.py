@@ -13,6 +13,10 @@ Rules
   can msgpack it; :func:`from_dict` is the only way back and validates everything (types,
   ranges, entry contiguity).  A malformed peer message raises :class:`MessageError` before any
   state is touched.
+- Ranges are DLedger's Java longs: terms ``0..MAX_LONG``, indexes ``-1..MAX_LONG`` (``MAX_LONG
+  = 2**63-1``), at most :data:`MAX_ENTRIES` entries per append.  A term the store could not
+  encode (``currterm``, entry headers) must never reach the core: one forged huge term would
+  otherwise be persisted and stop every member for good.  The error names the field and value.
 
 Theory of operation
 -------------------
@@ -32,6 +36,12 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Union
 
 from dledger.core.codes import Code, VoteResult
+
+
+MAX_LONG = 2**63 - 1  # Java's Long.MAX_VALUE: DLedger's terms and indexes are longs
+MAX_TERM = MAX_LONG
+MAX_INDEX = MAX_LONG
+MAX_ENTRIES = 1 << 20  # per append; a frame is bounded by max_frame_size long before this
 
 
 class MessageError(ValueError):
@@ -164,12 +174,14 @@ def _to_dict(msg: Any) -> dict[str, Any]:
     return out
 
 
-def _int(lo: int) -> Callable[[str, Any], int]:
+def _int(lo: int, hi: int = MAX_LONG) -> Callable[[str, Any], int]:
     def check(name: str, v: Any) -> int:
         if type(v) is not int:
             raise MessageError(f"field {name!r} must be an int, got {type(v).__name__}")
         if v < lo:
             raise MessageError(f"field {name!r}={v} is below {lo}")
+        if v > hi:
+            raise MessageError(f"field {name!r}={v} is above {hi} (out of a Java long's range)")
         return v
 
     return check
@@ -202,12 +214,15 @@ def _enum(cls: type) -> Callable[[str, Any], Any]:
 def _entries(name: str, v: Any) -> tuple[Entry, ...]:
     if not isinstance(v, (list, tuple)):
         raise MessageError(f"field {name!r} must be a list")
+    if len(v) > MAX_ENTRIES:
+        raise MessageError(f"field {name!r} has {len(v)} entries, more than {MAX_ENTRIES}")
     out: list[Entry] = []
     append = out.append
     for i, e in enumerate(v):
         if type(e) is list and len(e) == 3:  # the common case, checked inline (per entry)
             idx, term, data = e
-            if type(idx) is int and type(term) is int and idx >= 0 and term >= 0 and type(data) is bytes:
+            if (type(idx) is int and type(term) is int and 0 <= idx <= MAX_INDEX and 0 <= term <= MAX_TERM
+                    and type(data) is bytes):
                 append(Entry(idx, term, data))
                 continue
         if not isinstance(e, (list, tuple)) or len(e) != 3:

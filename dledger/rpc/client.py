@@ -3,7 +3,9 @@
 Rules
 -----
 * A client connects to any member's RPC port with handshake role ``"client"`` (see
-  ``framing.py``); the shared secret, when configured, is required of clients too.
+  ``framing.py``); the shared secret is required of clients too, and every frame after the
+  handshake is tagged with the connection's session keys. A broker-hosted member
+  (``serve_clients=False``) refuses the client role.
 * Requests are ``{"t": "req", "rid": int, "op": str, ...}``; responses ``{"t": "resp", "rid",
   "code", ...}`` with DLedger response codes (``dledger.core.codes.Code``). Many requests may be
   in flight on one connection; responses may arrive in any order and are matched by ``rid``.
@@ -86,7 +88,7 @@ class RpcConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.lost = exc or ConnectionError("connection closed by the server")
-        self.outbox.transport = None
+        self.outbox.attach(None, None)
         if not self.ready.done():
             self.ready.set_exception(ConnectionError(f"connection closed during handshake: {self.lost}"))
         pending, self.pending = self.pending, {}
@@ -105,6 +107,14 @@ class RpcConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
+            while not self.ready.done():  # one frame at a time: the welcome installs the session
+                frames = self.decoder.feed(data, 1)
+                data = b""
+                if not frames:
+                    return
+                self._handshake(frames[0])
+            if self.transport is None or self.transport.is_closing():
+                return
             frames = self.decoder.feed(data)
         except fr.FrameError as exc:
             self.lost = exc
@@ -113,9 +123,6 @@ class RpcConnection(asyncio.Protocol):
             return
         pending = self.pending
         for frame in frames:
-            if not self.ready.done():
-                self._handshake(frame)
-                continue
             if isinstance(frame, dict) and frame.get("t") == "resp":
                 entry = pending.pop(frame.get("rid"), None)  # type: ignore[arg-type]
                 if entry is not None:
@@ -132,7 +139,10 @@ class RpcConnection(asyncio.Protocol):
                 self.transport.write(fr.encode_frame(self.hs.receive_challenge(frame)))
             else:
                 self.remote_id = self.hs.receive_welcome(frame)
-                self.outbox.transport = self.transport
+                session = self.hs.session
+                if session is not None:
+                    self.decoder.opener = session.opener
+                self.outbox.attach(self.transport, session.sealer if session is not None else None)
                 self.ready.set_result(self.remote_id)
         except fr.HandshakeRejected as exc:
             self.ready.set_exception(exc)
@@ -153,7 +163,7 @@ class RpcConnection(asyncio.Protocol):
         fut: asyncio.Future[dict] = loop.create_future()
         timer = loop.call_later(timeout, self._expire, rid) if timeout is not None else None
         self.pending[rid] = (fut, timer)
-        self.outbox.put(fr.encode_frame({"t": "req", "rid": rid, "op": op, **fields}))
+        self.outbox.put(fr.encode_payload({"t": "req", "rid": rid, "op": op, **fields}))
         return fut
 
     def _expire(self, rid: int) -> None:

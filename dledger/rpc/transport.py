@@ -10,8 +10,18 @@ Rules
   role is ``"client"`` carries request frames ``{"t": "req", "rid", "op", ...}`` answered, in any
   order, by ``{"t": "resp", "rid", "code", ...}`` frames (see ``client.py``).
 * Every connection starts with the handshake of ``framing.py`` (group check, member check,
-  optional HMAC with ``dLegerAuthToken``); a failed handshake gets a reject frame and is closed.
-  A frame over ``max_frame_size`` or an undecodable frame closes the connection.
+  role check, HMAC proof of ``dLegerAuthToken``); a failed handshake gets a reject frame, one
+  warning line naming the remote address, the claimed id and the reason, and is closed.
+  ``serve_clients=False`` (a broker-hosted member) rejects the client role in the handshake:
+  outsiders can neither append nor read.
+* With a secret, every later frame in both directions carries a tag under the connection's
+  per-direction session key and an implicit sequence number (``framing.Session``). A frame whose
+  tag fails (forged, injected, replayed, reordered, truncated) drops the connection with one
+  warning line; the link reconnects and re-handshakes. Peer ids on an authenticated connection
+  are therefore proven: a message claiming another ``src`` is dropped by the server.
+* A frame over ``max_frame_size`` or an undecodable frame closes the connection.
+* Outboxes queue untagged payloads; tags are added at flush time by the connection that writes
+  them, so frames queued while a link is down are sealed with the next connection's keys.
 * Raft tolerates message loss, so peer sends never block and never fail loudly: a link keeps a
   bounded queue (``max_queue_bytes``); when full, the **oldest** queued frames are dropped
   (counted in ``dropped_full``). Frames queued while a link is down are sent after the
@@ -55,7 +65,7 @@ class Counters:
     __slots__ = (
         "frames_sent", "bytes_sent", "writes", "frames_received", "bytes_received", "dropped_full",
         "connects", "disconnects", "handshake_failures", "frame_errors", "oversize_frames",
-        "client_requests",
+        "auth_failures", "client_requests",
     )
 
     def __init__(self) -> None:
@@ -67,7 +77,8 @@ class Counters:
 
 
 class _Outbox:
-    """Bounded FIFO of encoded frames with coalesced flushing to one asyncio transport."""
+    """Bounded FIFO of encoded payloads with coalesced flushing to one asyncio transport;
+    ``sealer`` (the writing connection's) frames and tags them at flush time."""
 
     def __init__(self, counters: Counters, max_bytes: int) -> None:
         self.counters = counters
@@ -76,7 +87,13 @@ class _Outbox:
         self.nbytes = 0
         self.transport: Optional[asyncio.Transport] = None
         self.paused = False
+        self.sealer: Optional[fr.FrameSealer] = None
         self._scheduled = False
+
+    def attach(self, transport: Optional[asyncio.Transport], sealer: Optional[fr.FrameSealer]) -> None:
+        """Write to ``transport`` from now on, sealing with ``sealer`` (None: untagged frames)."""
+        self.transport = transport
+        self.sealer = sealer
 
     def put(self, frame: bytes) -> None:
         self.frames.append(frame)
@@ -102,7 +119,12 @@ class _Outbox:
         self.counters.frames_sent += len(frames)
         self.counters.bytes_sent += self.nbytes
         self.counters.writes += 1
-        t.writelines(frames)
+        parts: list[bytes] = []
+        if self.sealer is not None:
+            self.sealer.seal(frames, parts)
+        else:
+            fr.plain_frames(frames, parts)
+        t.writelines(parts)
         self.frames = deque()
         self.nbytes = 0
 
@@ -129,7 +151,7 @@ class _Conn(asyncio.Protocol):
         if self._hs_timer:
             self._hs_timer.cancel()
         if self.outbox.transport is self.transport:
-            self.outbox.transport = None
+            self.outbox.attach(None, None)
         if not self.closed.done():
             self.closed.set_result(None)
         self.on_closed()
@@ -144,31 +166,52 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         c = self.owner.counters
         c.bytes_received += len(data)
-        try:
-            frames = self.decoder.feed(data)
-        except fr.FrameTooLarge as exc:
-            c.oversize_frames += 1
-            log.warning("%s: dropping connection from %s: %s", self.owner.self_id, self.remote_id or "?", exc)
-            self.abort()
-            return
-        except fr.FrameError as exc:
-            c.frame_errors += 1
-            log.warning("%s: dropping connection from %s: %s", self.owner.self_id, self.remote_id or "?", exc)
-            self.abort()
-            return
+        while not self.ready:  # one frame at a time: the handshake may install a session
+            frames = self._decode(data, 1)
+            data = b""
+            if not frames:
+                return
+            c.frames_received += 1
+            if self.transport is None or self.transport.is_closing():
+                return
+            try:
+                self.on_handshake_frame(frames[0])
+            except fr.HandshakeRejected as exc:
+                c.handshake_failures += 1
+                self.on_rejected(exc)
+                return
+        frames = self._decode(data, None)
         c.frames_received += len(frames)
         for frame in frames:
             if self.transport is None or self.transport.is_closing():
                 return
-            if self.ready:
-                self.on_frame(frame)
-            else:
-                try:
-                    self.on_handshake_frame(frame)
-                except fr.HandshakeRejected as exc:
-                    c.handshake_failures += 1
-                    self.on_rejected(exc)
-                    return
+            self.on_frame(frame)
+
+    def _decode(self, data: bytes, limit: Optional[int]) -> list[Any]:
+        """Decoder output, or ``[]`` after dropping the connection on a framing/auth error."""
+        c = self.owner.counters
+        try:
+            return self.decoder.feed(data, limit)
+        except fr.FrameTooLarge as exc:
+            c.oversize_frames += 1
+            self._drop(exc)
+        except fr.FrameAuthError as exc:
+            c.auth_failures += 1
+            self._drop(exc)
+        except fr.FrameError as exc:
+            c.frame_errors += 1
+            self._drop(exc)
+        return []
+
+    def _drop(self, exc: Exception) -> None:
+        log.warning("%s: dropping connection from %s (%s): %s", self.owner.self_id, self.remote_id or "?",
+                    self.peername(), exc)
+        self.abort()
+
+    def peername(self) -> str:
+        t = self.transport
+        addr = t.get_extra_info("peername") if t is not None else None
+        return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
 
     # -- helpers
     def write_now(self, msg: Any) -> None:
@@ -218,13 +261,14 @@ class ClientSession:
 
     def reply(self, msg: dict) -> None:
         if self.open:
-            self._conn.outbox.put(fr.encode_frame(msg))
+            self._conn.outbox.put(fr.encode_payload(msg))
 
 
 class _AcceptedConn(_Conn):
     def __init__(self, owner: "PeerTransport") -> None:
         super().__init__(owner, _Outbox(owner.counters, owner.max_queue_bytes))
-        self.hs = fr.AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret)
+        self.hs = fr.AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret,
+                                       allow_clients=owner.serve_clients)
         self.role: Optional[str] = None
         self.session: Optional[ClientSession] = None
 
@@ -238,14 +282,16 @@ class _AcceptedConn(_Conn):
         self.remote_id, self.role = acc.remote_id, acc.role
         self.write_now(acc.reply)
         self.mark_ready()
-        self.outbox.transport = self.transport
+        if acc.session is not None:
+            self.decoder.opener = acc.session.opener
+        self.outbox.attach(self.transport, acc.session.sealer if acc.session is not None else None)
         if acc.role == fr.ROLE_CLIENT:
             self.session = ClientSession(self)
         else:
             self.owner._inbound_peer_ready(self)
 
     def on_rejected(self, exc: fr.HandshakeRejected) -> None:
-        log.warning("%s: refused connection: %s", self.owner.self_id, exc)
+        log.warning("%s: refused connection from %s: %s", self.owner.self_id, self.peername(), exc)
         if self.transport is not None:
             self.write_now(exc.to_frame())
             self.transport.close()  # flushes the reject frame first
@@ -267,6 +313,7 @@ class _DialledConn(_Conn):
         super().__init__(owner, link.outbox)
         self.link = link
         self.hs = fr.ConnectorHandshake(owner.group, owner.self_id, fr.ROLE_PEER, owner.secret, expect_id=link.peer_id)
+        self.session: Optional[fr.Session] = None
         self.handshake_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_handshake_frame(self, frame: Any) -> None:
@@ -274,6 +321,9 @@ class _DialledConn(_Conn):
             self.write_now(self.hs.receive_challenge(frame))
         else:
             self.remote_id = self.hs.receive_welcome(frame)
+            self.session = self.hs.session
+            if self.session is not None:
+                self.decoder.opener = self.session.opener
             self.mark_ready()
             if not self.handshake_done.done():
                 self.handshake_done.set_result(None)
@@ -342,7 +392,7 @@ class _PeerLink:
                 self.connected = True
                 self.last_error = None
                 self.owner.counters.connects += 1
-                self.outbox.transport = conn.transport
+                self.outbox.attach(conn.transport, conn.session.sealer if conn.session is not None else None)
                 self.outbox.paused = False
                 self.outbox.schedule()
                 self.owner._peer_state(self.peer_id, True)
@@ -351,7 +401,7 @@ class _PeerLink:
                 finally:
                     self.connected = False
                     self.conn = None
-                    self.outbox.transport = None
+                    self.outbox.attach(None, None)
                     self.owner.counters.disconnects += 1
                     self.owner._peer_state(self.peer_id, False)
                 delay = self.owner.reconnect_min_s
@@ -384,6 +434,7 @@ class PeerTransport:
         on_client_request: Optional[ClientRequestHandler] = None,
         on_peer_state: Optional[PeerStateHandler] = None,
         secret: Optional[str] = None,
+        serve_clients: bool = True,
         max_frame_size: int = fr.DEFAULT_MAX_FRAME_SIZE,
         max_queue_bytes: int = 32 * 1024 * 1024,
         reconnect_min_s: float = 0.02,
@@ -397,6 +448,7 @@ class PeerTransport:
         self.self_id = self_id
         self.peers = dict(peers)
         self.secret = secret or None
+        self.serve_clients = serve_clients
         self.on_peer_message = on_peer_message
         self.on_client_request = on_client_request or self._no_clients
         self.on_peer_state = on_peer_state
@@ -445,7 +497,7 @@ class PeerTransport:
         link = self.links.get(peer_id)
         if link is None:
             raise KeyError(f"unknown peer {peer_id!r}")
-        link.outbox.put(fr.encode_frame(msg))
+        link.outbox.put(fr.encode_payload(msg))
 
     def is_connected(self, peer_id: str) -> bool:
         link = self.links.get(peer_id)

@@ -7,6 +7,10 @@ Rules (DLedger 0.3.1.2 ``MemberState`` / ``DLedgerMmapFileStore.persistCheckPoin
   a vote must be durable before it is granted (the safe write fsyncs).
 * ``<store_base_dir>/dledger-<selfId>/checkpoint``: ``endIndex``, ``committedIndex``; only
   ``committedIndex`` is read back, at the end of recovery.
+* ``currTerm`` is a Java long in ``0..2**63-1``: :meth:`MemberStateFile.save` refuses to write
+  anything else (``ValueError``) and :meth:`MemberStateFile.load` refuses to return it
+  (:class:`PropertiesError` naming the file), so a term DLedger could not read is never
+  persisted and a damaged file is reported, not acted upon.
 * Both are Java-properties files written with the safe write of :mod:`.properties`; keys are
   written in the order Java's ``Hashtable`` iterates them (``voteLeader`` before ``currTerm``,
   ``committedIndex`` before ``endIndex``) so our files are byte-identical to Apache's.
@@ -25,6 +29,7 @@ TERM_PERSIST_KEY_VOTE_FOR = "voteLeader"
 CHECK_POINT_FILE = "checkpoint"
 END_INDEX_KEY = "endIndex"
 COMMITTED_INDEX_KEY = "committedIndex"
+MAX_LONG = 2**63 - 1  # Java's Long.MAX_VALUE
 
 
 def _long(path: Path, key: str, value: str) -> int:
@@ -54,11 +59,16 @@ class MemberStateFile:
             return 0, None
         term = _long(self.path, TERM_PERSIST_KEY_TERM, props[TERM_PERSIST_KEY_TERM]) \
             if TERM_PERSIST_KEY_TERM in props else 0
+        if not 0 <= term <= MAX_LONG:
+            raise PropertiesError(f"{self.path}: {TERM_PERSIST_KEY_TERM}={term} is outside 0..{MAX_LONG} "
+                                  "(not a DLedger term; restore the file from a healthy member's term or its .bak)")
         vote = props.get(TERM_PERSIST_KEY_VOTE_FOR) or None
         return term, vote
 
     def save(self, curr_term: int, vote_for: str | None) -> None:
         """Durably record the term and vote (fsync of the file and its directory)."""
+        if type(curr_term) is not int or not 0 <= curr_term <= MAX_LONG:
+            raise ValueError(f"{self.path}: refusing to persist term {curr_term!r} (outside 0..{MAX_LONG})")
         os.makedirs(self.default_path, exist_ok=True)
         write_properties_file(self.path, [(TERM_PERSIST_KEY_VOTE_FOR, vote_for or ""),
                                           (TERM_PERSIST_KEY_TERM, curr_term)])

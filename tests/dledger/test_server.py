@@ -17,6 +17,7 @@ from dledger.storelog import open_store
 from broker.devtools.procs import free_ports
 
 pytestmark = pytest.mark.timeout(60)
+GROUP_SECRET = "test-group-secret-0123"  # members refuse to start without one (issue 12)
 
 
 class Group:
@@ -26,7 +27,8 @@ class Group:
         self.server_kw = server_kw or {}
         self.ids = [f"n{i}" for i in range(n)]
         self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, free_ports(n)))
-        self.cfg = {"mapped_file_size_for_entry_data": 1 << 20, "mapped_file_size_for_entry_index": 32 * 1024, **cfg}
+        self.cfg = {"mapped_file_size_for_entry_data": 1 << 20, "mapped_file_size_for_entry_index": 32 * 1024,
+                    "auth_token": GROUP_SECRET, **cfg}
         self.barrier = barrier
         self.servers: dict[str, DLedgerServer] = {}
 
@@ -264,12 +266,12 @@ async def test_role_listeners_and_status_counters(group):
 
 
 async def test_client_channel_append_get_status_transfer_and_redirect(group):
-    g = group(auth_token="s3cret")
+    g = group(auth_token="s3cret-of-16-chars+")
     await g.start_all()
     leader = await g.leader()
     peers = {n: ("127.0.0.1", g.config(n).peer_map[n][1]) for n in g.ids}
     follower = next(n for n in g.ids if n != leader.config.self_id)
-    client = DLedgerClient(peers, "g", secret="s3cret", timeout=5)
+    client = DLedgerClient(peers, "g", secret="s3cret-of-16-chars+", timeout=5)
     client.leader_id = follower  # start at the wrong member: NOT_LEADER redirect
     try:
         res = await client.append_batch([b"one", b"two"])
@@ -326,7 +328,7 @@ async def test_concurrent_client_appends_are_coalesced(group):
     hooked: list[int] = []
     leader.add_append_hook(lambda entry, buf, off: hooked.append(entry.index))
     peers = {n: ("127.0.0.1", g.config(n).peer_map[n][1]) for n in g.ids}
-    client = DLedgerClient(peers, "g", timeout=5)
+    client = DLedgerClient(peers, "g", secret=GROUP_SECRET, timeout=5)
     try:
         await client.append(b"warm")
         before = dict(leader.status()["counters"])
@@ -406,7 +408,8 @@ async def test_cli_server_exits_when_the_member_stops_itself(tmp_path, monkeypat
 
     port = free_ports(1)[0]
     cfg = DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path),
-                        mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 1024)
+                        mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 1024,
+                        allow_insecure=True)
     real_start = DLedgerServer.start
 
     async def start_then_fail(self):
@@ -416,3 +419,94 @@ async def test_cli_server_exits_when_the_member_stops_itself(tmp_path, monkeypat
     monkeypatch.setattr(DLedgerServer, "start", start_then_fail)
     with pytest.raises(cli.UserError, match="injected flush failure"):
         await asyncio.wait_for(cli.run_server(cfg, barrier=True), 10)
+
+
+# ------------------------------------------------------------------ doors (issue 12)
+
+
+async def _peer_session(port: int, claim_id: str, secret: str):
+    """A raw authenticated peer connection claiming ``claim_id``: (writer, sealer, reader)."""
+    from dledger.rpc import framing as fr
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    dec = fr.FrameDecoder()
+    hs = fr.ConnectorHandshake("g", claim_id, fr.ROLE_PEER, secret)
+
+    async def frame():
+        for _ in range(100):
+            got = dec.feed(await asyncio.wait_for(reader.read(65536), 5), 1)
+            if got:
+                return got[0]
+        raise AssertionError("no handshake frame")
+
+    writer.write(fr.encode_frame(hs.receive_challenge(await frame())))
+    hs.receive_welcome(await frame())
+    return writer, hs.session.sealer
+
+
+async def test_out_of_range_or_spoofed_peer_messages_are_dropped_and_logged(group, caplog):
+    from dledger.rpc import framing as fr
+
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    lid = leader.config.self_id
+    term = leader.term
+    follower = next(n for n in g.ids if n != lid)
+    third = next(n for n in g.ids if n not in (lid, follower))
+    writer, sealer = await _peer_session(leader.peer_map[lid][1], follower, GROUP_SECRET)
+    huge = {"t": "vote", "src": follower, "dst": lid, "term": 2**64 - 1, "last_index": 2**63 - 1,
+            "last_term": 2**63 - 1, "pre_vote": False, "transfer": True}
+    spoofed = {"t": "vote", "src": third, "dst": lid, "term": term + 5, "last_index": 2**40,
+               "last_term": term + 5, "pre_vote": False, "transfer": True}
+    with caplog.at_level("WARNING", logger="dledger.server"):
+        writer.write(sealer.frame(fr.encode_payload(huge)) + sealer.frame(fr.encode_payload(spoofed)))
+        await writer.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while leader.counters["bad_peer_messages"] < 2 and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+    writer.close()
+    assert leader.counters["bad_peer_messages"] == 2
+    text = caplog.text
+    assert f"dropped a message from peer {follower}: field 'term'=18446744073709551615 is above" in text
+    assert f"from peer {follower} claiming src='{third}'" in text
+    assert leader.is_leader and leader.term == term and leader.fatal_error is None
+    index, _ = await leader.append(b"still-serving")
+    assert (await g.converged()) >= index
+
+
+async def test_peers_only_member_refuses_clients(group):
+    g = group(serve_clients=False)
+    await g.start_all()
+    leader = await g.leader()
+    peers = {n: ("127.0.0.1", g.config(n).peer_map[n][1]) for n in g.ids}
+    client = DLedgerClient(peers, "g", secret=GROUP_SECRET, timeout=2)
+    try:
+        with pytest.raises(DLedgerError, match="peers only"):
+            await client.append(b"outsider")
+    finally:
+        await client.close()
+    index, _ = await leader.append(b"in-process append still works")
+    assert (await g.converged()) >= index
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"auth_token": None}, "has no shared secret"),
+    ({"auth_token": "short"}, "use at least 16"),
+    ({"auth_token": None, "allow_insecure": True, "peers": "n0-127.0.0.1:1;n1-10.9.8.7:2"}, "not on loopback"),
+])
+async def test_start_refuses_an_unauthenticated_door(tmp_path, cfg, message):
+    from dledger.config import InsecureConfigError
+
+    port = free_ports(1)[0]
+    base = dict(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path),
+                mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 1024)
+    s = DLedgerServer(DLedgerConfig(**{**base, **cfg}))
+    try:
+        with pytest.raises(InsecureConfigError, match=message) as err:
+            await s.start()
+        assert "--auth-token / dLegerAuthToken" in str(err.value)
+        assert not s.transport._server  # nothing listens
+    finally:
+        s.log_view.close()

@@ -105,3 +105,27 @@ def test_inputs_between_ready_and_advance_are_refused() -> None:
         core.tick()
     core.advance(rd)
     core.tick()
+
+
+# Issue 12: terms and indexes are Java longs; anything larger must never reach the core (a forged
+# vote with term 2**64-1 used to be persisted and stop every member for good).
+@pytest.mark.parametrize("kind, field", [
+    (0, "term"), (0, "last_index"), (0, "last_term"), (1, "term"), (2, "term"), (2, "prev_index"),
+    (2, "prev_term"), (2, "commit"), (4, "term"), (4, "match_index"), (4, "hint_term"), (5, "term"),
+])
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1])
+def test_values_beyond_a_java_long_are_refused_naming_field_and_value(kind: int, field: str, value: int) -> None:
+    d = SAMPLES[kind].to_dict()
+    d[field] = value
+    with pytest.raises(MessageError, match=rf"'{field}'={value} is above {2**63 - 1}"):
+        from_dict(d)
+
+
+def test_largest_java_long_is_accepted_and_entry_ranges_are_checked() -> None:
+    d = SAMPLES[0].to_dict()
+    d["term"] = 2**63 - 1
+    assert from_dict(d).term == 2**63 - 1
+    d = SAMPLES[2].to_dict()
+    d["entries"] = [[2**63, 2, b"a"]]
+    with pytest.raises(MessageError, match="above"):
+        from_dict(d)

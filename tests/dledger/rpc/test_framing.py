@@ -207,3 +207,66 @@ def test_parse_peers_errors_are_readable(bad):
     with pytest.raises(ValueError) as err:
         fr.parse_peers(bad)
     assert str(err.value)
+
+
+# ----------------------------------------------------------------- sessions (issue 12)
+
+S = "a-shared-secret-of-16+"
+
+
+def _sessions(role=fr.ROLE_PEER, allow_clients=True):
+    acc = fr.AcceptorHandshake("g", "n0", ["n0", "n1"], S, allow_clients=allow_clients)
+    con = fr.ConnectorHandshake("g", "n1" if role == fr.ROLE_PEER else "cli", role, S, expect_id="n0")
+    accepted = acc.receive_hello(con.receive_challenge(acc.challenge()))
+    assert con.receive_welcome(accepted.reply) == "n0"
+    return accepted.session, con.session
+
+
+def test_sealed_frames_round_trip_in_both_directions_and_keys_differ_per_direction():
+    a, c = _sessions()
+    dec_a, dec_c = fr.FrameDecoder(), fr.FrameDecoder()
+    dec_a.opener, dec_c.opener = a.opener, c.opener
+    parts: list = []
+    c.sealer.seal([fr.encode_payload({"i": i}) for i in range(3)], parts)
+    assert dec_a.feed(b"".join(parts)) == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert dec_c.feed(a.sealer.frame(fr.encode_payload("back"))) == ["back"]
+    reflected = c.sealer.frame(fr.encode_payload("x"))
+    with pytest.raises(fr.FrameAuthError):  # a connector frame reflected back to the connector
+        dec_c.feed(reflected)
+
+
+def test_each_connection_gets_fresh_keys_so_frames_do_not_replay_across_connections():
+    a1, c1 = _sessions()
+    a2, _ = _sessions()
+    frame = c1.sealer.frame(fr.encode_payload({"vote": 1}))
+    dec = fr.FrameDecoder()
+    dec.opener = a2.opener
+    with pytest.raises(fr.FrameAuthError):
+        dec.feed(frame)
+    with pytest.raises(fr.FrameError):  # the decoder stays failed
+        dec.feed(b"")
+
+
+def test_feed_limit_leaves_the_rest_buffered():
+    dec = fr.FrameDecoder()
+    wire = fr.encode_frames([1, 2, 3])
+    assert dec.feed(wire, 1) == [1]
+    assert dec.feed(b"", 1) == [2]
+    assert dec.feed(b"") == [3]
+
+
+def test_acceptor_serving_peers_only_refuses_clients():
+    acc = fr.AcceptorHandshake("g", "n0", ["n0", "n1"], S, allow_clients=False)
+    con = fr.ConnectorHandshake("g", "cli", fr.ROLE_CLIENT, S)
+    with pytest.raises(fr.HandshakeRejected) as err:
+        acc.receive_hello(con.receive_challenge(acc.challenge()))
+    assert err.value.code == fr.CLIENTS_REFUSED
+
+
+def test_welcome_without_session_proof_is_refused_by_a_connector_with_a_secret():
+    acc = fr.AcceptorHandshake("g", "n0", ["n0", "n1"], None)  # impostor without the secret
+    con = fr.ConnectorHandshake("g", "n1", fr.ROLE_PEER, S)
+    accepted = acc.receive_hello(con.receive_challenge(acc.challenge()))
+    with pytest.raises(fr.HandshakeRejected) as err:
+        con.receive_welcome(accepted.reply)
+    assert err.value.code == fr.AUTH_FAILED and con.session is None

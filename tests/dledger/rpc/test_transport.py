@@ -40,9 +40,10 @@ async def wait_for(cond, timeout=5.0):
         await asyncio.sleep(0.01)
 
 
-async def test_three_nodes_exchange_messages_in_order():
+@pytest.mark.parametrize("secret", [None, "a-shared-secret-of-16+"])
+async def test_three_nodes_exchange_messages_in_order(secret):
     peers = peers_for(["n0", "n1", "n2"])
-    nodes = {i: Node(i, peers) for i in peers}
+    nodes = {i: Node(i, peers, secret=secret) for i in peers}
     for n in nodes.values():
         await n.t.start()
     try:
@@ -129,12 +130,14 @@ async def _raw_dial(port: int):
     return reader, writer, read_frame
 
 
-async def _handshake_as(port, self_id, secret, role=fr.ROLE_PEER):
+async def _handshake_as(port, self_id, secret, role=fr.ROLE_PEER, with_session=False):
     reader, writer, read_frame = await _raw_dial(port)
     hs = fr.ConnectorHandshake("g", self_id, role, secret)
     writer.write(fr.encode_frame(hs.receive_challenge(await read_frame())))
     reply = await read_frame()
-    return reader, writer, reply
+    if reply is not None and reply.get("t") == "welcome":
+        hs.receive_welcome(reply)
+    return (reader, writer, reply, hs.session) if with_session else (reader, writer, reply)
 
 
 @pytest.mark.parametrize(
@@ -225,15 +228,93 @@ async def test_client_role_gets_request_handler_and_replies():
     n0 = PeerTransport("g", "n0", peers, on_peer_message=lambda *a: None, on_client_request=handle, secret="k")
     await n0.start()
     try:
-        reader, writer, reply = await _handshake_as(peers["n0"][1], "cli", "k", role=fr.ROLE_CLIENT)
+        reader, writer, reply, session = await _handshake_as(peers["n0"][1], "cli", "k", role=fr.ROLE_CLIENT,
+                                                             with_session=True)
         assert reply["t"] == "welcome"
-        writer.write(fr.encode_frames([{"t": "req", "rid": i, "op": "echo", "data": i} for i in range(5)]))
+        parts: list = []
+        session.sealer.seal([fr.encode_payload({"t": "req", "rid": i, "op": "echo", "data": i}) for i in range(5)],
+                            parts)
+        writer.write(b"".join(parts))
         dec = fr.FrameDecoder()
+        dec.opener = session.opener
         got = []
-        while len(got) < 5:
-            got += dec.feed(await asyncio.wait_for(reader.read(65536), 5))
+        for _ in range(50):
+            if len(got) >= 5:
+                break
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            assert data, "connection dropped"
+            got += dec.feed(data)
         assert [g["echo"] for g in got] == list(range(5))
         assert seen == ["cli"] * 5
         writer.close()
+    finally:
+        await n0.stop()
+
+
+# ----------------------------------------------------------------- per-frame tags (issue 12)
+
+SECRET = "a-shared-secret-of-16+"
+
+
+async def _sealed_peer(port):
+    reader, writer, reply, session = await _handshake_as(port, "n1", SECRET, with_session=True)
+    assert reply["t"] == "welcome" and session is not None
+    return reader, writer, session
+
+
+@pytest.mark.parametrize("attack", ["untagged", "bad_tag", "replay", "reorder", "truncated"])
+async def test_a_frame_that_fails_its_tag_drops_the_connection(attack):
+    peers = peers_for(["n0", "n1"])
+    n0 = Node("n0", peers, secret=SECRET)
+    await n0.t.start()
+    try:
+        reader, writer, session = await _sealed_peer(peers["n0"][1])
+        first = session.sealer.frame(fr.encode_payload({"i": 0}))
+        writer.write(first)
+        assert await n0.recv() == ("n1", {"i": 0})
+        p1, p2 = fr.encode_payload({"i": 1}), fr.encode_payload({"i": 2})
+        if attack == "untagged":
+            bad = fr.encode_frame({"i": 1})
+        elif attack == "bad_tag":
+            good = bytearray(session.sealer.frame(p1))
+            good[-1] ^= 1
+            bad = bytes(good)
+        elif attack == "replay":
+            bad = first  # frame #0 again, where #1 is expected
+        elif attack == "reorder":
+            f1, f2 = session.sealer.frame(p1), session.sealer.frame(p2)
+            bad = f2 + f1
+        else:
+            bad = struct.pack(">I", 3) + b"abc"  # shorter than a tag
+        writer.write(bad)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # dropped
+        writer.close()
+        assert n0.inbox.empty()
+        assert n0.t.stats()["auth_failures"] == 1
+        # the real peer still gets through on a fresh connection
+        n1 = Node("n1", peers, secret=SECRET)
+        await n1.t.start()
+        try:
+            n1.t.send("n0", {"after": 1})
+            assert await n0.recv() == ("n1", {"after": 1})
+        finally:
+            await n1.t.stop()
+    finally:
+        await n0.t.stop()
+
+
+async def test_peers_only_port_refuses_the_client_role():
+    peers = peers_for(["n0", "n1"])
+    seen = []
+    n0 = PeerTransport("g", "n0", peers, on_peer_message=lambda *a: None,
+                       on_client_request=lambda s, r: seen.append(r), secret=SECRET, serve_clients=False)
+    await n0.start()
+    try:
+        reader, writer, reply = await _handshake_as(peers["n0"][1], "cli", SECRET, role=fr.ROLE_CLIENT)
+        assert reply["t"] == "reject" and reply["code"] == fr.CLIENTS_REFUSED
+        assert "peers only" in reply["reason"]
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        assert seen == []
     finally:
         await n0.stop()

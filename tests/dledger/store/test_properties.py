@@ -79,3 +79,26 @@ def test_state_files_byte_identical_to_apache(fixture_root: Path, tmp_path: Path
     assert (tmp_path / "currterm").read_bytes() == (theirs / "currterm").read_bytes()
     assert (tmp_path / "checkpoint").read_bytes() == (theirs / "checkpoint").read_bytes()
     assert CheckpointFile(theirs).load_committed_index() == 1999
+
+
+# Issue 12: a term no Java long holds is never written, and a stored one is reported (naming the
+# file) instead of being handed to the core.
+def test_member_state_refuses_to_persist_a_term_beyond_a_java_long(tmp_path):
+    from dledger.store.state_files import MemberStateFile
+
+    f = MemberStateFile(tmp_path)
+    f.save(2**63 - 1, "n1")
+    assert f.load() == (2**63 - 1, "n1")
+    with pytest.raises(ValueError, match="refusing to persist term 18446744073709551615"):
+        f.save(2**64 - 1, "n1")
+    assert f.load() == (2**63 - 1, "n1")  # the file is untouched
+
+
+def test_member_state_load_names_the_file_for_an_out_of_range_term(tmp_path):
+    from dledger.store.properties import PropertiesError
+    from dledger.store.state_files import MemberStateFile
+
+    f = MemberStateFile(tmp_path)
+    f.path.write_text("voteLeader=n1\ncurrTerm=18446744073709551615\n")
+    with pytest.raises(PropertiesError, match=rf"{f.path}: currTerm=18446744073709551615 is outside"):
+        f.load()
