@@ -21,7 +21,8 @@ def _store(tmp: Path) -> DefaultMessageStore:
         port = s.getsockname()[1]
     conf = parse_conf("\n".join([
         f"storePathRootDir={tmp}", "mappedFileSizeCommitLog=1048576", "enableDLegerCommitLog=true",
-        "dLegerGroup=g", f"dLegerPeers=n0-127.0.0.1:{port}", "dLegerSelfId=n0", "brokerIP1=127.0.0.1", "",
+        "dLegerGroup=g", f"dLegerPeers=n0-127.0.0.1:{port}", "dLegerSelfId=n0", "brokerIP1=127.0.0.1",
+        "dLegerAllowInsecure=true", "",
     ]))
     store = DefaultMessageStore(conf.store, broker_config=conf.broker)
     store.load()

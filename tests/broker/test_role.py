@@ -34,7 +34,8 @@ def _controllers(tmp: Path, ids: list[str]) -> list[BrokerController]:
             "brokerName=RaftRole", "brokerIP1=127.0.0.1", f"listenPort={http[n]}",
             f"storePathRootDir={tmp / n}", "mappedFileSizeCommitLog=1048576", "enableDLegerCommitLog=true",
             "dLegerGroup=RaftRole", f"dLegerPeers={peers}", f"dLegerPeersHttp={http_peers}", f"dLegerSelfId={n}",
-            "dLegerHeartbeatIntervalMs=50", "dLegerElectionTimeoutMs=200-400", "slaveSyncIntervalMs=300", "",
+            "dLegerHeartbeatIntervalMs=50", "dLegerElectionTimeoutMs=200-400", "slaveSyncIntervalMs=300",
+            "dLegerAuthToken=role-test-secret-0123", "",
         ])
         conf = parse_conf(text, f"{n}.conf")
         out.append(BrokerController(conf.broker, conf.store))

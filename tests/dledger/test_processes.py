@@ -19,6 +19,7 @@ from broker.devtools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
 REPO = Path(__file__).resolve().parents[2]
+SECRET = "proc-group-secret-0123"  # members refuse to start without one (issue 12)
 
 
 class ProcGroup:
@@ -33,7 +34,7 @@ class ProcGroup:
         log = open(self.root / f"{nid}.log", "ab")
         self.procs[nid] = subprocess.Popen(
             [sys.executable, "-m", "dledger.cli", "server", "--group", "g", "--id", nid, "--peers", self.peers_s,
-             "--store", str(self.root), "--data-file-size", "1m", "--index-file-size", "64k"],
+             "--store", str(self.root), "--data-file-size", "1m", "--index-file-size", "64k", "--auth-token", SECRET],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )
 
@@ -63,7 +64,7 @@ class ProcGroup:
         self.procs.clear()
 
     def client(self, timeout: float = 5.0) -> DLedgerClient:
-        return DLedgerClient(self.peers, "g", timeout=timeout)
+        return DLedgerClient(self.peers, "g", secret=SECRET, timeout=timeout)
 
     async def statuses(self) -> dict[str, dict]:
         c = self.client(1.0)
@@ -198,7 +199,8 @@ async def test_cli_append_get_status_transfer(procs):
     leader = await g.leader()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "dledger.cli", *args, "--group", "g", "--peers", g.peers_s],
+        return subprocess.run([sys.executable, "-m", "dledger.cli", *args, "--group", "g", "--peers", g.peers_s,
+                               "--auth-token", SECRET],
                               cwd=REPO, capture_output=True, text=True, timeout=30)
 
     r = await asyncio.to_thread(cli, "append", "--data", "hello")
@@ -243,5 +245,6 @@ def test_cli_user_errors_are_one_line_without_traceback(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         busy = s.getsockname()[1]
-        r = run("server", "--id", "n0", "--peers", f"n0-127.0.0.1:{busy}", "--store", str(tmp_path))
+        r = run("server", "--id", "n0", "--peers", f"n0-127.0.0.1:{busy}", "--store", str(tmp_path),
+                "--allow-insecure")
         assert r.returncode == 1 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
