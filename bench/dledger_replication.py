@@ -21,6 +21,10 @@ Rules
 * Failover: a single synchronous client appends continuously; the leader gets SIGKILL; the
   time from the kill to the first acknowledged append is measured; the killed member is
   restarted and allowed to catch up before the next trial.
+* Members authenticate (issue 12): a fresh random ``--auth-token`` for the run, so every frame
+  carries its HMAC tag as in production; ``--insecure`` runs ``--allow-insecure`` instead
+  (loopback, untagged frames) to measure what the tags cost. The secret reaches the spawned
+  client processes through ``DLEDGER_BENCH_SECRET`` in their environment.
 * ``--quick`` runs a few seconds in total; the default run stays under ~90 s.
 * Every child process is killed on exit, even on errors.
 
@@ -56,6 +60,17 @@ from dledger.rpc.client import DLedgerClient  # noqa: E402
 from broker.devtools.procs import free_ports
 
 
+def _secret() -> Optional[str]:
+    """The run's shared secret (None with ``--insecure``); set by ``main`` in the environment so
+    spawned client processes see it too."""
+    return os.environ.get("DLEDGER_BENCH_SECRET") or None
+
+
+def _auth_args() -> list[str]:
+    secret = _secret()
+    return ["--auth-token", secret] if secret else ["--allow-insecure"]
+
+
 class Cluster:
     def __init__(self, root: Path, extra: list[str], data_file_size: str = "256m") -> None:
         self.root = root
@@ -70,7 +85,7 @@ class Cluster:
     def start(self, nid: str) -> None:
         cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", "bench", "--id", nid,
                "--peers", self.peers_s, "--store", str(self.root / nid), "--data-file-size", self.data_file_size,
-               "--log-level", "WARNING", *self.extra]
+               "--log-level", "WARNING", *_auth_args(), *self.extra]
         log = open(self.root / f"{nid}.log", "ab")
         self.procs[nid] = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
@@ -106,7 +121,7 @@ class Cluster:
         return "\n".join(out)
 
     async def leader(self, timeout: float = 20.0, exclude: Optional[str] = None) -> str:
-        client = DLedgerClient(self.peers, "bench", timeout=1.0)
+        client = DLedgerClient(self.peers, "bench", secret=_secret(), timeout=1.0)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -125,7 +140,7 @@ class Cluster:
         raise RuntimeError("no leader elected")
 
     async def wait_caught_up(self, timeout: float = 30.0) -> None:
-        client = DLedgerClient(self.peers, "bench", timeout=1.0)
+        client = DLedgerClient(self.peers, "bench", secret=_secret(), timeout=1.0)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -146,7 +161,7 @@ class Cluster:
 
 def _client_proc(peers: dict, n_clients: int, size: int, batch: int, warmup: float, seconds: float, q) -> None:
     async def run() -> dict:
-        client = DLedgerClient(peers, "bench", timeout=10.0)
+        client = DLedgerClient(peers, "bench", secret=_secret(), timeout=10.0)
         body = b"x" * size
         lat: list[float] = []
         errors: dict[str, int] = {}
@@ -194,7 +209,7 @@ def _cpu_seconds(pid: int) -> Optional[float]:
 
 
 async def _leader_counters(cluster: "Cluster", leader: str) -> dict:
-    client = DLedgerClient(cluster.peers, "bench", timeout=2.0)
+    client = DLedgerClient(cluster.peers, "bench", secret=_secret(), timeout=2.0)
     try:
         return (await client.status(leader))["counters"]
     finally:
@@ -266,7 +281,7 @@ def run_load(peers: dict, clients: int, procs: int, size: int, batch: int, warmu
 
 async def failover_trial(cluster: Cluster) -> dict:
     leader = await cluster.leader()
-    client = DLedgerClient(cluster.peers, "bench", timeout=0.5)
+    client = DLedgerClient(cluster.peers, "bench", secret=_secret(), timeout=0.5)
     try:
         for _ in range(20):  # warm: the client knows the leader and the path is hot
             await client.append(b"f" * 128)
@@ -306,8 +321,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--extra-clients", default="128,256",
                     help="also run 1 KiB single-body with these many clients, comma-separated ('': off; not with --quick)")
     ap.add_argument("--no-failover", action="store_true")
+    ap.add_argument("--insecure", action="store_true",
+                    help="members run --allow-insecure (no secret, untagged frames) instead of a random --auth-token")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
+    os.environ["DLEDGER_BENCH_SECRET"] = "" if args.insecure else os.urandom(24).hex()
     seconds = args.seconds or (2.0 if args.quick else 6.0)
     warmup = 0.5 if args.quick else 1.0
     trials = args.trials or (2 if args.quick else 5)
@@ -326,6 +344,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "benchmark": "dledger_replication", "nodes": 3, "host_cpus": os.cpu_count(),
         "clients": args.clients, "client_procs": args.procs, "seconds_per_scenario": seconds,
         "durability": "group fsync (fdatasync) on every member; ack after quorum fsync",
+        "auth": "none (--allow-insecure)" if args.insecure else "shared secret; every frame HMAC-SHA256 tagged",
         "throughput": [], "failover": None,
     }
     root = Path(tempfile.mkdtemp(prefix="dledger-bench-"))

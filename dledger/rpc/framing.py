@@ -364,11 +364,7 @@ class AcceptorHandshake:
                 raise HandshakeRejected(UNEXPECTED_MEMBER, f"peer claims this node's own id {remote!r}")
             if remote not in self.members:
                 raise HandshakeRejected(UNKNOWN_MEMBER, f"{remote!r} is not a member of group {self.group!r}")
-        elif role == ROLE_CLIENT:
-            if not self.allow_clients:
-                raise HandshakeRejected(CLIENTS_REFUSED, f"client {remote!r} refused: this member serves its "
-                                                         "peers only (broker-hosted DLedger; use the broker's API)")
-        else:
+        elif role != ROLE_CLIENT:
             raise HandshakeRejected(UNSUPPORTED, f"unknown role {role!r}")
         transcript = (group, self.self_id, remote, role, self.nonce, cnonce)
         session = None
@@ -378,6 +374,9 @@ class AcceptorHandshake:
                 raise HandshakeRejected(AUTH_FAILED, f"{role} {remote!r} failed authentication "
                                                      "(missing or wrong dLegerAuthToken)")
             session = Session.derive(self.secret, transcript, acceptor=True)
+        if role == ROLE_CLIENT and not self.allow_clients:  # authenticated, but not served here
+            raise HandshakeRejected(CLIENTS_REFUSED, f"client {remote!r} refused: this member serves its "
+                                                     "peers only (broker-hosted DLedger; use the broker's API)")
         reply = {"t": "welcome", "id": self.self_id, "mac": _mac(self.secret, "welcome", *transcript)}
         return Accepted(remote, role, reply, session)
 

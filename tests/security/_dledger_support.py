@@ -1,0 +1,111 @@
+"""Helpers for tests/security/test_dledger_doors.py: a raw DLedger dialer and loss checks.
+
+Rules
+-----
+* :class:`RawConn` speaks the DLedger wire protocol by hand (``dledger.rpc.framing``) so a test
+  can do what an attacker does: claim any id, send a wrong or no secret, pipeline frames without
+  waiting for the welcome, replay or inject frames. Every read is bounded by a timeout.
+* :func:`append_acked` records every acknowledged ``index -> body``; :func:`assert_nothing_lost`
+  reads each one back from the leader (committed entries) and appends once more, so "the group
+  is still up and nothing acknowledged was lost" is one call.
+
+Theory of operation
+-------------------
+The three-member ``dledger server`` group is ``tests.dledger.test_processes.ProcGroup`` (real
+processes, shared secret); brokers come from ``tests.broker.test_dledger_group.DLedgerGroup``.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from dledger.rpc import framing as fr
+from dledger.rpc.client import DLedgerClient
+
+
+class RawConn:
+    """One hand-driven TCP connection to a DLedger port."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.decoder = fr.FrameDecoder()
+        self.sent = bytearray()  # everything written, for replays
+        self.session: Optional[fr.Session] = None
+
+    @classmethod
+    async def open(cls, port: int) -> "RawConn":
+        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+        return cls(r, w)
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+        self.writer.write(data)
+
+    async def frame(self, timeout: float = 5.0) -> Optional[Any]:
+        """Next frame, or None when the remote closed."""
+        for _ in range(1000):
+            got = self.decoder.feed(b"", 1)
+            if got:
+                return got[0]
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                return None
+            got = self.decoder.feed(data, 1)
+            if got:
+                return got[0]
+        raise AssertionError("no complete frame")
+
+    async def handshake(self, group: str, claim_id: str, secret: Optional[str], role: str = fr.ROLE_PEER,
+                        then: bytes = b"") -> Any:
+        """Answer the challenge (sending ``then`` right behind the hello, as a pipelining
+        attacker would) and return the welcome/reject frame; sets :attr:`session` on success."""
+        hs = fr.ConnectorHandshake(group, claim_id, role, secret)
+        challenge = await self.frame()
+        self.write(fr.encode_frame(hs.receive_challenge(challenge)) + then)
+        reply = await self.frame()
+        if isinstance(reply, dict) and reply.get("t") == "welcome":
+            hs.receive_welcome(reply)
+            self.session = hs.session
+            if self.session is not None:
+                self.decoder.opener = self.session.opener
+        return reply
+
+    async def closed_by_remote(self, timeout: float = 5.0) -> bool:
+        """True once the remote closes (anything it still sends is drained)."""
+        for _ in range(1000):
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            except ConnectionResetError:
+                return True
+            if not data:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def forged_vote(src: str, dst: str, term: int) -> dict[str, Any]:
+    """The issue's attack: a transfer vote (overrides the leader lease) with a huge term."""
+    return {"t": "vote", "src": src, "dst": dst, "term": term, "last_index": 2**62, "last_term": min(term, 2**63 - 1),
+            "pre_vote": False, "transfer": True}
+
+
+def forged_append(src: str, dst: str, term: int) -> dict[str, Any]:
+    return {"t": "append", "src": src, "dst": dst, "term": term, "prev_index": -1, "prev_term": -1, "commit": -1,
+            "entries": []}
+
+
+async def append_acked(client: DLedgerClient, acked: dict[int, bytes], tag: str, n: int) -> None:
+    for i in range(n):
+        body = f"{tag}-{i}".encode()
+        res = await client.append(body)
+        acked[res.index] = body
+
+
+async def assert_nothing_lost(client: DLedgerClient, acked: dict[int, bytes], tag: str) -> None:
+    """The group appends (it has a leader and a quorum) and serves every acknowledged entry."""
+    await append_acked(client, acked, f"{tag}-after", 1)
+    for index, body in sorted(acked.items()):
+        entry = await client.get(index)
+        assert entry["body"] == body, (index, entry["body"], body)
