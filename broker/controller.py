@@ -107,6 +107,7 @@ class BrokerController:
         self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
+        self.acl_validator: Any = None  # PlainAccessValidator shared by remoting and HTTP (aclEnable=true)
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
         self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
@@ -218,8 +219,10 @@ class BrokerController:
             await self._start_classic_ha()
         else:
             self._start_role_handler()
+        self.acl_validator = self._load_acl()
         app = build_app(self.processor, client_max_size=self.max_message_size * 2 + 64 * 1024,
-                        acl=http_acl_for(self.broker_config),  # aclEnable=true: every route but /health signed
+                        # aclEnable=true: every route but /health signed, same accounts as remoting
+                        acl=http_acl_for(self.broker_config, self.acl_validator),
                         max_batch_message_count=int(_cfg(self.broker_config, "max_batch_message_count", 4096)))
         install_middleware(app)  # slow bodies, body budget, busy/idle clock of every HTTP connection
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
@@ -255,6 +258,17 @@ class BrokerController:
             "normal" if self.store_access.last_exit_ok else "abnormal", self.store_access.max_phy_offset(),
             time.monotonic() - t0,
         )
+
+    def _load_acl(self) -> Any:
+        """One PlainAccessValidator for both protocols on listenPort (None when aclEnable=false)."""
+        if not _cfg(self.broker_config, "acl_enable", False):
+            return None
+        from broker.remoting.acl import AclConfigError, PlainAccessValidator, acl_file_of  # noqa: WPS433
+
+        try:
+            return PlainAccessValidator(acl_file_of(self.broker_config))
+        except AclConfigError as exc:
+            raise BrokerStartError(str(exc)) from None
 
     async def _start_remoting(self, host: str, shared: bool) -> None:
         from broker.remoting.broker_remoting import BrokerRemoting, RemotingConfigError  # noqa: WPS433

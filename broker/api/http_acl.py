@@ -253,14 +253,17 @@ class HttpAcl:
             raise self._refuse(request, exc) from None
 
 
-def http_acl_for(broker_config: Any) -> Optional[HttpAcl]:
-    """The broker's HTTP ACL when ``aclEnable=true`` (reads ``plain_acl.yml``), else None."""
+def http_acl_for(broker_config: Any, validator: Optional[PlainAccessValidator] = None) -> Optional[HttpAcl]:
+    """The broker's HTTP ACL when ``aclEnable=true``, else None. ``validator`` is the one the
+    remoting port uses (one reading of ``plain_acl.yml``, one decision for both protocols); without
+    it the file is read here."""
     if not getattr(broker_config, "acl_enable", False):
         return None
-    from broker.remoting.acl import acl_file_of  # noqa: WPS433
+    if validator is None:
+        from broker.remoting.acl import acl_file_of  # noqa: WPS433
 
-    return HttpAcl(PlainAccessValidator(acl_file_of(broker_config)),
-                   metrics_bearer_token=getattr(broker_config, "metrics_bearer_token", None))
+        validator = PlainAccessValidator(acl_file_of(broker_config))
+    return HttpAcl(validator, metrics_bearer_token=getattr(broker_config, "metrics_bearer_token", None))
 
 
 def require(request: web.Request, *, admin_for: Optional[str] = None, resources: Optional[Resources] = None) -> None:

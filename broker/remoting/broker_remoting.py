@@ -6,8 +6,9 @@ Rules:
   connections that start with an ASCII letter to aiohttp (see ``broker.remoting.server``), so
   existing conf files, tools and tests keep working while real clients speak remoting.
 - ``aclEnable=true`` installs :class:`broker.remoting.acl.PlainAccessValidator` on every remoting
-  request, reading ``plainAclFile`` (ours), else ``$rocketmqHome/conf/plain_acl.yml``. The HTTP
-  API is not covered by the ACL.
+  request, reading ``plainAclFile`` (ours), else ``$rocketmqHome/conf/plain_acl.yml``. It is the
+  controller's validator (``acl_validator``), the same object the HTTP API's ACL decides with
+  (``broker.api.http_acl``), so both protocols share one reading of the file and one decision.
 - ``namesrvAddr`` set: a :class:`BrokerRegistrar` registers the broker (see there). Role changes
   (``change_to_master``/``change_to_slave``) call :meth:`role_changed`.
 - Limits: the server applies the controller's ``ListenLimits`` (idle/read timeouts, connection
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from broker.remoting.processors.admin import AdminBrokerProcessor
@@ -39,16 +38,6 @@ log = logging.getLogger("broker.remoting")
 
 class RemotingConfigError(ValueError):
     pass
-
-
-def _acl_path(bc: Any) -> Path:
-    explicit = getattr(bc, "plain_acl_file", None)
-    if explicit:
-        return Path(explicit)
-    home = getattr(bc, "rocketmq_home", None) or os.environ.get("ROCKETMQ_HOME")
-    if home:
-        return Path(home) / "conf" / "plain_acl.yml"
-    raise RemotingConfigError("aclEnable=true needs plainAclFile=<path to plain_acl.yml> (or rocketmqHome with conf/plain_acl.yml)")
 
 
 class BrokerRemoting:
@@ -69,9 +58,11 @@ class BrokerRemoting:
             p.register(self.server)
         self.acl: Any = None
         if getattr(bc, "acl_enable", False):
-            from broker.remoting.acl import PlainAccessValidator  # noqa: WPS433
+            self.acl = getattr(controller, "acl_validator", None)
+            if self.acl is None:
+                from broker.remoting.acl import PlainAccessValidator, acl_file_of  # noqa: WPS433
 
-            self.acl = PlainAccessValidator(_acl_path(bc))
+                self.acl = PlainAccessValidator(acl_file_of(bc))
             self.server.rpc_hooks.append(self.acl)
         try:
             namesrv = parse_namesrv_addr(getattr(bc, "namesrv_addr", None))
