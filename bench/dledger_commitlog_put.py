@@ -47,7 +47,8 @@ def open_store(root: Path, file_size: int) -> DefaultMessageStore:
     store = DefaultMessageStore(store_path_root_dir=str(root), mapped_file_size_commit_log=file_size,
                                 enable_dleger_commit_log=True, warm_mapped_file_enable=False,
                                 dledger_settings={"group": "bench", "self_id": "n0",
-                                                  "peers": f"n0-127.0.0.1:{free_port()}"})
+                                                  "peers": f"n0-127.0.0.1:{free_port()}",
+                                                  "allow_insecure": True})  # one loopback member
     store.load()
     store.start()
     if not store.commitlog.wait_leader_ready(15):

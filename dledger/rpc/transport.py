@@ -37,7 +37,9 @@ Theory of operation
 -------------------
 :class:`_Conn` is an :class:`asyncio.Protocol` shared by both directions: it feeds received bytes
 to a :class:`framing.FrameDecoder`, runs the handshake state machine on the first frames and then
-hands payloads to its owner. :class:`_PeerLink` owns the outbound connection to one peer, its
+hands payloads to its owner. While the handshake runs it decodes one frame at a time, so the
+session (tag keys) a successful handshake yields is installed in the decoder before the next frame
+is opened and in the outbox before the next flush. :class:`_PeerLink` owns the outbound connection to one peer, its
 queue and its reconnect task. :class:`PeerTransport` ties them together and keeps counters
 (``stats()``). No protocol logic lives here; the consensus core sees ``on_peer_message(from_id,
 payload)`` and calls ``send(to_id, payload)``.
