@@ -129,3 +129,20 @@ def test_largest_java_long_is_accepted_and_entry_ranges_are_checked() -> None:
     d["entries"] = [[2**63, 2, b"a"]]
     with pytest.raises(MessageError, match="above"):
         from_dict(d)
+
+
+@pytest.mark.parametrize("pre_vote", [True, False])
+def test_a_member_at_the_largest_term_never_campaigns_past_it(pre_vote: bool) -> None:
+    from dledger.core.ready import HardState
+
+    max_long = 2**63 - 1
+    core = RaftCore(Config("n0", ("n0", "n1", "n2"), pre_vote=pre_vote), MemLog(), random.Random(1),
+                    HardState(max_long, None))
+    for _ in range(200):  # many election timeouts
+        core.tick()
+        while core.has_ready():
+            rd = core.ready()
+            assert rd.hard_state is None or rd.hard_state.term <= max_long
+            assert all(m.term <= max_long for m in rd.messages)
+            core.advance(rd)
+    assert core.term == max_long
