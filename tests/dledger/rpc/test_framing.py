@@ -270,3 +270,14 @@ def test_welcome_without_session_proof_is_refused_by_a_connector_with_a_secret()
     with pytest.raises(fr.HandshakeRejected) as err:
         con.receive_welcome(accepted.reply)
     assert err.value.code == fr.AUTH_FAILED and con.session is None
+
+
+def test_tag_is_truncated_hmac_sha256_of_sequence_and_payload():
+    import hashlib
+    import hmac
+
+    key = b"k" * 32
+    sealer = fr.FrameSealer(key)
+    for seq, payload in enumerate([b"", b"x" * 100, b"y" * 5000]):
+        expected = hmac.new(key, seq.to_bytes(8, "big") + payload, hashlib.sha256).digest()[:16]
+        assert sealer.tag(payload) == expected
