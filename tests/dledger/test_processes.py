@@ -240,6 +240,14 @@ def test_cli_user_errors_are_one_line_without_traceback(tmp_path):
         assert r.returncode == code, (r.returncode, r.stderr)
         assert text in r.stderr
         assert "Traceback" not in r.stderr
+    # a currterm holding a term no Java long holds (what a forged vote used to persist): named, not used
+    state = tmp_path / "bad" / "dledger-n0"
+    state.mkdir(parents=True)
+    (state / "currterm").write_text("voteLeader=n1\ncurrTerm=18446744073709551615\n")
+    r = run("server", "--id", "n0", "--peers", f"n0-127.0.0.1:{port}", "--store", str(tmp_path / "bad"),
+            "--allow-insecure")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{state / 'currterm'}: currTerm=18446744073709551615 is outside" in r.stderr
     # a port already in use is a clear error too
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
