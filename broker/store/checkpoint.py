@@ -8,9 +8,11 @@ Rules (RocketMQ ``StoreCheckpoint``; reference §2.3):
   (the commitlog offset the last flush made durable: recovery tells a torn tail from damage by
   it, issue 13). The rest stays zero; Apache ignores bytes it does not know, and a checkpoint
   Apache wrote reads 0 there ("unknown").
-- Values live in memory and reach the page only on :meth:`flush` (as in Java), so a crash leaves
-  the checkpoint at most one flush interval behind the data: abnormal recovery then starts from
-  an earlier, safe point. We always write all five longs; a 4.9.x store had zeros there anyway
+- Values live in memory and reach the page on :meth:`flush` (as in Java: msync, so a crash of
+  the machine leaves the checkpoint at most one flush interval behind the data and abnormal
+  recovery starts from an earlier, safe point) and on :meth:`publish` (no msync), which the
+  commitlog flush services call after every flush so a killed process leaves the current
+  flushed offset in the page cache. We always write all five longs; a 4.9.x store had zeros there anyway
   and a 5.x store keeps its values.
 - ``min_timestamp = max(0, min(physic, logics) - 3000)``: the 3 s margin covers messages whose
   store timestamps are not monotonic across threads.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from pathlib import Path
 
 from broker.store.errors import StoreError
@@ -39,6 +42,7 @@ class StoreCheckpoint:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()  # the flush service publishes while the logics thread flushes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existed = self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -76,10 +80,25 @@ class StoreCheckpoint:
     def get_min_timestamp_index(self) -> int:
         return self.min_timestamp_index
 
+    def publish(self) -> None:
+        """Write the in-memory values into the mapped page without msync.
+
+        The page cache outlives a killed process, so a value published right after a commitlog
+        flush is what recovery reads after a kill -9 (no second-long lag behind the data); after
+        a machine crash the page holds this or an older value, a lower bound either way."""
+        with self._lock:
+            if not self._mm.closed:
+                self._pack()
+
     def flush(self) -> None:
         """Write the in-memory values into the page and msync it."""
-        if self._mm.closed:
-            raise CheckpointError(f"{self.path}: checkpoint already shut down")
+        with self._lock:
+            if self._mm.closed:
+                raise CheckpointError(f"{self.path}: checkpoint already shut down")
+            self._pack()
+            self._mm.flush()
+
+    def _pack(self) -> None:
         _FIELDS.pack_into(
             self._mm,
             0,
@@ -90,13 +109,13 @@ class StoreCheckpoint:
             self.confirm_phy_offset,
             self.physic_flushed_offset,
         )
-        self._mm.flush()
 
     def shutdown(self) -> None:
         """Flush and unmap."""
         if not self._mm.closed:
             self.flush()
-            self._mm.close()
+            with self._lock:
+                self._mm.close()
 
     def __repr__(self) -> str:
         return (

@@ -8,18 +8,26 @@ Rules:
   re-scan from there with CRC checks and re-dispatch every record (ConsumeQueue and IndexFile
   writes are idempotent), then truncate after the last valid record.
 - Where RocketMQ would silently truncate at *any* invalid record, we first decide whether the
-  invalid record is a torn tail or damage to acknowledged data (issue 13: durable facts first):
-    * below the checkpoint's ``physic_flushed_offset`` (the offset our flush services last made
-      durable; 0 = unknown, e.g. a checkpoint Apache wrote): damage, StoreCorruptionError;
+  invalid record is a torn tail or damage to acknowledged data (issue 13: durable facts first).
+  The checkpoint's ``physic_flushed_offset`` is the offset the last commitlog flush made durable;
+  the flush services publish it to the checkpoint page right after each flush, before any
+  SYNC_FLUSH put it covers is acknowledged (0 = unknown, e.g. a checkpoint Apache wrote):
+    * below it: damage, StoreCorruptionError, whatever the bytes look like;
+    * at or past it: the last, unfinished write (one writer appends in order and a put is
+      acknowledged only after its copy returns, so nothing after an unfinished write was
+      acknowledged, and the copy's bytes land in no order we can rely on: glibc stores a long
+      copy's head last, ``rep movsb`` stores whole lines out of order). Truncated with a warning;
+      an ASYNC_FLUSH ack past the flushed offset was never durable, as RocketMQ documents.
+  Without a flushed offset, byte patterns decide:
     * data in a later file: damage (a write never spans files);
     * a zero head (the copy's first bytes never landed): a torn tail, even with whole valid
-      records after it: a process killed inside the memcpy of a batch leaves the copy's last
-      bytes written before its first (glibc's memmove stores the tail first), and nothing after
-      an unfinished write was acknowledged. Only without a flushed offset, a following record
-      stored no later than ``physic_msg_timestamp`` (so flushed) makes it damage;
+      records after it, unless a following record was stored no later than
+      ``physic_msg_timestamp`` (so flushed): damage;
     * a non-zero head: a torn tail only if nothing but zeros follows it and it was not stored
       before ``physic_msg_timestamp``; otherwise damage.
-  A torn tail is truncated with a warning naming file and offset.
+- After the scan every recovered file is fdatasync'ed once: bytes a killed process left in the
+  page cache count as flushed from then on, so they must be durable before anything is
+  acknowledged on top of them.
 - Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
 
 Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
@@ -112,11 +120,17 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
         raise StoreCorruptionError(
             str(mf.path), pos, physical,
             f"{reason}; the checkpoint says everything below offset {flushed} was flushed, so it was acknowledged")
-    for later in files[index + 1:]:  # a write never spans files
+    for later in files[index + 1:]:  # a write never spans files: a later file's data came after it
         at = _nonzero_from(later, 0)
         if at >= 0:
             raise StoreCorruptionError(
                 str(mf.path), pos, physical, f"{reason}; later file {later.path.name} holds data at offset {at}")
+    if 0 < flushed:
+        # past the durable end: the last, unfinished write, whatever order its bytes landed in
+        if _nonzero_from(mf, pos) >= 0:
+            log.warning("truncating the unfinished last write of %s at file offset %d (physical %d, past the flushed "
+                        "offset %d; nothing after it was acknowledged): %s", mf.path, pos, physical, flushed, reason)
+        return
     total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
     skip = total if 8 <= total <= len(view) - pos else 8
     if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos):
@@ -183,11 +197,14 @@ def _flushed(checkpoint: _Checkpoint | None) -> int:
     return int(getattr(checkpoint, "physic_flushed_offset", 0) or 0) if checkpoint is not None else 0
 
 
-def _apply(commitlog: "object", process_offset: int) -> None:
+def _apply(commitlog: "object", process_offset: int, start_index: int = 0) -> None:
     mfq = commitlog.mapped_file_queue  # type: ignore[attr-defined]
     mfq.flushed_where = process_offset
     mfq.committed_where = process_offset
     mfq.truncate_dirty_files(process_offset)
+    # what a killed process left in the page cache is "flushed" from now on: make it so (issue 13.5)
+    for mf in mfq.mapped_files[start_index:]:
+        mf.force()
 
 
 def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None) -> int:
@@ -197,9 +214,10 @@ def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None)
         _apply(commitlog, 0)
         return 0
     physic_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
-    offset = scan(commitlog, max(0, len(files) - 3), commitlog.check_crc_on_recover,  # type: ignore[attr-defined]
+    start = max(0, len(files) - 3)
+    offset = scan(commitlog, start, commitlog.check_crc_on_recover,  # type: ignore[attr-defined]
                   None, physic_ts, _flushed(checkpoint))
-    _apply(commitlog, offset)
+    _apply(commitlog, offset, start)
     return offset
 
 
@@ -232,5 +250,5 @@ def recover_abnormally(commitlog: "object", checkpoint: _Checkpoint, dispatch: D
     log.info("abnormal recovery starts at %s", files[index].path)
     offset = scan(commitlog, index, commitlog.check_crc_on_recover, dispatch,  # type: ignore[attr-defined]
                   checkpoint.physic_msg_timestamp, _flushed(checkpoint))
-    _apply(commitlog, offset)
+    _apply(commitlog, offset, index)
     return offset

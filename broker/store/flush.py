@@ -78,8 +78,12 @@ class FlushService:
         if self.checkpoint is not None:
             if self.queue.store_timestamp:
                 self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
-            # read after the flush returned: every byte below it is durable
-            self.checkpoint.physic_flushed_offset = max(self.checkpoint.physic_flushed_offset, self.queue.flushed_where)
+            # read after the flush returned: every byte below it is durable; published before any
+            # SYNC_FLUSH put it covers is acknowledged, so recovery never calls an ack a torn tail
+            self.checkpoint.physic_flushed_offset = self.queue.flushed_where
+            publish = getattr(self.checkpoint, "publish", None)
+            if publish is not None:
+                publish()
 
     def _final_flush(self) -> None:
         self._flush(everything=True)

@@ -63,6 +63,9 @@ _NAME_RE = re.compile(r"^\d{17}$")
 _TRANSACTION_ROLLBACK = 0xC
 
 
+TMP_SUFFIX = ".creating"
+
+
 class IndexFileError(StoreError):
     """An index file on disk does not fit the configured geometry (names the file)."""
 
@@ -96,7 +99,10 @@ class IndexFile:
         self.file_size = index_file_size(hash_slot_num, index_num)
         self.read_only = read_only
         exists = self.path.exists()
-        fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        # a new file is made whole under a temporary name and renamed into place, so a crash
+        # never leaves a 0-byte or headerless index file behind (issue 13.4)
+        made = self.path.with_name(self.path.name + TMP_SUFFIX) if not exists else self.path
+        fd = os.open(made, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | (0 if exists else os.O_TRUNC), 0o644)
         try:
             actual = os.fstat(fd).st_size
             if exists and actual != self.file_size:
@@ -115,7 +121,7 @@ class IndexFile:
             if hasattr(self, "_reserve"):
                 os.close(self._reserve.fd)
             if not exists:
-                self.path.unlink(missing_ok=True)  # no half-made index file on a full disk
+                made.unlink(missing_ok=True)  # no half-made index file on a full disk
             raise
         finally:
             os.close(fd)
@@ -134,6 +140,7 @@ class IndexFile:
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
             self._write_header()
+            os.replace(made, self.path)
 
     @property
     def file_name(self) -> str:
@@ -330,7 +337,17 @@ class IndexService:
         if not self.store_path.is_dir():
             return
         index_ts = self.checkpoint.index_msg_timestamp if self.checkpoint is not None else 0
-        for path in sorted(self.store_path.iterdir()):
+        paths = sorted(self.store_path.iterdir())
+        for path in paths:
+            if path.name.endswith(TMP_SUFFIX) and _NAME_RE.match(path.name[:-len(TMP_SUFFIX)]) and not self.read_only:
+                log.warning("index dir: removing %s, an index file whose creation a crash interrupted", path)
+                path.unlink(missing_ok=True)
+                continue
+            if path.is_file() and path == paths[-1] and path.stat().st_size == 0 and not self.read_only:
+                # written by an older version that created, then sized, its files: nothing was indexed in it
+                log.warning("index dir: removing %s, an empty index file left by a crash", path)
+                path.unlink(missing_ok=True)
+                continue
             if not path.is_file() or not _NAME_RE.match(path.name):
                 log.warning("index dir: %s is not an index file name (yyyyMMddHHmmssSSS), ignored", path)
                 continue

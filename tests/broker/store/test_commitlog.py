@@ -310,3 +310,35 @@ def test_every_record_of_fixture_scans_with_crc(fixture_root, fixture_set) -> No
             count += 1
             pos += req.msg_size
     assert count == {"plain": 5000, "variety": 2991}[fixture_set.name]
+
+
+def test_past_the_flushed_offset_any_garbage_is_the_unfinished_write(tmp_path: Path) -> None:
+    """Issue 13.4: the checkpointed flushed offset decides. A record with a garbled (non-zero) head
+    and whole records after it is the unfinished last write when it lies past that offset (a copy
+    killed mid-way stores chunks in no reliable order), and damage when a flush covered it."""
+    path = tmp_path / "cl"
+    cl = open_log(path)
+    ar = cl.put_messages([msg(i) for i in range(30)], keep_store_timestamp=True).append_result
+    cl.shutdown()
+    victim = ar.physical_offsets[20]
+    name = f"{victim - victim % SIZE:020d}"
+    data = bytearray((path / name).read_bytes())
+    data[victim % SIZE:victim % SIZE + 4] = (127).to_bytes(4, "big")  # TOTALSIZE garbled, body runs past it
+    (path / name).write_bytes(data)
+
+    class Ckpt:
+        physic_msg_timestamp = 0
+        physic_flushed_offset = victim  # the last flush ended right before it
+
+    cl = open_log(path)
+    assert recovery.recover_normally(cl, Ckpt()) == victim == cl.max_offset
+    assert cl.get_data(ar.physical_offsets[19]) is not None
+    cl.shutdown()
+    # the truncated bytes are gone for good: nothing stale for a later torn write to mix with
+    assert bytes((path / name).read_bytes()[victim % SIZE:]) == bytes(SIZE - victim % SIZE)
+    (path / name).write_bytes(data)
+    Ckpt.physic_flushed_offset = victim + 1
+    cl = open_log(path)
+    with pytest.raises(StoreCorruptionError, match=f"everything below offset {victim + 1} was flushed"):
+        recovery.recover_normally(cl, Ckpt())
+    cl.shutdown()

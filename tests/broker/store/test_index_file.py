@@ -187,3 +187,23 @@ def test_geometry_mismatch_is_named(fixture_root):
 def test_file_name_format():
     assert len(time_millis_to_human_string(1_795_321_775_956)) == 17
     assert time_millis_to_human_string(1_795_321_775_956).endswith("956")
+
+
+def test_a_crash_while_creating_an_index_file_leaves_nothing_that_blocks_start(tmp_path):
+    """Issue 13.4: a new IndexFile is made whole under a temporary name and renamed into place, so a
+    kill -9 never leaves a 0-byte file that a restart refuses; leftovers of either kind are removed."""
+    svc = IndexService(tmp_path, 4, 3, clock=lambda: 1000.0)
+    svc.dispatch(DispatchRequest("T", 0, 0, 100, 0, 10_000, 0, keys="k0"))
+    [made] = svc.index_files
+    assert made.path.stat().st_size == index_file_size(4, 3)
+    assert not list((tmp_path / "index").glob("*.creating"))  # renamed into place
+    svc.shutdown()
+    index_dir = tmp_path / "index"
+    (index_dir / (time_millis_to_human_string(2_000_000) + ".creating")).write_bytes(b"\0" * 10)  # killed mid-create
+    (index_dir / time_millis_to_human_string(3_000_000)).write_bytes(b"")  # an older version's 0-byte file
+    again = IndexService(tmp_path, 4, 3)
+    again.load(last_exit_ok=True)
+    assert [f.path for f in again.index_files] == [made.path]
+    assert sorted(p.name for p in index_dir.iterdir()) == [made.path.name]
+    assert again.query_offset("T", "k0", 10, 0, 10**13) == [0]
+    again.shutdown()
