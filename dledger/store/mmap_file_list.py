@@ -14,6 +14,10 @@ Rules (DLedger 0.3.1.2 ``MmapFileList`` / ``DefaultMmapFile``)
   ``use_blank=False`` (32-byte units in files whose size is a multiple of 32 never straddle).
 * An empty list creates its first file at ``first_file_offset`` (rounded down to a file
   boundary): RocketMQ starts the DLedger data list at ``divided_commitlog_offset``.
+* A new file is created whole (issue 13.4): sized under ``<name>.creating`` and then linked under
+  its real name, so kill -9 never leaves a short list member. :meth:`MmapFileList.load` removes
+  ``.creating`` leftovers and a 0-byte last file (what an older two-step creation could leave;
+  it holds nothing), logging one line; any other wrong length is still refused.
 * Truncation only moves write positions and drops whole files; the first 8 bytes at the new
   end are zeroed (when not already zero) so a restart's recovery scan stops there instead of
   resurrecting the truncated suffix.
@@ -65,11 +69,37 @@ BLANK_MAGIC_CODE = -1
 DELETE_FILES_BATCH_MAX = 10
 _BLANK = struct.Struct(">ii")
 _IOV_MAX = 1024
+CREATING_SUFFIX = ".creating"  # a file being sized before it joins the list (see _create_sized)
 
 
 def offset_to_file_name(offset: int) -> str:
     """``DLedgerUtils.offset2FileName``: 20 digits, zero-padded."""
     return "%020d" % offset
+
+
+def _create_sized(path: Path, file_size: int) -> int:
+    """Create ``path`` already ``file_size`` bytes long and return a read-write descriptor.
+
+    The file is made whole under ``<name>.creating`` (open + ``ftruncate``) and only then linked
+    under its real name, so a kill -9 at any point leaves either no file, a complete one, or a
+    ``.creating`` leftover that :meth:`MmapFileList.load` removes, never a 0-byte list member.
+    ``os.link`` (not ``rename``) refuses to replace a file that appeared under the real name."""
+    tmp = path.with_name(path.name + CREATING_SUFFIX)
+    if path.exists():
+        raise StoreLayoutError(f"cannot create {path}: a file not in the list already exists")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, file_size)  # sparse, zero-filled, like a Java mmap of a new file
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise StoreLayoutError(f"cannot create {path}: a file not in the list already exists") from None
+        finally:
+            os.unlink(tmp)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class MmapFile:
@@ -81,14 +111,8 @@ class MmapFile:
         self.path = path
         self.from_offset = from_offset
         self.file_size = file_size
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = _create_sized(path, file_size) if create else os.open(path, os.O_RDWR)
         try:
-            self.fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            raise StoreLayoutError(f"cannot create {path}: a file not in the list already exists") from None
-        try:
-            if create:
-                os.ftruncate(self.fd, file_size)  # sparse, zero-filled, like a Java mmap of a new file
             self.mm = mmap.mmap(self.fd, file_size, access=mmap.ACCESS_READ)
         except BaseException:
             os.close(self.fd)
@@ -166,6 +190,7 @@ class MmapFileList:
         """Open every file of the directory (all must have the configured size)."""
         self.store_path.mkdir(parents=True, exist_ok=True)
         names = sorted(p.name for p in self.store_path.iterdir())
+        names = self._drop_unfinished(names)
         for name in names:
             path = self.store_path / name
             if not (len(name) == 20 and name.isdigit()):
@@ -182,6 +207,25 @@ class MmapFileList:
             f.wrote = self.file_size
             self.files.append(f)
         self.check_self()
+
+    def _drop_unfinished(self, names: list[str]) -> list[str]:
+        """Remove what an aborted file creation can leave: ``*.creating`` files, and a 0-byte
+        *last* file (an older version created then sized in two steps; it holds nothing, and
+        nothing can point into it because no byte was ever written there)."""
+        removed = []
+        for name in [n for n in names if n.endswith(CREATING_SUFFIX)]:
+            os.unlink(self.store_path / name)
+            names.remove(name)
+            removed.append(name)
+        if names and len(names[-1]) == 20 and names[-1].isdigit() \
+                and (self.store_path / names[-1]).stat().st_size == 0:
+            os.unlink(self.store_path / names[-1])
+            removed.append(names.pop())
+        if removed:
+            fsync_dir(self.store_path)
+            log.warning("%s: removed %s left by an interrupted file creation (held no data)",
+                        self.store_path, ", ".join(removed))
+        return names
 
     def check_self(self) -> None:
         """Consecutive files must differ by exactly the file size (``checkSelf``)."""
