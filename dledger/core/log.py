@@ -128,6 +128,7 @@ class RaftLog:
         self.truncate_from: Optional[int] = None
         self.persisted = self.runs.last        # whatever recovered from disk is durable
         self.committed = min(committed_hint, self.persisted)
+        self.reset_from: Optional[int] = None  # pending begin reset for the driver
 
     # ---- queries
     @property
@@ -140,9 +141,14 @@ class RaftLog:
 
     @property
     def begin_index(self) -> int:
-        return self.runs.begin
+        """First index held: the run table's, or later if the driver's store has since
+        dropped leading files (retention)."""
+        vb = self.view.ledger_begin_index
+        return vb if vb > self.runs.begin and self.reset_from is None else self.runs.begin
 
     def term(self, index: int) -> Optional[int]:
+        if 0 <= index < self.view.ledger_begin_index and self.reset_from is None:
+            return None  # retention removed it under us
         return self.runs.term(index)
 
     def matches(self, index: int, term: int) -> bool:
@@ -192,6 +198,24 @@ class RaftLog:
             self.runs.append(e.index, e.term)
         self.unstable.extend(entries)
 
+    def reset_begin(self, entries: tuple[Entry, ...] | list[Entry]) -> None:
+        """Discard the whole log; it now begins with ``entries`` (the leader's first ones).
+
+        Everything below ``entries[0].index`` counts as committed and durable (the leader's
+        log starts there, so it was committed); the driver is told through ``reset_from``.
+        """
+        first = entries[0].index
+        if first <= self.committed:
+            raise AssertionError(f"begin reset at {first} below the commit index {self.committed}")
+        self.runs = TermRuns(first)
+        for e in entries:
+            self.runs.append(e.index, e.term)
+        self.unstable = list(entries)
+        self.truncate_from = None
+        self.reset_from = first
+        self.persisted = first - 1
+        self.committed = first - 1
+
     def _truncate(self, from_index: int) -> None:
         if from_index <= self.committed:
             raise AssertionError(f"truncating committed index {from_index} "
@@ -210,6 +234,10 @@ class RaftLog:
         tr, ents = self.truncate_from, self.unstable
         self.truncate_from, self.unstable = None, []
         return tr, ents
+
+    def take_reset(self) -> Optional[int]:
+        rf, self.reset_from = self.reset_from, None
+        return rf
 
     def persisted_to(self, index: int, term: int) -> bool:
         """Driver flushed through (index, term); ignored if stale (term mismatch). True if moved."""

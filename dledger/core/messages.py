@@ -92,6 +92,11 @@ class AppendRequest:
     """Push of entries (or a heartbeat when ``entries`` is empty).
 
     ``entries[i].index == prev_index + 1 + i``; ``commit`` is the leader's commit index.
+
+    ``begin=True`` (DLedger's TRUNCATE to the leader's first entry): the receiver is behind the
+    leader's begin index, so no ``prev_term`` exists to compare (``prev_term == -1``); it
+    discards its log and makes ``entries`` (non-empty, starting at the leader's begin index
+    ``prev_index + 1``) the start of its log.
     """
 
     KIND: ClassVar[str] = "append"
@@ -102,6 +107,7 @@ class AppendRequest:
     prev_term: int
     commit: int
     entries: tuple[Entry, ...] = ()
+    begin: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -115,7 +121,9 @@ class AppendResponse:
     match the leader (never more than it has flushed).
     reject: ``reject_index`` is the request's ``prev_index``; ``(hint_index, hint_term)`` is the
     follower's last entry with index <= reject_index and term <= the request's ``prev_term``
-    (etcd-raft's fast back-off); ``last_index`` is the follower's ledger end.
+    (etcd-raft's fast back-off); ``last_index`` is the follower's ledger end (Raft's reject
+    hint: a ``last_index`` below the leader's ``match`` means the follower lost entries it had
+    acknowledged -- its store was moved away -- and the leader resets its progress).
     """
 
     KIND: ClassVar[str] = "append_resp"
@@ -168,6 +176,9 @@ def _to_dict(msg: Any) -> dict[str, Any]:
         v = getattr(msg, name)
         if name == "entries":
             v = [[e.index, e.term, e.data] for e in v]
+        elif name == "begin":
+            if not v:
+                continue  # only begin requests carry it: older peers never see the field
         elif isinstance(v, (Code, VoteResult)):
             v = int(v)
         out[name] = v
@@ -245,7 +256,7 @@ _SCHEMA: dict[type, dict[str, Callable[[str, Any], Any]]] = {
     VoteResponse: {"src": _str, "dst": _str, "term": _int(0), "granted": _bool,
                    "pre_vote": _bool, "result": _enum(VoteResult)},
     AppendRequest: {"src": _str, "dst": _str, "term": _int(0), "prev_index": _INDEX,
-                    "prev_term": _TERM, "commit": _INDEX, "entries": _entries},
+                    "prev_term": _TERM, "commit": _INDEX, "entries": _entries, "begin": _bool},
     AppendResponse: {"src": _str, "dst": _str, "term": _int(0), "success": _bool,
                      "match_index": _INDEX, "reject_index": _INDEX, "hint_index": _INDEX,
                      "hint_term": _TERM, "last_index": _INDEX, "code": _enum(Code)},
@@ -278,7 +289,10 @@ def from_dict(d: Any) -> Message:
 
 
 def _check_append(m: AppendRequest) -> None:
-    if (m.prev_index == -1) != (m.prev_term == -1):
+    if m.begin:
+        if not m.entries or m.prev_term != -1:
+            raise MessageError("append: a begin request needs entries and prev_term -1")
+    elif (m.prev_index == -1) != (m.prev_term == -1):
         raise MessageError("append: prev_index and prev_term must both be -1 or both >= 0")
     if m.prev_term > m.term:
         raise MessageError("append: prev_term exceeds the leader's term")

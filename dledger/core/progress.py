@@ -14,6 +14,18 @@ Rules
   1000-in-flight window.  A rejection, or no acknowledgement for ``push_timeout_ticks`` while
   batches are outstanding (lost messages), drops back to PROBE at ``match + 1``.
 - ``recent_active`` feeds check-quorum; it is reset by the leader every election timeout.
+- Reject hint (Raft's ``RejectHint``, applied to a lost log): every rejection carries the
+  follower's ``last_index``.  A ``last_index`` below ``match`` means the follower no longer
+  holds entries it acknowledged (its store was moved away, the recovery that
+  ``EntryCorruptionError`` prescribes); ``match`` is then unknown again: it drops to -1 and the
+  peer is probed from ``min(hint, last_index) + 1`` in either state (``hint_resets`` counts
+  it).  Lowering ``match`` never lowers the commit index (commits only move forward) and a
+  stale, reordered rejection costs one extra probe at most.  Without this the leader kept
+  ``match`` and re-probed at ``match`` forever: the follower stayed empty.
+- Begin reset: a follower whose next index lies below the leader's first index (begin index
+  after retention, or an upgraded store whose log starts at ``dividedCommitlogOffset``) is sent
+  a ``begin`` request (``begin_resets`` counts them), DLedger's TRUNCATE to the leader's first
+  entry.
 
 Transitions as data: ``_ON_REJECT[state]`` handles a rejection; acknowledgements always land in
 REPLICATE.
@@ -32,7 +44,7 @@ class PState(enum.Enum):
 
 class Progress:
     __slots__ = ("match", "next", "state", "probe_sent", "inflight", "recent_active",
-                 "idle_ticks")
+                 "idle_ticks", "hint_resets", "begin_resets")
 
     def __init__(self, next_index: int) -> None:
         self.match = -1
@@ -42,6 +54,8 @@ class Progress:
         self.inflight: deque[int] = deque()   # last index of each unacknowledged batch
         self.recent_active = False
         self.idle_ticks = 0                   # ticks since the last ack while inflight
+        self.hint_resets = 0                  # rejections that showed a log shorter than match
+        self.begin_resets = 0                 # begin requests sent (peer behind our begin)
 
     def become_probe(self) -> None:
         self.state = PState.PROBE
@@ -85,12 +99,19 @@ class Progress:
             self.inflight.popleft()
         return moved
 
-    def rejected(self, reject_index: int, next_hint: int) -> bool:
+    def rejected(self, reject_index: int, next_hint: int, last_index: int | None = None) -> bool:
         """Rejection of the request whose prev_index was ``reject_index``.
 
-        ``next_hint`` is where the leader's own log says to resume.  Returns False if the
-        rejection is stale (answers an older request).
+        ``next_hint`` is where the leader's own log says to resume; ``last_index`` is the
+        follower's ledger end.  Returns False if the rejection is stale (answers an older
+        request).  A ``last_index`` below ``match`` resets the progress (module rules).
         """
+        if last_index is not None and last_index < self.match:
+            self.match = -1
+            self.become_probe()
+            self.next = max(min(next_hint, last_index + 1), 0)
+            self.hint_resets += 1
+            return True
         return _ON_REJECT[self.state](self, reject_index, next_hint)
 
     def __repr__(self) -> str:

@@ -92,7 +92,7 @@ class RaftCore:
         self._outstanding: Optional[Ready] = None
         # counters
         self.dropped_unknown = 0
-        self.stats_unservable = 0
+        self.begin_resets = 0        # follower: times our log was reset to a leader's begin
         self._reset_timers()
 
     # ================================================================== inputs
@@ -212,7 +212,8 @@ class RaftCore:
     # ================================================================== outputs
     def has_ready(self) -> bool:
         return bool(self._msgs or self._completions or self.log.unstable
-                    or self.log.truncate_from is not None or self._transfer_result
+                    or self.log.truncate_from is not None or self.log.reset_from is not None
+                    or self._transfer_result
                     or (self.role is Role.LEADER and (self.need_bcast or self.need_commit_push))
                     or (self.barrier is not None and self.sendable_last < self.barrier.first_index)
                     or HardState(self.term, self.vote) != self._hs_reported
@@ -234,6 +235,7 @@ class RaftCore:
         hs = HardState(self.term, self.vote)
         if hs != self._hs_reported:
             rd.hard_state = self._hs_reported = hs
+        rd.reset_begin = self.log.take_reset()
         rd.truncate_from, rd.entries = self.log.take_unstable()
         if self.barrier is not None and self.sendable_last < self.barrier.first_index:
             rd.append_barrier = self.barrier
@@ -266,13 +268,15 @@ class RaftCore:
         peers: tuple[PeerStatus, ...] = ()
         if self.role is Role.LEADER:
             last = self.log.last_index
+            begin = self.log.begin_index
             peers = tuple(PeerStatus(p, pr.match, pr.next, last - pr.match, pr.state.value,
-                                     len(pr.inflight), pr.recent_active)
+                                     len(pr.inflight), pr.recent_active, pr.hint_resets,
+                                     pr.begin_resets, pr.next < begin)
                           for p, pr in sorted(self.prs.items()))
         return Status(self.id, self.role, self.term, self.leader_id, self.vote,
                       self.log.begin_index, self.log.last_index, self.log.last_term,
                       self.log.committed, self.log.persisted, len(self.pending), self.transferee,
-                      peers, self.dropped_unknown)
+                      peers, self.dropped_unknown, self.begin_resets)
 
     # ================================================================== role changes
     def become_follower(self, term: int, leader: Optional[str]) -> None:

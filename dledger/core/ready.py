@@ -6,6 +6,8 @@ The driver loop is::
 
     feed inputs (step / tick / propose / on_persisted / transfer_leadership)
     rd = core.ready()                      # only if core.has_ready()
+    0. if rd.reset_begin is not None: discard the WHOLE log; rd.entries start at that index
+       (the leader's begin index) and at the leader's position: the log now begins there
     1. if rd.truncate_from is not None: delete entries >= rd.truncate_from from the store
     2. append rd.entries to the store (bytes as received; flushing may happen later)
     3. if rd.append_barrier: append ONE entry at (rd.append_barrier.first_index,
@@ -96,6 +98,7 @@ class RoleChange:
 @dataclass(slots=True)
 class Ready:
     hard_state: Optional[HardState] = None
+    reset_begin: Optional[int] = None    # follower behind the leader's begin: log restarts here
     truncate_from: Optional[int] = None
     entries: list[Entry] = field(default_factory=list)
     append_barrier: Optional[AppendDecision] = None
@@ -116,6 +119,9 @@ class PeerStatus:
     state: str           # "PROBE" | "REPLICATE"
     inflight: int
     recent_active: bool
+    hint_resets: int = 0      # rejections showing a log shorter than match (store moved away)
+    begin_resets: int = 0     # begin requests sent: the peer was behind our begin index
+    behind_begin: bool = False  # its next index is below our begin index right now
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +140,4 @@ class Status:
     transferee: Optional[str]
     peers: tuple[PeerStatus, ...]     # leader only; empty otherwise
     dropped_unknown: int              # messages dropped because src/dst is not a member
+    begin_resets: int = 0             # follower: log reset to a leader's begin index

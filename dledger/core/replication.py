@@ -26,6 +26,16 @@ Follower
   never an unflushed entry.  If the request's entries are not flushed yet the answer is deferred
   until :meth:`RaftCore.on_persisted` covers them (acks are coalesced).
 - Its commit index is ``min(leader commit, last index known to match, flushed index)``.
+- A ``begin`` request (the leader's first entries; we are behind its begin index) replaces our
+  whole log: it then begins at the leader's begin index and position (DLedger's follower
+  ``truncate(entry)``).  Everything we held below it is committed (the leader only starts past
+  committed entries), so nothing acknowledged is lost; if we already hold the leader's first
+  entry (a repeated request) it is an ordinary append after that entry.
+
+Leader, behind-begin and lost logs
+- A follower whose next index is below our begin index gets a ``begin`` request (see
+  ``progress.py``); a rejection whose ``last_index`` is below ``match`` resets the follower's
+  progress (the follower lost its log).  Both are counted per peer and exported in status.
 """
 from __future__ import annotations
 
@@ -49,13 +59,8 @@ def send_append(r: "RaftCore", peer: str, allow_empty: bool = False) -> bool:
     lo = pr.next
     prev = lo - 1
     prev_term = r.log.term(prev)
-    if prev_term is None:
-        # The follower needs entries below our ledger_begin_index (cleaned files): not
-        # supported (no snapshots in DLedger 0.3.1.2).  Fall back to probing from match.
-        if pr.match + 1 != lo:
-            pr.next = pr.match + 1
-        r.stats_unservable += 1
-        return False
+    if prev_term is None or lo < r.log.begin_index:
+        return _send_begin(r, peer)
     ents: list[Entry] = []
     if lo <= r.sendable_last:
         ents = r.log.entries(lo, min(r.sendable_last, lo + r.cfg.max_batch_entries - 1),
@@ -64,6 +69,26 @@ def send_append(r: "RaftCore", peer: str, allow_empty: bool = False) -> bool:
         return False
     r.send(AppendRequest(r.id, peer, r.term, prev, prev_term, r.log.committed, tuple(ents)))
     pr.sent(prev + len(ents), len(ents))
+    return True
+
+
+def _send_begin(r: "RaftCore", peer: str) -> bool:
+    """The follower needs entries below our begin index (retention, or a log that starts at
+    ``dividedCommitlogOffset``): DLedger truncates it to our first entry.  Sent from PROBE
+    only (one at a time, like any probe); the answer's ``match`` moves it to REPLICATE."""
+    pr = r.prs[peer]
+    begin = r.log.begin_index
+    if pr.state is not PState.PROBE:
+        pr.become_probe()
+    pr.next = begin
+    if begin > r.sendable_last:
+        return False
+    ents = r.log.entries(begin, min(r.sendable_last, begin + r.cfg.max_batch_entries - 1),
+                         r.cfg.max_batch_bytes)
+    r.send(AppendRequest(r.id, peer, r.term, begin - 1, -1, r.log.committed, tuple(ents),
+                         begin=True))
+    pr.sent(begin - 1 + len(ents), len(ents))
+    pr.begin_resets += 1
     return True
 
 
@@ -108,7 +133,7 @@ def handle_append_response(r: "RaftCore", m: AppendResponse) -> None:
         probe = r.log.runs.last_le(m.hint_index, m.hint_term)
     else:
         probe = m.hint_index
-    if pr.rejected(m.reject_index, probe + 1):
+    if pr.rejected(m.reject_index, probe + 1, m.last_index):
         fill_pipeline(r, m.src, allow_empty=True)
 
 
@@ -137,8 +162,20 @@ def maybe_send_timeout_now(r: "RaftCore", peer: str) -> None:
 def handle_append(r: "RaftCore", m: AppendRequest) -> None:
     log = r.log
     prev_index, prev_term, entries = m.prev_index, m.prev_term, m.entries
-    if prev_index < log.committed:
+    if m.begin:
+        first = entries[0]
+        if log.term(first.index) == first.term or first.index <= log.committed:
+            # we hold the leader's first entry (a stale or repeated begin request): an
+            # ordinary append after it; a committed index at or past it cannot be reset
+            prev_index, prev_term, entries = first.index, first.term, entries[1:]
+        else:
+            log.reset_begin(entries)
+            r.begin_resets += 1
+            _after_match(r, m, prev_index, entries)
+            return
+    if prev_index <= log.committed:
         # everything up to our commit index is in every later leader's log at the same place
+        # (also the index just below a begin-reset log, whose term we no longer hold)
         skip = min(len(entries), log.committed - prev_index)
         entries = entries[skip:]
         prev_index = log.committed
@@ -154,6 +191,13 @@ def handle_append(r: "RaftCore", m: AppendRequest) -> None:
         if log.term(e.index) != e.term:
             log.append_follower(entries[k:])
             break
+    _after_match(r, m, prev_index, entries)
+
+
+def _after_match(r: "RaftCore", m: AppendRequest, prev_index: int,
+                 entries: "tuple[Entry, ...]") -> None:
+    """The log matches the leader's through ``prev_index + len(entries)``: ack and commit."""
+    log = r.log
     matched_last = prev_index + len(entries)
     if matched_last > r.ack_target:
         r.ack_target = matched_last

@@ -106,6 +106,23 @@ class Cluster:
         n.proposals.clear()
         self.note(f"crash {nid} durable={n.log.durable}")
 
+    def wipe(self, nid: str) -> None:
+        """The operator moved the node's store away (log and hard state) and restarts it."""
+        self.crash(nid)
+        n = self.nodes[nid]
+        n.log = MemLog()
+        self.checker.max_term.pop(nid, None)   # a new store: its term starts over
+        self.note(f"wipe {nid}")
+        self.restart(nid)
+
+    def compact(self, nid: str, upto: int) -> None:
+        """Retention on ``nid``: committed entries ``<= upto`` leave its log (live or not)."""
+        n = self.nodes[nid]
+        if n.core is not None:
+            upto = min(upto, n.core.committed_index)
+        n.log.compact(upto)
+        self.note(f"compact {nid} to {upto}")
+
     def restart(self, nid: str) -> None:
         n = self.nodes[nid]
         if n.core is not None:
@@ -130,6 +147,9 @@ class Cluster:
         assert core is not None
         rd = core.ready()
         log = n.log
+        if rd.reset_begin is not None:
+            log.reset(rd.reset_begin, self.checker.committed)
+            self.note(f"reset-begin {n.id} at {rd.reset_begin}")
         if rd.truncate_from is not None:
             log.truncate(rd.truncate_from)
         for e in rd.entries:

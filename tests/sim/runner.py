@@ -48,7 +48,7 @@ class Simulation:
     def __init__(self, seed: int, n: int = 3, *, drop: float = 0.05, dup: float = 0.03,
                  delay: tuple[int, int] = (3, 90), fault_every: tuple[int, int] = (4, 25),
                  propose_every: tuple[int, int] = (10, 80), faults: bool = True,
-                 **cfg_kw: Any) -> None:
+                 compact: bool = False, **cfg_kw: Any) -> None:
         self.c = Cluster(n, seed, delay=delay, drop=drop, dup=dup, auto_flush=False, **cfg_kw)
         self.rng = self.c.rng
         self.events: list[tuple[int, int, str, str]] = []
@@ -56,6 +56,7 @@ class Simulation:
         self.fault_every = fault_every
         self.propose_every = propose_every
         self.faults = faults
+        self.compact = compact   # retention faults: committed prefixes leave logs (begin moves)
         self.codes: dict[str, int] = {}
         for i in self.c.ids:
             self._at(self.rng.randint(0, TICK - 1), "tick", i)
@@ -104,6 +105,13 @@ class Simulation:
         self._at(c.now + TICK * rng.randint(*self.fault_every), "fault", "")
         down = [i for i in c.ids if not c.nodes[i].alive]
         up = [i for i in c.ids if c.nodes[i].alive]
+        if self.compact and up and rng.random() < 0.3:
+            nid = rng.choice(up)
+            log = c.nodes[nid].log
+            upto = min(c.core(nid).committed_index, log.durable - 2) - rng.randint(0, 3)
+            if upto >= log.begin:
+                c.compact(nid, upto)
+            return
         r = rng.random()
         if r < 0.25 and len(down) < len(c.ids) - 1:
             victim = rng.choice(up)
