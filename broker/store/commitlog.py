@@ -118,6 +118,8 @@ class CommitLog:
     # --- life cycle -------------------------------------------------------------------------
     def load(self) -> None:
         self.mapped_file_queue.load()
+        # no file: the (zero) positions are already true; otherwise recovery must set them first
+        self.flush_service.recovered = not self.mapped_file_queue.mapped_files
 
     def start(self) -> None:
         if not self._started:

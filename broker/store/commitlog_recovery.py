@@ -205,6 +205,9 @@ def _apply(commitlog: "object", process_offset: int, start_index: int = 0) -> No
     # what a killed process left in the page cache is "flushed" from now on: make it so (issue 13.5)
     for mf in mfq.mapped_files[start_index:]:
         mf.force()
+    service = getattr(commitlog, "flush_service", None)
+    if service is not None:
+        service.recovered = True  # positions are real now: flushes may publish the flushed offset
 
 
 def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None) -> int:

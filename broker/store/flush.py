@@ -48,6 +48,10 @@ class FlushService:
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self.flush_count = 0
+        # the queue's positions mean something only once recovery has set them (load maps every
+        # file as full): until then a flush (e.g. the shutdown of a store whose recovery refused)
+        # must not publish an offset to the checkpoint
+        self.recovered = False
 
     def start(self) -> None:
         if self._thread is None:
@@ -75,7 +79,7 @@ class FlushService:
         else:
             self.queue.flush()
         self.flush_count += 1
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and self.recovered:
             if self.queue.store_timestamp:
                 self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
             # read after the flush returned: every byte below it is durable; published before any

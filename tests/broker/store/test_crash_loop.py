@@ -70,3 +70,33 @@ def test_kill9_mid_batch_many_times_always_restarts(tmp_path: Path) -> None:
     assert (root / "abort").exists()
     assert len(acks) >= ROUNDS, f"only {len(acks)} acks in {ROUNDS} rounds"
     check_store(root, acks)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_refused_recovery_leaves_the_checkpoint_alone(tmp_path: Path) -> None:
+    """The fault suite's bit-flip nemesis: a store refuses to start over a flipped bit, the operator
+    restores the byte, the next start must work. A refused load maps every file as full; the
+    shutdown of that half-loaded store must not publish those positions as the flushed offset,
+    or the restored store is refused again ("everything below the file end was flushed")."""
+    from broker.store.errors import StoreCorruptionError
+    from broker.store.message_store import DefaultMessageStore
+    from tests.broker.store.test_crash import SETTINGS, run_and_kill
+
+    root = tmp_path / "store"
+    acks = run_and_kill(root, "SYNC_FLUSH", 1, 200)
+    _, phy, _, _ = acks[len(acks) // 2]
+    size = SETTINGS["mapped_file_size_commit_log"]
+    path = root / "commitlog" / f"{phy - phy % size:020d}"
+    at = phy % size + 100
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        old = fh.read(1)[0]
+        fh.seek(at)
+        fh.write(bytes([old ^ 0x10]))
+    with pytest.raises(StoreCorruptionError):
+        DefaultMessageStore(store_path_root_dir=str(root), **SETTINGS).load()
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(bytes([old]))
+    check_store(root, acks)
