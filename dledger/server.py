@@ -118,6 +118,7 @@ class DLedgerServer:
             "coalesced_requests": 0, "coalesce_flushes": 0, "committed_entries": 0,
             "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flush_report_seconds": 0.0,
             "flushed_entries": 0, "ticks": 0, "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
+            "begin_resets": 0,  # follower: log reset to the leader's begin index (issue 13.2)
         }
         self.coalescer = AppendCoalescer(self, window_s=coalesce_window_ms / 1000.0,
                                          max_entries=coalesce_max_entries, max_bytes=coalesce_max_bytes)
@@ -361,7 +362,10 @@ class DLedgerServer:
         st = self.core.status()
         peers = {
             p.peer: {"match_index": p.match_index, "next_index": p.next_index, "lag": p.lag, "state": p.state,
-                     "inflight": p.inflight, "recent_active": p.recent_active}
+                     "inflight": p.inflight, "recent_active": p.recent_active,
+                     # lost-log resets, begin resets sent, and "needs entries below our begin"
+                     "hint_resets": p.hint_resets, "begin_resets": p.begin_resets,
+                     "behind_begin": p.behind_begin}
             for p in st.peers
         }
         return {
@@ -409,11 +413,16 @@ class DLedgerServer:
     def _handle_ready(self, rd: Any) -> None:
         lv = self.log_view
         wrote = False
+        entries = rd.entries
+        if rd.reset_begin is not None:  # behind the leader's begin index: restart the log there
+            lv.reset_begin(entries)
+            self.counters["begin_resets"] += 1
+            entries, wrote = [], True
         if rd.truncate_from is not None:
             lv.truncate(rd.truncate_from)
             wrote = True
-        if rd.entries:
-            lv.append_as_follower(rd.entries)
+        if entries:
+            lv.append_as_follower(entries)
             wrote = True
         if rd.append_barrier is not None:
             d = rd.append_barrier

@@ -136,6 +136,12 @@ class StoreLog:
     def append_as_follower(self, entries: list[Entry]) -> None:
         self.store.append_batch_as_follower([e.data for e in entries])
 
+    def reset_begin(self, entries: list[Entry]) -> None:
+        """The core's ``reset_begin``: the log restarts at ``entries[0]`` (the leader's first)."""
+        self.store.begin_at(entries[0].data)
+        if len(entries) > 1:
+            self.store.append_batch_as_follower([e.data for e in entries[1:]])
+
     def truncate(self, truncate_from: int) -> None:
         self.store.truncate(truncate_from - 1)
 
