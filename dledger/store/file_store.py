@@ -313,6 +313,43 @@ class DLedgerMmapFileStore:
         self._revise_ledger_begin_index()
         return h.index
 
+    def begin_at(self, entry: DLedgerEntry | Buffer) -> int:
+        """Drop the whole log and make ``entry`` its first entry, at its own index and pos.
+
+        The follower side of DLedger's truncate-to-the-leader's-first-entry, for a follower
+        behind the leader's begin index (retention, or a leader whose log starts at RocketMQ's
+        ``dividedCommitlogOffset``). Entries held here lie below the leader's begin index and
+        are committed everywhere; a committed index at or past ``entry.index`` cannot be given
+        up (:class:`CommittedTruncationError`). Both lists are rebuilt around the entry, so the
+        begin index becomes ``entry.index`` and the data list begins at ``entry.pos`` (a leader's
+        first entry starts a data file, so a restart's recovery finds it there).
+        """
+        raw = self._as_views([entry])[0]
+        h = check_header(raw, verify_crc=self.verify_crc)
+        if self.committed_index >= h.index and self.ledger_end_index >= h.index:
+            raise CommittedTruncationError(f"begin reset at entry {h.index} would drop committed entries "
+                                           f"(committed index {self.committed_index})")
+        self._check_writable(-1)
+        self._note_truncation(-1)
+        self.ledger_begin_index = self.ledger_end_index = -1
+        self.ledger_end_term = -1
+        self.committed_index = self.committed_pos = -1
+        unit_pos = h.index * INDEX_UNIT_SIZE
+        for fl, pos in ((self.data_file_list, h.pos), (self.index_file_list, unit_pos)):
+            if not fl.rebuild_with_pos(pos):
+                raise StoreLayoutError(f"could not rebuild {fl.store_path} at {pos}")
+        got = self.data_file_list.append(raw)
+        if got != h.pos:
+            raise AppendMismatchError(f"entry {h.index} landed at {got}, not at its pos {h.pos}")
+        got = self.index_file_list.append(INDEX_UNIT.pack(h.magic, h.pos, h.size, h.index, h.term), False)
+        if got != unit_pos:
+            raise AppendMismatchError(f"index unit of {h.index} landed at {got}, not {unit_pos}")
+        self.ledger_begin_index = self.ledger_end_index = h.index
+        self.ledger_end_term = h.term
+        log.warning("%s: log reset to begin at the leader's first entry %d (pos %d)", self.default_path,
+                    h.index, h.pos)
+        return h.index
+
     # ------------------------------------------------------------------ reads
     def get_entry_pos_and_size(self, index: int) -> tuple[int, int]:
         self._index_check(index)
