@@ -14,10 +14,10 @@ from typing import Sequence
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqupgrade", description="RocketMQ master/slave -> DLedger upgrade tool")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from upgrade import apply as apply_cli, inspect as inspect_cli, plan as plan_cli
+    from upgrade import apply as apply_cli, inspect as inspect_cli, plan as plan_cli, reseed as reseed_cli
     from upgrade.validate import cli as validate_cli
 
-    for name, mod in (("inspect", inspect_cli), ("plan", plan_cli), ("apply", apply_cli)):
+    for name, mod in (("inspect", inspect_cli), ("plan", plan_cli), ("apply", apply_cli), ("reseed", reseed_cli)):
         mod.add_arguments(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
     validate_cli.add_arguments(sub.add_parser("validate", help=validate_cli.HELP, description=validate_cli.HELP))
     return parser
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from upgrade.validate import cli as validate_cli
 
         return validate_cli.run(args)
-    if args.command in ("inspect", "plan", "apply"):
+    if args.command in ("inspect", "plan", "apply", "reseed"):
         import importlib
 
         return importlib.import_module(f"upgrade.{args.command}").run(args)
