@@ -567,7 +567,9 @@ class DLedgerCommitLog:
         st = self._run_on_loop(self.server.status, timeout=5)
         out.update({k: st[k] for k in ("group", "self_id", "role", "term", "leader_id", "leader_addr",
                                        "begin_index", "end_index", "committed_index")})
-        out["peers"] = {p: {"match_index": v["match_index"], "lag": v["lag"]} for p, v in st["peers"].items()}
+        keys = ("match_index", "lag", "hint_resets", "begin_resets", "behind_begin")  # issue 13.2: stranded peers
+        out["peers"] = {p: {k: v[k] for k in keys if k in v} for p, v in st["peers"].items()}
+        out["begin_resets"] = st["counters"].get("begin_resets", 0)
         dl = self.dledger_store
         out.update({"committed_pos": dl.committed_pos, "write_pos": dl.write_pos, "flushed_pos": dl.flush_pos})
         return out
