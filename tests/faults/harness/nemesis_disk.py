@@ -136,6 +136,12 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
     h.nemesis("bitflip", "start", node=victim)
     detail: dict[str, Any] = {"node": victim}
     restore: Optional[tuple[Path, int, int]] = None
+    if dl:  # the persisted checkpoint lags (every few s): wait until it covers a closed file's records
+        def covered() -> bool:
+            files = c.data_files(victim)
+            end = persisted_committed_end(c.roots[victim], victim)
+            return len(files) >= 2 and end is not None and end > int(files[-2].name) + 4096
+        await wait_for(covered, 15.0)
     try:
         await asyncio.to_thread(c.kill9, victim)
         if dl:
