@@ -26,16 +26,24 @@ SETTINGS = dict(mapped_file_size_commit_log=64 * 1024, warm_mapped_file_enable=F
                 max_hash_slot_num=1000, max_index_num=4000)
 
 
-def run_and_kill(root: Path, flush: str, batch: int, min_acks: int) -> list[tuple[int, int, int, int]]:
-    """Start the writer, SIGKILL it after at least ``min_acks`` acks; returns the acks."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.broker.store._store_writer", str(root), flush, str(batch)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def spawn_writer(root: Path, flush: str, batch: int, first: int = 0) -> subprocess.Popen:
+    """The writer child on ``root``, numbering its messages from ``first``."""
+    return subprocess.Popen([sys.executable, "-m", "tests.broker.store._store_writer", str(root), flush, str(batch),
+                             str(first)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_after(proc: subprocess.Popen, target: int, timeout: float = 40) -> tuple[list[tuple[int, int, int, int]], str]:
+    """Wait for "started" (raise with the writer's stderr if it never comes: its recovery refused the
+    store), read acks until ``target``, SIGKILL it; returns every ack it printed and its stderr."""
     acks: list[tuple[int, int, int, int]] = []
+    err = ""
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "started", proc.stderr.read() if proc.stderr else ""
-        target = min_acks + random.randrange(min_acks)
-        deadline = time.monotonic() + 40
+        if proc.stdout.readline().strip() != "started":
+            proc.wait(10)
+            raise AssertionError(f"writer did not start (exit {proc.returncode}): "
+                                 f"{(proc.stderr.read() if proc.stderr else '')[-3000:]}")
+        deadline = time.monotonic() + timeout
         while len(acks) < target and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -49,6 +57,13 @@ def run_and_kill(root: Path, flush: str, batch: int, min_acks: int) -> list[tupl
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return acks, err
+
+
+def run_and_kill(root: Path, flush: str, batch: int, min_acks: int) -> list[tuple[int, int, int, int]]:
+    """Start the writer, SIGKILL it after at least ``min_acks`` acks; returns the acks."""
+    proc = spawn_writer(root, flush, batch)
+    acks, err = kill_after(proc, min_acks + random.randrange(min_acks))
     assert proc.returncode == -signal.SIGKILL
     assert len(acks) >= min_acks, f"writer too slow: {len(acks)} acks; stderr: {err[-2000:]}"
     return acks

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.broker.store.test_crash import REPO, check_store
+from tests.broker.store.test_crash import check_store, kill_after, spawn_writer
 
 ROUNDS = int(os.environ.get("RMQPY_CRASH_ROUNDS", "200"))
 SEED = int(os.environ.get("RMQPY_CRASH_SEED", "13"))
@@ -30,31 +26,7 @@ BATCH = 16
 
 
 def _round(root: Path, flush: str, first: int, target: int) -> list[tuple[int, int, int, int]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.broker.store._store_writer", str(root), flush, str(BATCH),
-                             str(first)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    acks: list[tuple[int, int, int, int]] = []
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        if line != "started":
-            proc.wait(10)
-            raise AssertionError(f"writer did not restart after a kill (exit {proc.returncode}): "
-                                 f"{(proc.stderr.read() if proc.stderr else '')[-3000:]}")
-        deadline = time.monotonic() + 20
-        while len(acks) < target and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("ack"):
-                acks.append(tuple(int(x) for x in line.split()[1:]))  # type: ignore[arg-type]
-        os.kill(proc.pid, signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=10)
-        acks += [tuple(int(x) for x in ln.split()[1:]) for ln in rest.splitlines() if ln.startswith("ack")]  # type: ignore[misc]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return acks
+    return kill_after(spawn_writer(root, flush, BATCH, first), target, timeout=20)[0]
 
 
 @pytest.mark.multiprocess
