@@ -17,6 +17,11 @@ Rules
   (:func:`is_loopback`): dledger does not import the broker.
 * ``serve_clients=False`` (set by the broker for a broker-hosted member): the port serves peers
   only; the client role is refused in the handshake.
+* Identity (issue 13.7): ``group``, ``self_id``, ``broker_name`` (broker-hosted) and both file
+  sizes are recorded in the store's ``identity`` file (:meth:`store_identity`) and the group,
+  broker name and file sizes are compared with every peer in the handshake
+  (:meth:`handshake_identity`). ``conf_keys`` maps those fields to the keys an operator edits
+  (the broker passes ``dLegerGroup``, ``mappedFileSizeCommitLog``...); errors name them.
 * ``first_data_offset`` (``-1`` = none) is where the data file list starts for a store upgraded in
   place (RocketMQ's ``dividedCommitlogOffset``); the file store uses it for its first file.
 
@@ -93,6 +98,11 @@ class DLedgerConfig:
     preferred_leader_ids: Optional[str] = None
     pre_vote: bool = True
 
+    # identity (issue 13.7): recorded in the store's ``identity`` file and compared at handshake
+    broker_name: Optional[str] = None  # brokerName of the hosting broker (None: standalone member)
+    # field -> the configuration key an operator edits (errors name it); the broker passes its own
+    conf_keys: Optional[dict[str, str]] = None
+
     # -- derived
     @property
     def peer_map(self) -> dict[str, tuple[str, int]]:
@@ -125,6 +135,35 @@ class DLedgerConfig:
             return None
         addr = self.peer_map.get(peer_id)
         return f"{addr[0]}:{addr[1]}" if addr else None
+
+    # names of the settings in the standalone ``dledger server`` (a broker passes ``conf_keys``)
+    _CLI_KEYS = {
+        "group": "--group (group)", "self_id": "--id (selfId)", "broker_name": "brokerName",
+        "data_file_size": "--data-file-size (mappedFileSizeForEntryData)",
+        "index_file_size": "--index-file-size (mappedFileSizeForEntryIndex)",
+    }
+
+    def conf_key(self, name: str) -> str:
+        """The configuration key behind identity field ``name`` (for error messages)."""
+        return (self.conf_keys or {}).get(name) or self._CLI_KEYS.get(name, name)
+
+    def store_identity(self) -> Any:
+        """What the store's ``identity`` file records (:mod:`dledger.store.identity`)."""
+        from .store.identity import StoreIdentity
+
+        return StoreIdentity(self.group, self.self_id, self.mapped_file_size_for_entry_data,
+                             self.mapped_file_size_for_entry_index, self.broker_name)
+
+    def handshake_identity(self) -> dict[str, Any]:
+        """Fields every peer must agree on, exchanged and MACed in the handshake (issue 13.7):
+        ``{name: (value, conf key)}``; the group is checked by the handshake itself."""
+        out: dict[str, Any] = {
+            "data_file_size": (self.mapped_file_size_for_entry_data, self.conf_key("data_file_size")),
+            "index_file_size": (self.mapped_file_size_for_entry_index, self.conf_key("index_file_size")),
+        }
+        if self.broker_name is not None:
+            out["broker_name"] = (self.broker_name, self.conf_key("broker_name"))
+        return out
 
     def validate(self) -> "DLedgerConfig":
         peers = self.peer_map  # raises ValueError with a readable message

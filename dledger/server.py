@@ -130,6 +130,7 @@ class DLedgerServer:
             on_peer_message=self._on_peer_message,
             on_client_request=self._on_client_request,
             secret=config.auth_token,
+            identity=config.handshake_identity(),  # issue 13.7: file sizes / broker name must agree
             serve_clients=config.serve_clients,
             max_frame_size=config.max_frame_size,
         )

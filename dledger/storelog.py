@@ -43,6 +43,7 @@ from .core.messages import Entry
 from .core.raft import RaftCore
 from .core.ready import HardState
 from .entry import DLedgerEntry
+from .store.identity import StoreIdentityFile
 from .store.file_store import DLedgerMmapFileStore
 
 
@@ -55,7 +56,12 @@ def open_store(cfg: DLedgerConfig) -> DLedgerMmapFileStore:
         entry_crc=cfg.entry_crc,
         first_data_file_offset=max(cfg.first_data_offset, 0),
     )
-    return store.startup()
+    ident = StoreIdentityFile(store.default_path, store.data_store_path)  # issue 13.7
+    record = ident.verify(cfg.store_identity(), cfg.conf_key)
+    store.startup()
+    if record:
+        ident.save(cfg.store_identity())
+    return store
 
 
 def _ticks(ms: int, tick_ms: int, minimum: int = 1) -> int:

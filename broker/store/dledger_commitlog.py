@@ -88,6 +88,12 @@ class _NoFlushService:
         pass
 
 
+# DLedgerConfig identity fields -> the broker configuration keys an operator edits (issue 13.7)
+BROKER_DLEDGER_KEYS = {"group": "dLegerGroup", "self_id": "dLegerSelfId", "broker_name": "brokerName",
+                       "data_file_size": "mappedFileSizeCommitLog",
+                       "index_file_size": "mappedFileSizeForEntryIndex (DLedger's default; same build on every member)"}
+
+
 class DLedgerCommitLog:
     """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore."""
 
@@ -140,6 +146,9 @@ class DLedgerCommitLog:
         kw = dict(s.dledger_settings or {})
         kw.setdefault("store_base_dir", str(store.root))
         kw.setdefault("mapped_file_size_for_entry_data", s.mapped_file_size_commit_log)
+        # issue 13.7: the store's identity file and the handshake carry the brokerName; errors name broker keys
+        kw.setdefault("broker_name", getattr(store.broker_config, "broker_name", None))
+        kw.setdefault("conf_keys", BROKER_DLEDGER_KEYS)
         cfg = DLedgerConfig(**{k: v for k, v in kw.items() if v is not None})
         host: HostAddr = ("127.0.0.1", 10911)
         bc = store.broker_config

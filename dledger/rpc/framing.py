@@ -14,8 +14,8 @@ Rules
 * Every connection starts with a three-frame handshake (protocol version 2) before any other
   frame; handshake frames are never tagged:
 
-  1. acceptor -> connector ``{"t": "challenge", "v": 2, "group", "id", "nonce"}``
-  2. connector -> acceptor ``{"t": "hello", "v": 2, "group", "id", "role", "nonce", "mac"}``
+  1. acceptor -> connector ``{"t": "challenge", "v": 2, "group", "id", "nonce", "ident"}``
+  2. connector -> acceptor ``{"t": "hello", "v": 2, "group", "id", "role", "nonce", "ident", "mac"}``
   3. acceptor -> connector ``{"t": "welcome", "id", "mac"}`` or
      ``{"t": "reject", "code", "reason"}`` (then the acceptor closes).
 
@@ -23,10 +23,17 @@ Rules
   acceptor's peer set and must not be the acceptor's own id) or ``"client"`` (an application or
   the CLI: request/response traffic, any id). An acceptor built with ``allow_clients=False``
   (a broker-hosted member) rejects the client role. The group must match.
+* ``ident`` (issue 13.7) is what every member of a group must agree on besides the group: the
+  data and index file sizes and, for broker-hosted members, the broker name (``{name: value}``;
+  ``DLedgerConfig.handshake_identity``). Members whose files roll at different offsets cannot
+  replicate (the first roll kills one of them), so a peer whose ``ident`` differs is refused by
+  the acceptor (reject frame + log line naming both values and the key to fix, so both sides
+  log it), and by the connector too once the welcome is verified (an acceptor that did not compare). Clients send
+  no ``ident`` and are not compared.
 * With a shared secret (``dLegerAuthToken``; required unless the operator allowed an insecure
   loopback-only group) both sides prove it without sending it, over the transcript ``T = group |
-  acceptor id | connector id | role | acceptor nonce | connector nonce`` (each part
-  length-prefixed): ``hello.mac = HMAC-SHA256(secret, "hello" | T)``, ``welcome.mac =
+  acceptor id | connector id | role | acceptor nonce | connector nonce | acceptor ident |
+  connector ident`` (each part length-prefixed; an ident as sorted ``name=value`` pairs): ``hello.mac = HMAC-SHA256(secret, "hello" | T)``, ``welcome.mac =
   HMAC-SHA256(secret, "welcome" | T)``. Fresh 16-byte nonces on both sides mean no proof can be
   replayed on another connection. A node with a secret rejects a hello without a valid mac; a
   connector with a secret refuses a welcome without one (an impostor acceptor).
@@ -243,6 +250,38 @@ def _field(frame: Any, key: str, kind: type) -> Any:
     return value
 
 
+IDENT_NAMES = {"data_file_size": "data file size", "index_file_size": "index file size",
+               "broker_name": "broker name"}
+
+
+def _ident(frame: dict[str, Any]) -> dict[str, Any]:
+    """The ``ident`` map of a handshake frame (absent: empty); mistyped values are refused."""
+    value = frame.get("ident", {})
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, str)) and not isinstance(v, bool) for k, v in value.items()):
+        raise HandshakeRejected(UNSUPPORTED, "handshake field 'ident' mistyped")
+    return value
+
+
+def ident_text(ident: Optional[dict[str, Any]]) -> str:
+    """Canonical transcript form of an ident: sorted ``name=value`` pairs."""
+    return ";".join(f"{k}={v}" for k, v in sorted((ident or {}).items()))
+
+
+def compare_ident(mine: dict[str, Any], theirs: dict[str, Any], keys: dict[str, str], self_id: str,
+                  remote: str, group: str) -> Optional[str]:
+    """``None`` if equal, else one sentence naming the first difference, both values and the key."""
+    for name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(name), theirs.get(name)
+        if a != b:
+            what = IDENT_NAMES.get(name, name)
+            key = keys.get(name, name)
+            return (f"{what} differs: {remote} has {b if b is not None else '(none)'}, {self_id} has "
+                    f"{a if a is not None else '(none)'}; set {key} to the same value on every member of "
+                    f"group {group!r}")
+    return None
+
+
 def _hmac_states(key: bytes) -> tuple[Any, Any]:
     """The two keyed SHA-256 states of HMAC (RFC 2104): ``H(K^ipad)``, ``H(K^opad)``. Copying
     them per frame is a C-level copy; ``hmac.HMAC.copy`` adds ~0.5 us of Python per frame."""
@@ -349,6 +388,8 @@ class AcceptorHandshake:
         secret: str | None = None,
         nonce: bytes | None = None,
         allow_clients: bool = True,
+        ident: Optional[dict[str, Any]] = None,
+        ident_keys: Optional[dict[str, str]] = None,
     ) -> None:
         self.group = group
         self.self_id = self_id
@@ -356,9 +397,12 @@ class AcceptorHandshake:
         self.secret = secret or None
         self.nonce = nonce if nonce is not None else new_nonce()
         self.allow_clients = allow_clients
+        self.ident = dict(ident or {})
+        self.ident_keys = dict(ident_keys or {})
 
     def challenge(self) -> dict[str, Any]:
-        return {"t": "challenge", "v": PROTOCOL_VERSION, "group": self.group, "id": self.self_id, "nonce": self.nonce}
+        return {"t": "challenge", "v": PROTOCOL_VERSION, "group": self.group, "id": self.self_id, "nonce": self.nonce,
+                "ident": self.ident}
 
     def receive_hello(self, frame: Any) -> Accepted:
         if _field(frame, "t", str) != "hello":
@@ -369,6 +413,7 @@ class AcceptorHandshake:
         remote = _field(frame, "id", str)
         role = _field(frame, "role", str)
         cnonce = _field(frame, "nonce", bytes)
+        ident = _ident(frame)
         mac = frame.get("mac", b"") or b""
         if group != self.group:
             raise HandshakeRejected(UNKNOWN_GROUP, f"group {group!r} is not {self.group!r}")
@@ -379,7 +424,7 @@ class AcceptorHandshake:
                 raise HandshakeRejected(UNKNOWN_MEMBER, f"{remote!r} is not a member of group {self.group!r}")
         elif role != ROLE_CLIENT:
             raise HandshakeRejected(UNSUPPORTED, f"unknown role {role!r}")
-        transcript = (group, self.self_id, remote, role, self.nonce, cnonce)
+        transcript = (group, self.self_id, remote, role, self.nonce, cnonce, ident_text(self.ident), ident_text(ident))
         session = None
         if self.secret is not None:
             expected = _mac(self.secret, "hello", *transcript)
@@ -387,6 +432,10 @@ class AcceptorHandshake:
                 raise HandshakeRejected(AUTH_FAILED, f"{role} {remote!r} failed authentication "
                                                      "(missing or wrong dLegerAuthToken)")
             session = Session.derive(self.secret, transcript, acceptor=True)
+        if role == ROLE_PEER:  # after the proof: only a secret holder learns our configuration is off
+            diff = compare_ident(self.ident, ident, self.ident_keys, self.self_id, remote, self.group)
+            if diff is not None:
+                raise HandshakeRejected(UNEXPECTED_MEMBER, f"peer {remote!r} refused: {diff}")
         if role == ROLE_CLIENT and not self.allow_clients:  # authenticated, but not served here
             raise HandshakeRejected(CLIENTS_REFUSED, f"client {remote!r} refused: this member serves its "
                                                      "peers only (broker-hosted DLedger; use the broker's API)")
@@ -409,6 +458,8 @@ class ConnectorHandshake:
         secret: str | None = None,
         expect_id: str | None = None,
         nonce: bytes | None = None,
+        ident: Optional[dict[str, Any]] = None,
+        ident_keys: Optional[dict[str, str]] = None,
     ) -> None:
         self.group = group
         self.self_id = self_id
@@ -416,9 +467,12 @@ class ConnectorHandshake:
         self.secret = secret or None
         self.expect_id = expect_id
         self.nonce = nonce if nonce is not None else new_nonce()
+        self.ident = dict(ident or {})
+        self.ident_keys = dict(ident_keys or {})
         self.remote_id: str | None = None
         self.session: Optional[Session] = None
         self._transcript: tuple[str | bytes, ...] = ()
+        self._remote_ident: dict[str, Any] = {}
 
     def receive_challenge(self, frame: Any) -> dict[str, Any]:
         if _field(frame, "t", str) != "challenge":
@@ -429,12 +483,15 @@ class ConnectorHandshake:
         group = _field(frame, "group", str)
         remote = _field(frame, "id", str)
         snonce = _field(frame, "nonce", bytes)
+        remote_ident = _ident(frame)
         if group != self.group:
             raise HandshakeRejected(UNKNOWN_GROUP, f"remote serves group {group!r}, not {self.group!r}")
         if self.expect_id is not None and remote != self.expect_id:
             raise HandshakeRejected(UNEXPECTED_MEMBER, f"dialled {self.expect_id!r} but {remote!r} answered")
         self.remote_id = remote
-        self._transcript = (self.group, remote, self.self_id, self.role, snonce, self.nonce)
+        self._remote_ident = remote_ident
+        self._transcript = (self.group, remote, self.self_id, self.role, snonce, self.nonce,
+                            ident_text(remote_ident), ident_text(self.ident))
         return {
             "t": "hello",
             "v": PROTOCOL_VERSION,
@@ -442,6 +499,7 @@ class ConnectorHandshake:
             "id": self.self_id,
             "role": self.role,
             "nonce": self.nonce,
+            "ident": self.ident,
             "mac": _mac(self.secret, "hello", *self._transcript),
         }
 
@@ -463,6 +521,10 @@ class ConnectorHandshake:
             if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
                 raise HandshakeRejected(AUTH_FAILED, "remote failed to prove the shared secret (dLegerAuthToken)")
             self.session = Session.derive(self.secret, self._transcript, acceptor=False)
+        if self.role == ROLE_PEER:  # an acceptor that did not compare (or lied) is still refused
+            diff = compare_ident(self.ident, self._remote_ident, self.ident_keys, self.self_id, remote, self.group)
+            if diff is not None:
+                raise HandshakeRejected(UNEXPECTED_MEMBER, f"peer {remote!r} refused: {diff}")
         return remote
 
 

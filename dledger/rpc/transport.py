@@ -10,7 +10,8 @@ Rules
   role is ``"client"`` carries request frames ``{"t": "req", "rid", "op", ...}`` answered, in any
   order, by ``{"t": "resp", "rid", "code", ...}`` frames (see ``client.py``).
 * Every connection starts with the handshake of ``framing.py`` (group check, member check,
-  role check, HMAC proof of ``dLegerAuthToken``); a failed handshake gets a reject frame, one
+  role check, HMAC proof of ``dLegerAuthToken``, identity check: file sizes and broker name
+  from ``identity``, ``DLedgerConfig.handshake_identity``); a failed handshake gets a reject frame, one
   warning line naming the remote address, the claimed id and the reason, and is closed.
   ``serve_clients=False`` (a broker-hosted member) rejects the client role in the handshake:
   outsiders can neither append nor read.
@@ -270,7 +271,8 @@ class _AcceptedConn(_Conn):
     def __init__(self, owner: "PeerTransport") -> None:
         super().__init__(owner, _Outbox(owner.counters, owner.max_queue_bytes))
         self.hs = fr.AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret,
-                                       allow_clients=owner.serve_clients)
+                                       allow_clients=owner.serve_clients, ident=owner.ident,
+                                       ident_keys=owner.ident_keys)
         self.role: Optional[str] = None
         self.session: Optional[ClientSession] = None
 
@@ -314,7 +316,8 @@ class _DialledConn(_Conn):
     def __init__(self, owner: "PeerTransport", link: "_PeerLink") -> None:
         super().__init__(owner, link.outbox)
         self.link = link
-        self.hs = fr.ConnectorHandshake(owner.group, owner.self_id, fr.ROLE_PEER, owner.secret, expect_id=link.peer_id)
+        self.hs = fr.ConnectorHandshake(owner.group, owner.self_id, fr.ROLE_PEER, owner.secret, expect_id=link.peer_id,
+                                        ident=owner.ident, ident_keys=owner.ident_keys)
         self.session: Optional[fr.Session] = None
         self.handshake_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -383,7 +386,7 @@ class _PeerLink:
                 raise
             except fr.HandshakeRejected as exc:
                 self.last_error = str(exc)
-                log.warning("%s: peer %s refused us: %s", self.owner.self_id, self.peer_id, exc)
+                log.warning("%s: handshake with peer %s failed: %s", self.owner.self_id, self.peer_id, exc)
                 delay = self.owner.reconnect_max_s
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -443,6 +446,7 @@ class PeerTransport:
         reconnect_max_s: float = 1.0,
         handshake_timeout_s: float = 2.0,
         listen_host: Optional[str] = None,
+        identity: Optional[dict[str, tuple[Any, str]]] = None,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not in the peer list {sorted(peers)}")
@@ -460,6 +464,9 @@ class PeerTransport:
         self.reconnect_max_s = reconnect_max_s
         self.handshake_timeout_s = handshake_timeout_s
         self.listen_host = listen_host
+        # {name: (value, conf key)} every peer must share (DLedgerConfig.handshake_identity)
+        self.ident = {name: value for name, (value, _key) in (identity or {}).items()}
+        self.ident_keys = {name: key for name, (_value, key) in (identity or {}).items()}
         self.counters = Counters()
         self.links = {pid: _PeerLink(self, pid, addr) for pid, addr in self.peers.items() if pid != self_id}
         self._accepted: set[_AcceptedConn] = set()

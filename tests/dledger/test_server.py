@@ -439,7 +439,9 @@ async def _peer_session(port: int, claim_id: str, secret: str):
                 return got[0]
         raise AssertionError("no handshake frame")
 
-    writer.write(fr.encode_frame(hs.receive_challenge(await frame())))
+    challenge = await frame()
+    hs.ident = challenge.get("ident", {})  # a well-configured member: same file sizes (issue 13.7)
+    writer.write(fr.encode_frame(hs.receive_challenge(challenge)))
     hs.receive_welcome(await frame())
     return writer, hs.session.sealer
 

@@ -61,6 +61,8 @@ class RawConn:
         attacker would) and return the welcome/reject frame; sets :attr:`session` on success."""
         hs = fr.ConnectorHandshake(group, claim_id, role, secret)
         challenge = await self.frame()
+        if isinstance(challenge, dict) and role == fr.ROLE_PEER:
+            hs.ident = challenge.get("ident", {})  # claims a well-configured member's identity (issue 13.7)
         self.write(fr.encode_frame(hs.receive_challenge(challenge)) + then)
         reply = await self.frame()
         if isinstance(reply, dict) and reply.get("t") == "welcome":

@@ -1,0 +1,95 @@
+"""Issue 13.7 with real ``dledger server`` processes: configuration that used to diverge silently.
+
+* Two members whose data file sizes differ used to elect a leader and replicate until the first
+  file rolled, then one died. Now each refuses the other in the handshake, and both logs carry
+  one line naming both values and the key to fix.
+* A member started on a store of another group used to serve it under the new name. Now it
+  exits non-zero with one ``dledger: error:`` line naming the identity file and the key.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.devtools.procs import free_ports
+
+pytestmark = [pytest.mark.multiprocess]
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "divergent-config-secret-01"
+
+
+def _server(root: Path, nid: str, peers: str, *extra: str, group: str = "g") -> subprocess.Popen:
+    log = open(root / f"{nid}.log", "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "dledger.cli", "server", "--group", group, "--id", nid, "--peers", peers,
+         "--store", str(root), "--index-file-size", "64k", "--auth-token", SECRET, "--log-level", "WARNING", *extra],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _wait_for(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_members_with_different_data_file_sizes_refuse_each_other(tmp_path: Path) -> None:
+    p0, p1 = free_ports(2)
+    peers = f"n0-127.0.0.1:{p0};n1-127.0.0.1:{p1}"
+    procs = [_server(tmp_path, "n0", peers, "--data-file-size", "1m"),
+             _server(tmp_path, "n1", peers, "--data-file-size", "2m")]
+    logs = [tmp_path / "n0.log", tmp_path / "n1.log"]
+    line = "data file size differs"
+    try:
+        assert _wait_for(lambda: all(line in lg.read_text() for lg in logs), 20), \
+            [lg.read_text()[-2000:] for lg in logs]
+        for lg, (me, mine, other, theirs) in zip(logs, [("n0", 1048576, "n1", 2097152),
+                                                          ("n1", 2097152, "n0", 1048576)]):
+            text = lg.read_text()
+            # the acceptor's refusal, and the refusal it received as a connector
+            assert f"{me}: refused connection from" in text
+            assert f"{other} has {theirs}, {me} has {mine}; set --data-file-size (mappedFileSizeForEntryData) " \
+                   "to the same value on every member of group 'g'" in text
+            assert f"{me}: handshake with peer {other} failed" in text
+            assert "Traceback" not in text
+        assert all(p.poll() is None for p in procs)  # refusing, not dying
+    finally:
+        _stop(procs)
+
+
+def test_member_refuses_a_store_of_another_group(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    peers = f"n0-127.0.0.1:{port}"
+    first = _server(tmp_path, "n0", peers, "--data-file-size", "1m")
+    try:
+        assert _wait_for(lambda: (tmp_path / "dledger-n0" / "identity").exists(), 20)
+    finally:
+        _stop([first])
+    second = _server(tmp_path, "n0", peers, "--data-file-size", "1m", group="other")
+    try:
+        assert second.wait(30) != 0
+    finally:
+        _stop([second])
+    text = (tmp_path / "n0.log").read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("dledger: error:")]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    assert f"{tmp_path / 'dledger-n0' / 'identity'} records group group=g but this member is configured with " \
+           "other (--group (group)); set --group (group)=g" in lines[0]
