@@ -119,6 +119,16 @@ class DLedgerRoleChangeHandler:
         m.register_gauge("rocketmq_dledger_committed_index", "Committed DLedger entry index",
                          lambda: [({}, dl.committed_index)])
         m.register_gauge("rocketmq_dledger_role_changes", "Role changes applied by the broker", lambda: [({}, self.changes)])
+        # issue 13.2: stranded followers (retention/lost stores) are visible, never silent
+        m.register_gauge("rocketmq_dledger_peer_behind_begin", "1 while a follower needs entries below the leader's "
+                         "begin index (retention removed them; it is reset to the leader's first entry)",
+                         lambda: [({"peer": v.peer}, int(v.behind_begin)) for v in srv.core.status().peers])
+        m.register_gauge("rocketmq_dledger_peer_resets_total", "Follower progress resets on this leader: kind=hint (its "
+                         "log was shorter than acknowledged), kind=begin (reset to our begin index)",
+                         lambda: [({"peer": v.peer, "kind": k}, n) for v in srv.core.status().peers
+                                  for k, n in (("hint", v.hint_resets), ("begin", v.begin_resets))], kind="counter")
+        m.register_gauge("rocketmq_dledger_begin_resets_total", "Times this member's log was reset to a leader's begin "
+                         "index", lambda: [({}, srv.counters.get("begin_resets", 0))], kind="counter")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -277,7 +287,10 @@ class DLedgerRoleChangeHandler:
         st = await self._on_dledger_loop(self.server.status, timeout=5.0)
         leader = st.get("leader_id")
         followers = {pid: {"matchIndex": p.get("match_index"), "lag": p.get("lag"), "state": p.get("state"),
-                           "active": p.get("recent_active"), "apiAddress": self.api_address_of(pid)}
+                           "active": p.get("recent_active"), "apiAddress": self.api_address_of(pid),
+                           # issue 13.2: lost-log / behind-begin resets, and "needs entries we no longer hold"
+                           "hintResets": p.get("hint_resets"), "beginResets": p.get("begin_resets"),
+                           "behindBegin": p.get("behind_begin")}
                      for pid, p in (st.get("peers") or {}).items()}
         dl = self.commitlog.dledger_store
         return {
@@ -292,6 +305,7 @@ class DLedgerRoleChangeHandler:
             "preferredLeaders": list(self.server.core.cfg.preferred_leaders),
             "followers": followers,
             "roleChanges": self.changes, "lastRoleChangeAt": self.last_change_ms,
+            "beginResets": (st.get("counters") or {}).get("begin_resets", 0),
             "lastLeaderCatchUpMs": self.last_leader_wait_ms,
             "apiPeers": dict(self.http_peers),
         }

@@ -93,14 +93,15 @@ def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = No
     src_cl = src_commitlog or src_root / "commitlog"
     dst_cl = dst_commitlog or dst_root / "commitlog"
     files = _old_files(src_cl)
-    if not files:
-        raise ReseedError(f"no commitlog files in {src_cl} (pass --from-commitlog if storePathCommitLog is elsewhere)")
+    divided = divided_offset(src_root, src_dledger_data)
+    if not files and divided is None:
+        raise ReseedError(f"no commitlog files in {src_cl} and no DLedger data under {src_root} (give the source "
+                          f"broker's storePathRootDir; --from-commitlog if storePathCommitLog is elsewhere)")
     if not verify_only:
         held = _lock_holder(dst_root) if dst_root.exists() else None
         if held:
             raise ReseedError(f"the destination store is in use ({held}); stop its broker first")
-    divided = divided_offset(src_root, src_dledger_data)
-    size = files[0].stat().st_size
+    size = files[0].stat().st_size if files else 0
     wanted = [p for p in files if divided is None or int(p.name) + size <= divided]
     report = ReseedReport(divided)
     for src in wanted:
