@@ -146,3 +146,33 @@ def test_a_member_at_the_largest_term_never_campaigns_past_it(pre_vote: bool) ->
             assert all(m.term <= max_long for m in rd.messages)
             core.advance(rd)
     assert core.term == max_long
+
+
+# ---------------------------------------------------------------- issue 13.2: reject hint, begin requests
+def test_begin_request_round_trips_and_is_validated() -> None:
+    from dledger.core.messages import AppendRequest, Entry, MessageError, from_dict
+
+    m = AppendRequest("n0", "n1", 3, 99, -1, 120, (Entry(100, 2, b"x"),), begin=True)
+    assert from_dict(m.to_dict()) == m
+    plain = AppendRequest("n0", "n1", 3, 5, 2, 4)
+    assert "begin" not in plain.to_dict()  # older peers never see the field
+    with pytest.raises(MessageError, match="begin request"):
+        from_dict({**AppendRequest("n0", "n1", 3, 99, -1, 1, (), begin=True).to_dict()})
+    with pytest.raises(MessageError, match="begin request"):
+        from_dict(AppendRequest("n0", "n1", 3, 99, 2, 1, (Entry(100, 2, b"x"),), begin=True).to_dict())
+
+
+def test_progress_resets_when_the_follower_log_is_shorter_than_match() -> None:
+    from dledger.core.progress import PState, Progress
+
+    pr = Progress(0)
+    pr.acked(59)
+    assert (pr.state, pr.match) == (PState.REPLICATE, 59)
+    assert not pr.rejected(40, 41, 80)          # stale: at or below match, log not shorter
+    assert pr.match == 59
+    assert pr.rejected(59, 0, -1)               # the follower's store was moved away
+    assert (pr.state, pr.match, pr.next, pr.hint_resets) == (PState.PROBE, -1, 0, 1)
+    pr.acked(59)
+    pr.become_probe()
+    assert pr.rejected(59, 10, 9)               # PROBE too; resumes after what it still holds
+    assert (pr.match, pr.next) == (-1, 10)
