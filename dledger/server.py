@@ -2,13 +2,14 @@
 
 Rules
 -----
-* One asyncio event loop owns everything. The core is fed only from the loop thread; the only
-  work done in a worker thread is the durable flush (``fsync``), so the loop never blocks on the
-  disk for appends.
+* One asyncio event loop owns everything. The core is fed only from the loop thread; the work
+  done in worker threads is the durable flush of the log (``fsync``) and the writes of
+  ``currterm``/``checkpoint`` (``dledger.statewriter``), so the loop never blocks on the disk.
 * The driver contract of ``dledger.core.ready`` is followed literally. For every ``Ready``:
   truncate the store, append follower entries as received, append the leader barrier (through
   the append hooks), persist the hard state (``currterm``, fsynced) **before** sending any
-  message, send messages, apply the commit index to the store, complete append futures, notify
+  message (the StateWriter's worker writes it; its gate holds this and every later message until
+  the write is durable), send messages, apply the commit index to the store, complete append futures, notify
   role listeners, then ``advance``.
 * Durability: entries count towards a quorum only once flushed. A dedicated flusher thread
   (``storelog.GroupFlusher``) groups every append made while the previous flush ran into the
@@ -61,6 +62,7 @@ from .errors import DLedgerError
 from .rpc import transport as tp
 from .entry import BODY_OFFSET
 from .store.file_store import MAX_ENTRY_SIZE
+from .statewriter import StateWriter
 from .storelog import GroupFlusher, StoreLog, open_store
 
 log = logging.getLogger("dledger.server")
@@ -109,6 +111,7 @@ class DLedgerServer:
         self._stopping = False
         self._tasks: list[asyncio.Task] = []
         self._flusher: Optional[GroupFlusher] = None
+        self._state: Optional[StateWriter] = None  # currterm/checkpoint writes off the loop (issue 13.5)
         self.fatal_error: Optional[str] = None
         self.stopped = asyncio.Event()
         self.counters = {
@@ -144,6 +147,9 @@ class DLedgerServer:
         self._flusher = GroupFlusher(self.log_view, self._loop, self._on_flushed, self._on_flush_error, self.counters,
                                      name=f"dledger-flush-{self.config.self_id}")
         self._flusher.start()
+        self._state = StateWriter(self.log_view, self._loop, self.transport.send,
+                                  lambda exc: self._fatal(f"persisting the hard state failed: {exc}"),
+                                  name=f"dledger-state-{self.config.self_id}")
         await self.transport.start()
         self._started = True
         self._tasks = [
@@ -177,6 +183,8 @@ class DLedgerServer:
         for fut in self._transfers.values():
             if not fut.done():
                 fut.set_result(Code.INTERNAL_ERROR)
+        if self._state is not None:
+            await asyncio.to_thread(self._state.close)  # pending currterm/checkpoint writes first
         try:
             self.log_view.close()  # flush + checkpoint + close files
         finally:
@@ -431,10 +439,10 @@ class DLedgerServer:
             lv.append_as_leader([body], d.first_index, d.term)
             wrote = True
         if rd.hard_state is not None:
-            lv.persist_hard_state(rd.hard_state.term, rd.hard_state.vote)
+            self._state.persist_hard_state(rd.hard_state.term, rd.hard_state.vote)  # type: ignore[union-attr]
         if wrote:
             self._flusher.request()  # type: ignore[union-attr]
-        send = self.transport.send
+        send = self._state.send  # type: ignore[union-attr]  # held until the hard state is durable
         for m in rd.messages:
             send(m.dst, m.to_dict())
         if rd.committed_index is not None:
@@ -535,7 +543,7 @@ class DLedgerServer:
         while True:
             await asyncio.sleep(period)
             try:
-                self.log_view.persist_checkpoint()
+                await self._state.checkpoint()  # type: ignore[union-attr]  # in the state writer's thread
             except OSError:
                 log.exception("%s: checkpoint write failed", self.config.self_id)
 

@@ -1,0 +1,98 @@
+"""Issue 13.5 (DLedger): hard-state and checkpoint fsyncs must not stall the consensus loop.
+
+A real 3-member group on 127.0.0.1 (one process, one event loop, real files and sockets) runs with
+every fsync of the small state files (``currterm``, ``checkpoint``) slowed to ``SLOW_S`` -- a slow
+disk. Leadership is moved around (each move is a term change: ``currterm`` written on every
+member) while a monitor measures how late the loop runs its callbacks. Before the change, each
+term change blocked the loop for about three fsyncs per member (``.tmp``, ``.bak``, directory),
+long enough to trigger elections; now the loop never waits for them.
+
+Raft's rule is checked at the same time: a member never sends a message of a term its
+``currterm`` file does not yet hold (the Ready's hard state is durable before its messages).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from dledger.store import safefile
+from tests.dledger.test_server import Group
+
+SLOW_S = 0.1  # x3 fsyncs per write: 300 ms per currterm write
+
+
+class _SlowFsyncOs:
+    """``os`` for :mod:`dledger.store.safefile` only: its fsyncs take ``SLOW_S`` longer."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def fsync(fd: int) -> None:
+        time.sleep(SLOW_S)
+        os.fsync(fd)
+
+
+async def _monitor(stalls: list[float], stop: asyncio.Event, period: float = 0.005) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t0 = loop.time()
+        await asyncio.sleep(period)
+        stalls.append(loop.time() - t0 - period)
+
+
+@pytest.fixture
+async def slow_group(tmp_path, monkeypatch):
+    monkeypatch.setattr(safefile, "os", _SlowFsyncOs())
+    # An election needs two hard-state writes in a row (the candidate's term, then each voter's
+    # vote) before a vote is answered: the election timeout must exceed that on any disk.
+    g = Group(tmp_path, checkpoint_interval_ms=200, election_timeout_min_ms=1500, election_timeout_max_ms=3000)
+    try:
+        yield g
+    finally:
+        await g.stop_all()
+
+
+async def test_term_changes_and_checkpoints_on_a_slow_disk_do_not_stall_the_loop(slow_group: Group) -> None:
+    g = slow_group
+    await g.start_all()
+    violations: list[str] = []
+    for nid, s in g.servers.items():  # Raft: a message's term is durable in currterm before it leaves
+        real_send = s.transport.send
+
+        def send(dst: str, msg: dict, s=s, nid=nid, real_send=real_send) -> None:
+            durable, _vote = s.store.member_state_file.load()
+            if msg.get("term", 0) > durable and not msg.get("pre_vote"):  # a pre-vote asks for term+1 unpersisted
+                violations.append(f"{nid} sent {msg.get('t')} of term {msg['term']} with currterm {durable}")
+            real_send(dst, msg)
+
+        s.transport.send = send  # type: ignore[method-assign]
+    stalls: list[float] = []
+    stop = asyncio.Event()
+    mon = asyncio.get_running_loop().create_task(_monitor(stalls, stop))
+    t0 = time.perf_counter()
+    leader = None
+    try:
+        leader = await g.leader(timeout=20)
+        for _ in range(3):  # three term changes, with checkpoints every 200 ms meanwhile
+            target = next(n for n in g.ids if n != leader.config.self_id)
+            await leader.transfer_leadership(target, timeout=10)
+            leader = await g.leader(timeout=20)
+            index, _ = await asyncio.wait_for(leader.append(b"after a term change"), 10)
+            await g.converged(timeout=20)
+        await asyncio.sleep(0.5)  # a few more checkpoints
+    finally:
+        stop.set()
+        await mon
+        worst = max(stalls)
+        print(f"\nslow fsync {SLOW_S * 1000:.0f} ms: loop stall max {worst * 1000:.1f} ms, "
+              f"p99 {sorted(stalls)[int(len(stalls) * 0.99)] * 1000:.1f} ms over {time.perf_counter() - t0:.1f} s; "
+              f"term {leader.term if leader else None}")
+    assert not violations, violations[:5]
+    assert worst < SLOW_S / 2, f"the loop stalled {worst * 1000:.0f} ms behind a {SLOW_S * 1000:.0f} ms fsync"
+    durable, _ = leader.store.member_state_file.load()
+    assert durable == leader.term
