@@ -140,7 +140,7 @@ class DLedgerConfig:
     _CLI_KEYS = {
         "group": "--group (group)", "self_id": "--id (selfId)", "broker_name": "brokerName",
         "data_file_size": "--data-file-size (mappedFileSizeForEntryData)",
-        "index_file_size": "--index-file-size (mappedFileSizeForEntryIndex)",
+        "index_file_size": "--index-file-size (mappedFileSizeForEntryIndex)", "store": "--store (storeBaseDir)",
     }
 
     def conf_key(self, name: str) -> str:

@@ -90,6 +90,7 @@ class _NoFlushService:
 
 # DLedgerConfig identity fields -> the broker configuration keys an operator edits (issue 13.7)
 BROKER_DLEDGER_KEYS = {"group": "dLegerGroup", "self_id": "dLegerSelfId", "broker_name": "brokerName",
+                       "store": "storePathRootDir",
                        "data_file_size": "mappedFileSizeCommitLog",
                        "index_file_size": "mappedFileSizeForEntryIndex (DLedger's default; same build on every member)"}
 

@@ -108,7 +108,7 @@ class StoreIdentityFile:
             if recorded is None or configured is None or str(configured) == recorded.strip():
                 continue
             hint = ("this store holds another member's or group's log: point the member at its own store "
-                    "(storePathRootDir / --store)" if name in ("group", "self_id", "broker_name") else
+                    f"({conf_key('store')})" if name in ("group", "self_id", "broker_name") else
                     "the existing files were cut at the recorded size: configure the same size "
                     "(a new size needs a new, empty store)")
             raise StoreIdentityError(
