@@ -62,7 +62,9 @@ _Q = struct.Struct(">q")
 
 def has_dledger_data_files(data_dir: str | Path) -> bool:
     d = Path(data_dir)
-    return d.is_dir() and any(p.is_file() and len(p.name) == 20 and p.name.isdigit() for p in d.iterdir())
+    # a 0-byte file is an interrupted creation the file list removes at load (issue 13.4): not data
+    return d.is_dir() and any(p.is_file() and len(p.name) == 20 and p.name.isdigit() and p.stat().st_size > 0
+                              for p in d.iterdir())
 
 
 def recover_dledger_commitlog(store: Any, cl: "DLedgerCommitLog") -> None:
