@@ -395,6 +395,7 @@ class DLedgerServer:
             "peers": peers,
             "counters": dict(self.counters),
             "transport": self.transport.stats(),
+            "state_writer": dict(self._state.counters) if self._state is not None else {},  # issue 13.5
         }
 
     # ------------------------------------------------------------------ the drive loop

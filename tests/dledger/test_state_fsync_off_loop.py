@@ -96,3 +96,5 @@ async def test_term_changes_and_checkpoints_on_a_slow_disk_do_not_stall_the_loop
     assert worst < SLOW_S / 2, f"the loop stalled {worst * 1000:.0f} ms behind a {SLOW_S * 1000:.0f} ms fsync"
     durable, _ = leader.store.member_state_file.load()
     assert durable == leader.term
+    sw = leader.status()["state_writer"]
+    assert sw["hard_state_writes"] >= 1 and sw["checkpoint_writes"] >= 1, sw
