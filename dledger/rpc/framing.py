@@ -11,11 +11,12 @@ Rules
   (before buffering the body), and the connection must then be dropped. Undecodable msgpack
   raises :class:`FrameError`, a bad tag :class:`FrameAuthError`. After an error the decoder
   refuses further input.
-* Every connection starts with a three-frame handshake (protocol version 2) before any other
-  frame; handshake frames are never tagged:
+* Every connection starts with a three-frame handshake (protocol version 3: 3 added ``ident``,
+  so a build speaking 2 is refused by version, not by a failed proof) before any other frame;
+  handshake frames are never tagged:
 
-  1. acceptor -> connector ``{"t": "challenge", "v": 2, "group", "id", "nonce", "ident"}``
-  2. connector -> acceptor ``{"t": "hello", "v": 2, "group", "id", "role", "nonce", "ident", "mac"}``
+  1. acceptor -> connector ``{"t": "challenge", "v": 3, "group", "id", "nonce", "ident"}``
+  2. connector -> acceptor ``{"t": "hello", "v": 3, "group", "id", "role", "nonce", "ident", "mac"}``
   3. acceptor -> connector ``{"t": "welcome", "id", "mac"}`` or
      ``{"t": "reject", "code", "reason"}`` (then the acceptor closes).
 
@@ -74,7 +75,7 @@ from typing import Any, Iterable, Optional
 
 import msgpack
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 NONCE_SIZE = 16
