@@ -25,6 +25,23 @@ Rules:
   (``rocketmq_broker_listen_*``).
 - One log line per state change: started as ROLE, role changed, shutting down, stopped. HA and
   SlaveSynchronize log their own transitions (slave connected/disconnected, sync failing/ok).
+- A DLedger member that stops itself (disk full on a follower append, a failed flush or
+  hard-state write, a store that refused what consensus decided: ``DLedgerServer._fatal``) ends
+  the broker (issue 13.1): :meth:`member_stopped` marks it unhealthy at once (``/health`` answers
+  503 with the cause, ``/status`` carries ``memberStopped``, the gauge
+  ``rocketmq_broker_dledger_member_stopped`` is 1, writes are refused ``SERVICE_NOT_AVAILABLE``,
+  and the store's reads refuse instead of reporting data as removed/not found), then
+  :meth:`run_until_signal` shuts down and raises :class:`BrokerMemberStoppedError`, which
+  ``mqbroker`` prints as one line (cause and fix) with exit code 4.
+
+  Why exit rather than restart the member in place: the member stops exactly when its store and
+  the consensus state may disagree (a Ready half applied, a flush of unknown extent); the only
+  path that re-establishes what is durable is the recovery that runs at start-up. Re-running it
+  inside a live broker would mean tearing down the DLedgerCommitLog, the dispatch and the
+  ConsumeQueues under running request handlers. A non-zero exit lets the operator's supervisor
+  (systemd ``Restart=on-failure``, Kubernetes) restart it once the cause is fixed, through the
+  one tested start path; a supervisor also sees a crash loop, which a silent in-process retry
+  would hide.
 
 Theory of operation: everything runs on one asyncio loop. The controller owns the objects; the
 request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
@@ -64,6 +81,20 @@ SLAVE = "SLAVE"
 
 class BrokerStartError(RuntimeError):
     """The broker could not start; the message says why in one sentence."""
+
+
+class BrokerMemberStoppedError(RuntimeError):
+    """The DLedger member stopped itself while the broker ran; the message names cause and fix."""
+
+
+def member_stopped_fix(reason: str, root: Path) -> str:
+    """The operator's next step for a DLedger member that stopped itself with ``reason``."""
+    low = reason.lower()
+    if "disk full" in low or "no space" in low or "enospc" in low or "store is marked full" in low:
+        return (f"free space on the filesystem of storePathRootDir={root} (or give it a bigger disk), then restart "
+                f"mqbroker; recovery on start keeps every committed entry")
+    return (f"fix the cause above (see the log for the failing file), then restart mqbroker: recovery on start "
+            f"re-checks storePathRootDir={root}; if it refuses to start, run `mqupgrade validate` on that store")
 
 
 def _cfg(obj: Any, name: str, default: Any = None) -> Any:
@@ -120,6 +151,8 @@ class BrokerController:
         self._housekeeping: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
+        self.member_failure: Optional[str] = None  # set once the DLedger member stopped itself (issue 13.1)
+        self._member_stopped = asyncio.Event()
         self.writable = False  # False until started, and while shutting down
         self._register_gauges()
 
@@ -161,6 +194,8 @@ class BrokerController:
                 f"broker {self.broker_name} id {self.broker_id} is {self.broker_role}, not the master; write to the master",
                 masterAddress=self.master_api_address,
             )
+        if self.member_failure is not None:
+            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, self.member_failure)
         if not self.writable:
             raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker is starting or shutting down")
 
@@ -396,14 +431,39 @@ class BrokerController:
             self._lock = None
 
     async def run_until_signal(self) -> None:
-        """Start, then wait for SIGTERM/SIGINT and shut down cleanly."""
+        """Start, then wait for SIGTERM/SIGINT and shut down cleanly; or, when the DLedger
+        member stopped itself, shut down and raise :class:`BrokerMemberStoppedError`."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await self.start()
-        await stop.wait()
+        waits = [loop.create_task(stop.wait()), loop.create_task(self._member_stopped.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
         await self.shutdown()
+        if self.member_failure is not None:
+            raise BrokerMemberStoppedError(f"{self.member_failure}; {member_stopped_fix(self.member_failure, self.root_dir)}")
+
+    def member_stopped(self, reason: str) -> None:
+        """The DLedger member stopped itself (broker loop): unhealthy from now on, then exit."""
+        if self.member_failure is not None:
+            return
+        self.member_failure = f"DLedger member of broker {self.broker_name} stopped itself: {reason}"
+        self.writable = False
+        log.critical("%s; the broker refuses reads and writes and shuts down (%s)", self.member_failure,
+                     member_stopped_fix(reason, self.root_dir))
+        self._member_stopped.set()
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``: ok only while the broker can serve (its DLedger member is running)."""
+        if self.member_failure is not None:
+            return {"ok": False, "error": self.member_failure,
+                    "fix": member_stopped_fix(self.member_failure, self.root_dir)}
+        return {"ok": True}
 
     # ------------------------------------------------------------------ replication wait
     async def wait_for_replication(self, next_offset: int) -> str:
@@ -425,6 +485,7 @@ class BrokerController:
             "masterAddress": self.master_api_address, "dLegerEnabled": self.dledger_enabled,
             "pid": os.getpid(), "startedAt": self.started_ms, "writable": self.writable and self.is_master(),
             "storePathRootDir": str(self.root_dir), "confPath": self.conf_path,
+            "healthy": self.member_failure is None, "memberStopped": self.member_failure,
         }
         if sa is not None:
             out.update(sa.status())
@@ -488,6 +549,8 @@ class BrokerController:
         m.register_gauge("rocketmq_broker_ha_refused_connections_total", "HA connections refused before admission "
                          "(no/wrong haAuthToken, handshake timeout, limits)", kind="counter", callback=lambda: [({}, v)]
                          if (v := self.ha_status().get("refusedConnections")) is not None else [])
+        m.register_gauge("rocketmq_broker_dledger_member_stopped", "1 once the DLedger member stopped itself "
+                         "(the broker refuses requests and exits)", lambda: [({}, int(self.member_failure is not None))])
         m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(self.metadata.topics()))])
         m.register_gauge("rocketmq_broker_listen_connections", "Open connections per listen port",
                          lambda: self._listen_samples("open"))

@@ -24,6 +24,11 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
 - Each peer's HTTP API address comes from ``dLegerPeersHttp`` (``n0-127.0.0.1:30911;...``); this
   node's own address is always known.
 - No classic HA service runs in this mode (the controller does not start one).
+- A member that stops itself (``DLedgerServer.fatal_error`` set, or ``stopped`` without the
+  broker asking) is reported to the controller within ``poll_s * 10`` by a watcher task
+  (``BrokerController.member_stopped``: unhealthy, reads and writes refused, then exit; see the
+  controller's rules for why it exits rather than restarting the member). Polling two plain
+  attributes keeps ``dledger/server.py`` free of broker hooks.
 
 Theory of operation: the DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
 ("DLedgerLoop"); its role-change and leader-ready listeners are called there. They only record
@@ -91,6 +96,7 @@ class DLedgerRoleChangeHandler:
         self._ready = asyncio.Event()
         self._ready_term = -1
         self._task: Optional[asyncio.Task[None]] = None
+        self._watch: Optional[asyncio.Task[None]] = None
         self.applied: Optional[RoleEvent] = None
         self.changes = 0
         self.last_change_ms = 0
@@ -107,7 +113,23 @@ class DLedgerRoleChangeHandler:
         if self.commitlog.leader_ready:
             self._post_ready(self.server.term)
         self._task = self._loop.create_task(self._run(), name="DLedgerRoleChangeHandler")
+        self._watch = self._loop.create_task(self._watch_member(), name="DLedgerMemberWatch")
         self._register_gauges()
+
+    def member_failure(self) -> Optional[str]:
+        """Why the DLedger member stopped itself, or None while it runs."""
+        reason = self.server.fatal_error
+        if reason is None and self.server.stopped.is_set():
+            reason = "the DLedger server stopped"
+        return reason
+
+    async def _watch_member(self) -> None:
+        while True:
+            reason = self.member_failure()
+            if reason is not None:
+                self.c.member_stopped(f"{self.self_id}: {reason}")
+                return
+            await asyncio.sleep(self.poll_s * 10)
 
     def _register_gauges(self) -> None:
         """Prometheus gauges read from plain attributes (no hop to the DLedger loop per scrape)."""
@@ -131,8 +153,9 @@ class DLedgerRoleChangeHandler:
                          "index", lambda: [({}, srv.counters.get("begin_resets", 0))], kind="counter")
 
     async def stop(self) -> None:
+        await cancel_and_wait(self._watch)
         await cancel_and_wait(self._task)
-        self._task = None
+        self._task = self._watch = None
 
     def api_address_of(self, peer_id: Optional[str]) -> Optional[str]:
         return self.http_peers.get(peer_id) if peer_id else None
@@ -284,6 +307,10 @@ class DLedgerRoleChangeHandler:
         return list(ids)
 
     async def status(self) -> dict[str, Any]:
+        failure = self.member_failure()
+        if failure is not None:  # its store is closed: say so rather than read it
+            return {"group": self.server.config.group, "selfId": self.self_id, "role": None, "term": self.server.term,
+                    "memberStopped": failure, "apiPeers": dict(self.http_peers)}
         st = await self._on_dledger_loop(self.server.status, timeout=5.0)
         leader = st.get("leader_id")
         followers = {pid: {"matchIndex": p.get("match_index"), "lag": p.get("lag"), "state": p.get("state"),

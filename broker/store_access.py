@@ -9,6 +9,8 @@ Rules:
   FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). A status that means "not stored" raises the
   matching API error.
 - Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
+- A read refused because the DLedger member stopped itself (``store_reads.MemberStoppedError``)
+  is ``SERVICE_NOT_AVAILABLE`` naming the cause, never an empty or "removed" answer.
 - In DLedger mode concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` (one
   store put, one DLedger batch for the requests of one loop iteration; results sliced back).
 
@@ -18,10 +20,11 @@ connect the store to HA.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
@@ -49,6 +52,16 @@ class PutOutcome:
     wrote_bytes: int
     next_offset: int
     status: str = "PUT_OK"  # or a stored-but-not-durable status (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, ...)
+
+
+@contextlib.contextmanager
+def _refuse_if_member_stopped() -> Iterator[None]:
+    from broker.store.store_reads import MemberStoppedError  # noqa: WPS433
+
+    try:
+        yield
+    except MemberStoppedError as exc:
+        raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, str(exc)) from None
 
 
 def _value(x: Any) -> Any:
@@ -148,7 +161,8 @@ class StoreAccess:
 
     # ------------------------------------------------------------------ reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
-        r = self.store.get_message(topic, queue_id, offset, max_count)
+        with _refuse_if_member_stopped():
+            r = self.store.get_message(topic, queue_id, offset, max_count)
         return {
             "status": getattr(r.status, "value", str(r.status)),
             "nextBeginOffset": r.next_begin_offset,
@@ -158,10 +172,12 @@ class StoreAccess:
         }
 
     def message_at(self, offset: int) -> Optional[MessageExt]:
-        return self.store.look_message_by_offset(offset)
+        with _refuse_if_member_stopped():
+            return self.store.look_message_by_offset(offset)
 
     def query_by_key(self, topic: str, key: str, max_num: int) -> list[MessageExt]:
-        return list(self.store.query_message(topic, key, max_num))
+        with _refuse_if_member_stopped():
+            return list(self.store.query_message(topic, key, max_num))
 
     def has_queue(self, topic: str, queue_id: int) -> bool:
         return self.store.find_consume_queue(topic, queue_id, create=False) is not None

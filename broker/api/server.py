@@ -23,7 +23,7 @@ GET    /admin/dledger                              DLedger role, term, leader, i
 POST   /admin/dledger/transfer-leader              ``{"to": "n1"}`` (on the leader; elsewhere NOT_MASTER)
 POST   /admin/dledger/preferred-leader             ``{"ids": ["n1"]}`` (``[]`` clears; this node only)
 GET    /metrics                                    Prometheus text format 0.0.4
-GET    /health                                     ``{"ok": true}``
+GET    /health                                     ``{"ok": true}``; 503 ``{"ok": false, "error", "fix"}`` once the DLedger member stopped
 ====== =========================================== ===============================================
 
 Rules:
@@ -277,7 +277,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return json_response({"ok": True})
+    ctrl = getattr(request.app[CONTROLLER_KEY], "c", None)  # issue 13.1: not ok once the DLedger member died
+    body = ctrl.health() if hasattr(ctrl, "health") else {"ok": True}
+    return json_response(body, status=200 if body["ok"] else 503)
 
 
 def build_app(controller: Any, client_max_size: int, *, acl: HttpAcl | None = None,

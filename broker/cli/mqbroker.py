@@ -9,8 +9,10 @@ Usage::
 Rules:
 - Exit codes: 0 after a clean shutdown, 2 for a bad command line or conf file (unknown key with
   a "did you mean", bad value, unreadable file), 3 when the broker cannot start (store lock held
-  by another process, port in use, store does not load). The error is one line on stderr,
-  prefixed ``mqbroker:``, never a traceback.
+  by another process, port in use, store does not load), 4 when the DLedger member stopped itself
+  while the broker ran (disk full, failed flush, ...: the broker shuts down rather than serve as a
+  zombie; the line names the cause and the fix, and a supervisor restarts it once the cause is
+  fixed). The error is one line on stderr, prefixed ``mqbroker:``, never a traceback.
 - Logs go to stderr, one line per state change, ``time level logger message``; ``--log-level``
   (or ``$RMQ_LOG_LEVEL``) picks the level.
 - The event loops (the broker's, and the DLedger loop thread of a DLedger-mode store) are uvloop
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}={getattr(value, 'name', value) if value is not None else ''}")
         return 0
 
-    from broker.controller import BrokerController, BrokerStartError  # noqa: WPS433
+    from broker.controller import BrokerController, BrokerMemberStoppedError, BrokerStartError  # noqa: WPS433
 
     _use_uvloop()
     controller = BrokerController(broker_config, store_config, conf_path=args.config_file)
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokerStartError as exc:
         _err(f"cannot start broker: {exc}")
         return 3
+    except BrokerMemberStoppedError as exc:
+        _err(f"broker stopped: {exc}")
+        return 4
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback

@@ -8,6 +8,9 @@ Rules:
   and reported as MESSAGE_WAS_REMOVING when nothing else was found. ``tags_filter`` sees the
   unit's tags hash code before the commitlog is read.
 - Reads never write and never wait for dispatch: what is not yet in a ConsumeQueue is not found.
+- A DLedger member that stopped itself (``server.fatal_error``) serves no reads: they raise
+  :class:`MemberStoppedError` (checked before, and again when a read found nothing, as its files
+  close under it) instead of answering "removed"/"not found" for data it holds (issue 13.1).
 
 Theory of operation: :class:`StoreReads` is a mixin of :class:`~broker.store.message_store.DefaultMessageStore`
 (split out of it to keep that module about wiring and lifecycle); it uses only the store's
@@ -22,6 +25,16 @@ from typing import Any, Callable
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.message import MessageExt, decode_message, decode_message_id
+
+
+class MemberStoppedError(RuntimeError):
+    """The DLedger member of this store stopped itself: reads are refused, not answered empty."""
+
+
+def check_member_running(commitlog: Any) -> None:
+    reason = getattr(getattr(commitlog, "server", None), "fatal_error", None)
+    if reason is not None:
+        raise MemberStoppedError(f"DLedger member stopped itself ({reason}); its reads are refused")
 
 
 class GetMessageStatus(enum.Enum):
@@ -74,6 +87,7 @@ class StoreReads:
                     tags_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
         """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``)."""
         assert self.commitlog is not None
+        check_member_running(self.commitlog)
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -104,6 +118,8 @@ class StoreReads:
                 result.buffers.append(buf)
                 result.physical_offsets.append(phy)
         result.next_begin_offset = next_offset
+        if missing:  # its files may have closed under this read: then nothing here is "removed"
+            check_member_running(self.commitlog)
         if result.buffers:
             result.status = GetMessageStatus.FOUND
         elif missing:
@@ -112,7 +128,11 @@ class StoreReads:
 
     def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
         assert self.commitlog is not None
-        return self.commitlog.look_message_by_offset(commitlog_offset, size)
+        check_member_running(self.commitlog)
+        msg = self.commitlog.look_message_by_offset(commitlog_offset, size)
+        if msg is None:
+            check_member_running(self.commitlog)
+        return msg
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message an offset msgId names (the store host part is not checked)."""

@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import aiohttp
 import pytest
 
 from broker.api.client import BrokerClient, BrokerClientError
@@ -167,3 +168,40 @@ async def test_classic_broker_has_no_dledger_admin(tmp_path: Path) -> None:
                 assert exc.value.code == "BAD_REQUEST" and "DLedger mode" in exc.value.message
     finally:
         await c.shutdown()
+
+
+@pytest.mark.timeout(60)
+async def test_member_that_stopped_itself_makes_the_broker_unhealthy_and_refuse_reads(tmp_path: Path) -> None:
+    """Issue 13.1 in process: once the DLedger member stops itself (here its real ``_fatal`` path,
+    the one a failed flush takes), /health is 503 with cause and fix, /status and /metrics say
+    so, and reads/writes are SERVICE_NOT_AVAILABLE (never MESSAGE_WAS_REMOVING / not found)."""
+    (c,) = _controllers(tmp_path, ["n0"])
+    await c.start()
+    try:
+        await _until(c.is_master, 10, "n0 master")
+        async with BrokerClient(c.api_address) as api:
+            sent = [await api.send("TopicRole", f"m{i}", queue_id=0) for i in range(3)]
+            await _until(lambda: _pulled_role(api), 10, "dispatched")
+            server = c.role_handler.server
+            c.role_handler.commitlog._run_on_loop(lambda: server._fatal("flush failed: [Errno 5] Input/output error"))
+            await _until(lambda: c.member_failure is not None, 5, "the controller notices")
+            async with aiohttp.ClientSession() as http, http.get(f"http://{c.api_address}/health") as resp:
+                status, text = resp.status, await resp.text()
+            assert status == 503 and "stopped itself" in text and "Input/output error" in text
+            assert "restart mqbroker" in text, text
+            st = await api.status()
+            assert st["healthy"] is False and "Input/output error" in st["memberStopped"]
+            assert "memberStopped" in st["dledger"] and st["writable"] is False
+            assert "rocketmq_broker_dledger_member_stopped 1" in await api.metrics()
+            reads = [api.pull("TopicRole", 0, 0, 32), api.by_offset(sent[1]["commitLogOffset"]),
+                     api.send("TopicRole", "after the member stopped", queue_id=0)]
+            for call in reads:
+                with pytest.raises(BrokerClientError) as exc:
+                    await call
+                assert exc.value.code == "SERVICE_NOT_AVAILABLE" and "stopped itself" in exc.value.message
+    finally:
+        await c.shutdown()
+
+
+async def _pulled_role(api: BrokerClient) -> list[dict[str, Any]]:
+    return (await api.pull("TopicRole", 0, 0, 4))["messages"]
