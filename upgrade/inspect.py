@@ -6,7 +6,12 @@ Rules:
 - Per store: commitlog files (names, sizes, allocated bytes; holes are never read), min/max
   physical offset, the last file's tail (is the end-of-file blank already written, i.e. frozen?),
   clean shutdown (``abort`` absent), lock holder, ConsumeQueue agreement, ``config/`` files,
-  ``dledger-*`` dirs (already upgraded?), free disk.
+  ``dledger-*`` dirs (already upgraded?), free disk, and the messages the ConsumeQueues hold.
+- An upgraded store (DLedger data under ``dledger-*``) is still a problem for ``plan``/``apply``,
+  but is inspected in full: its old region is walked as usual and ``max_offset`` is the end of
+  the committed DLedger log across the divide (``upgrade.inspect_dledger``).
+- A store root that does not exist is an error of the ``inspect`` command (exit 1, one line
+  naming it); :func:`inspect_store` itself accepts it (a new node of a plan).
 - The max offset is found as recovery would find it, in O(1) of the store size: start at the
   record after the last ConsumeQueue unit (it is verified to be a valid record of the unit's
   size) and walk forward with CRC checks to the first invalid record; without a usable hint,
@@ -38,6 +43,7 @@ from broker.store.consume_queue import ConsumeQueueStore, is_consume_queue_dispa
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.message import check_message_and_return_size, explain_invalid_record
 from upgrade import fileops
+from upgrade.inspect_dledger import count_messages, inspect_dledger
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_CQ_FILE_SIZE = 300_000 * 20
@@ -82,6 +88,9 @@ class StoreInspection:
     cq_detail: str = ""
     config_files: list[str] = field(default_factory=list)
     dledger_dirs: list[str] = field(default_factory=list)
+    # an upgraded store (issue 13.8): its DLedger log continues the offset space above the divide
+    dledger: Optional[dict[str, Any]] = None  # dir, divided_offset, committed_index, max_offset, how
+    messages: Optional[int] = None  # messages the ConsumeQueues hold (sum of max - min over queues)
     free_bytes: int = 0
     index_settings: dict[str, Any] = field(default_factory=lambda: {
         "max_hash_slot_num": 5_000_000, "max_index_num": 20_000_000, "message_index_enable": True,
@@ -367,9 +376,13 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
         s.problems.append(f"{s.files[0].name} is not a multiple of the file size {s.file_size}")
         return s
     s.min_offset = s.files[0].from_offset
-    if s.problems:
+    upgraded = [d for d in s.dledger_dirs if _list_files(rootp / d / "data")]
+    if s.problems and not (upgraded and all(p.startswith("already upgraded") for p in s.problems)):
         return s
     _find_end(s, rootp)
+    s.messages = count_messages(rootp, s.cq_file_size)
+    if upgraded:
+        inspect_dledger(s, rootp / upgraded[0])
     return s
 
 
@@ -451,13 +464,14 @@ def _gib(n: int) -> str:
 
 def render(insp: Inspection) -> str:
     """The readable table of ``mqupgrade inspect``."""
-    head = ("role", "store", "files", "min", "max", "tail", "shutdown", "lock", "consumequeue", "config", "free")
+    head = ("role", "store", "files", "min", "max", "messages", "tail", "shutdown", "lock", "consumequeue", "config",
+            "free")
     rows = [head]
     for s in insp.stores:
         tail = "-" if not s.tail_file else (f"{s.tail_file[-8:]}+{s.tail_position}" + (" blank" if s.frozen else ""))
         rows.append((
             s.role, s.root, str(len(s.files)), str(s.min_offset) if s.files else "-", str(s.max_offset) if s.files else "-",
-            tail, "clean" if s.clean_shutdown else "DIRTY (abort)", "HELD" if s.lock_holder else "free",
+            str(s.messages) if s.messages is not None else "-", tail, "clean" if s.clean_shutdown else "DIRTY (abort)", "HELD" if s.lock_holder else "free",
             s.cq_state, f"{len(s.config_files)} files" if s.config_files else "none", _gib(s.free_bytes),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -476,6 +490,12 @@ def render(insp: Inspection) -> str:
             same = f"DIVERGES in {d.get('file')} at file offset {d.get('file_offset')} (offset {d.get('offset')})"
         lines.append(f"{c.replica}: {lag}; {same}")
     for s in insp.stores:
+        dl = s.dledger
+        if dl is not None:
+            lines.append(f"note: {s.root}: upgraded: {dl['dir']} continues the commitlog from the divide at "
+                         f"{dl['divided_offset']} ({dl['data_files']} data file(s)); "
+                         + (f"max offset {dl['max_offset']}, committed index {dl['committed_index']} ({dl['how']})"
+                            if dl["max_offset"] is not None else f"DLedger end unknown: {dl['how']}"))
         for p in s.problems:
             lines.append(f"problem: {s.root}: {p}")
         if s.lock_holder:
@@ -506,6 +526,11 @@ def run(args: "argparse.Namespace") -> int:  # noqa: F821
 
     from upgrade.plan import PlanError, load_confs
 
+    missing = [r for r in args.roots if not Path(r).exists()]
+    if missing:  # issue 13.8: not "an empty clean store"
+        print(f"mqupgrade inspect: {missing[0]}: no such directory; give the storePathRootDir of each broker store "
+              "(a new, empty node is listed in `mqupgrade plan --self-ids`, not inspected)", file=sys.stderr)
+        return 1
     try:
         confs = load_confs(args.conf)
         insp = inspect_stores(args.roots, confs, args.master, args.compare_last)

@@ -192,14 +192,16 @@ class MmapFileList:
         names = sorted(p.name for p in self.store_path.iterdir())
         names = self._drop_unfinished(names)
         for name in names:
-            path = self.store_path / name
             if not (len(name) == 20 and name.isdigit()):
-                raise StoreLayoutError(f"unexpected file {path} in a DLedger file list (names are 20-digit offsets)")
-            length = path.stat().st_size
+                raise StoreLayoutError(f"unexpected file {self.store_path / name} in a DLedger file list "
+                                       "(names are 20-digit offsets)")
+        lengths = {name: (self.store_path / name).stat().st_size for name in names}
+        self.files_on_disk = len(names)
+        for name in names:
+            path = self.store_path / name
+            length = lengths[name]
             if length != self.file_size:
-                raise StoreLayoutError(
-                    f"{path}: length {length} != configured file size {self.file_size}; "
-                    "delete old files before changing the mapped file size")
+                raise StoreLayoutError(self._size_mismatch(path, length, set(lengths.values())))
             offset = int(name)
             if offset % self.file_size:
                 raise StoreLayoutError(f"{path}: offset {offset} is not a multiple of the file size {self.file_size}")
@@ -207,6 +209,28 @@ class MmapFileList:
             f.wrote = self.file_size
             self.files.append(f)
         self.check_self()
+
+    def _size_mismatch(self, path: Path, length: int, all_lengths: set[int]) -> str:
+        """Why a file has the wrong length, and the real fix (issue 13.8: never "delete files").
+
+        Every file the same other length: the store was written with that file size, so the
+        configuration changed. One file of another length: that file is damaged (cut short by an
+        interrupted copy or a full disk, or extended by hand); its data is needed, so the fix is
+        to copy it again or restore the member, never to delete anything."""
+        if all_lengths == {length} and self.files_on_disk > 1 and length % 32 == 0:
+            return (f"every file in {self.store_path} is {length} bytes but the configured file size is "
+                    f"{self.file_size}: this store was written with file size {length}. Set the file size back "
+                    f"to {length} (a broker: mappedFileSizeCommitLog={length}; dledger server: --data-file-size / "
+                    f"--index-file-size); do not delete files, they hold the log")
+        how = f"{self.file_size - length} bytes short" if length < self.file_size else \
+            f"{length - self.file_size} bytes longer"
+        return (f"{path} is {length} bytes, {how} of the configured file size {self.file_size}: the file is "
+                f"damaged (an interrupted copy or restore, a full disk while copying, a truncation), not a leftover "
+                f"of a size change; do not delete it or any other file. Copy it again in full from where it came "
+                f"from, or restore this member from its replicas: stop it, move {self.store_path.parent} away "
+                f"(keep it) and restart it so the leader re-replicates the log"
+                + (f" (if this store was written with file size {length}, set the file size back to {length} "
+                   "instead)" if all_lengths == {length} else ""))
 
     def _drop_unfinished(self, names: list[str]) -> list[str]:
         """Remove what an aborted file creation can leave: ``*.creating`` files, and a 0-byte

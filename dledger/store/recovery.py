@@ -23,7 +23,8 @@ Rules
 Where we differ, deliberately (DESIGN §7): DLedger calls ``System.exit`` for (4) and silently
 truncates whatever the scan did not accept. We raise :class:`StoreLayoutError` for (4), and
 :class:`EntryCorruptionError` naming the file and offset instead of truncating, unless the
-operator passes ``allow_truncate_committed=True``, when
+caller passes ``allow_truncate_committed=True`` (a store argument for tests and tools; no
+configuration key reaches it, so the error names the operator's real fix: :func:`restore_hint`), when
 
 * the scan ends (cleanly or not) *below the committed index recorded in the checkpoint*; or
 * the entry that stopped the scan is followed by a valid entry continuing the chain (index
@@ -55,6 +56,15 @@ from dledger.store.errors import StoreLayoutError
 from dledger.store.mmap_file_list import BLANK_MAGIC_CODE, MmapFile, MmapFileList
 
 log = logging.getLogger(__name__)
+
+
+def restore_hint(member_dir: object) -> str:
+    """What an operator does about a member whose committed log is damaged (issue 13.8): only
+    real steps (``allow_truncate_committed`` is a store argument for tests, not a setting)."""
+    return (f"Restore this member from its replicas: stop it, move {member_dir} away (keep it for inspection) and "
+            f"restart it; the leader re-replicates the whole log. A broker keeps its old commitlog region in "
+            f"storePathCommitLog; check the result with `mqupgrade validate <storePathRootDir>` on the restored node "
+            f"and a healthy one. A group of one member has no replica: restore {member_dir} from a backup")
 
 _INDEX_BATCH = 4096
 _II = struct.Struct(">ii")
@@ -301,17 +311,16 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
         raise EntryCorruptionError(
             f"corrupt entry {base + 1} in the middle of the log: "
             f"{stop_reason}; a valid entry (index {succ_index} at pos {succ_pos}) follows, so this is not "
-            f"a torn tail and the entries after it may have been acknowledged. Refusing to start. Restore "
-            f"this node from a replica (stop it, move {data.store_path.parent} away and restart it so the "
-            "leader re-replicates the log), or pass allow_truncate_committed=True to drop everything from "
-            "here on", pos=stop_pos, path=str(f.path))
+            f"a torn tail and the entries after it may have been acknowledged. Refusing to start. "
+            f"{restore_hint(data.store_path.parent)}", pos=stop_pos, path=str(f.path))
     if stop_reason is not None:
         log.warning("recovery stopped at pos %d of %s: %s; nothing valid follows, truncating it as a torn tail",
                     stop_pos, f.path, stop_reason)
     if last_file.from_offset - process > fs:
         raise StoreLayoutError(
             f"recovery of {data.store_path} ended at {process}, more than a file before the last file "
-            f"{last_file.path.name}; check the data manually before truncating ({stop_reason or 'clean end'})")
+            f"{last_file.path.name} ({stop_reason or 'clean end'}); refusing to drop whole files. "
+            f"{restore_hint(data.store_path.parent)}")
     if (checkpoint_committed is not None and checkpoint_committed > last_index
             and not allow_truncate_committed):
         failing = last_index + 1 if last_index != -1 else max(first_entry_index, 0)
@@ -319,7 +328,5 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
             f"committed entry {failing} (checkpoint committedIndex={checkpoint_committed}) is "
             f"{'unreadable: ' + stop_reason if stop_reason else 'missing'}; refusing to truncate committed "
             f"data{'' if follows is None else f' (valid entry {follows[0]} follows at pos {follows[1]})'}. "
-            f"Restore this node from a replica (move {data.store_path.parent} away and restart it), or pass "
-            "allow_truncate_committed=True to override",
-            pos=stop_pos, path=str(f.path))
+            f"{restore_hint(data.store_path.parent)}", pos=stop_pos, path=str(f.path))
     return RecoveryResult(last_index, last_term, process, first_entry_index, stop_reason, stop_pos, stop_file)

@@ -124,7 +124,7 @@ def test_load_checks(tmp_path: Path) -> None:
     assert again.max_wrote_position == 192 and all(f.full for f in again.files)
     again.shutdown()
 
-    with pytest.raises(StoreLayoutError, match=r"00000000000000000000: length 64 != configured file size 128"):
+    with pytest.raises(StoreLayoutError, match=r"every file in .* is 64 bytes but the configured file size is 128"):
         MmapFileList(d, 128).load()
     os.rename(d / offset_to_file_name(64), d / offset_to_file_name(256))
     with pytest.raises(StoreLayoutError, match=r"damaged: 00000000000000000000 is followed by 00000000000000000128"):
