@@ -57,9 +57,11 @@ def test_members_with_different_data_file_sizes_refuse_each_other(tmp_path: Path
     procs = [_server(tmp_path, "n0", peers, "--data-file-size", "1m"),
              _server(tmp_path, "n1", peers, "--data-file-size", "2m")]
     logs = [tmp_path / "n0.log", tmp_path / "n1.log"]
-    line = "data file size differs"
+    # both sides log both refusals (as acceptor, and as connector): wait for all four lines
+    wanted = [("n0: refused connection from", "n0: handshake with peer n1 failed"),
+              ("n1: refused connection from", "n1: handshake with peer n0 failed")]
     try:
-        assert _wait_for(lambda: all(line in lg.read_text() for lg in logs), 20), \
+        assert _wait_for(lambda: all(w in lg.read_text() for lg, ws in zip(logs, wanted) for w in ws), 20), \
             [lg.read_text()[-2000:] for lg in logs]
         for lg, (me, mine, other, theirs) in zip(logs, [("n0", 1048576, "n1", 2097152),
                                                           ("n1", 2097152, "n0", 1048576)]):
