@@ -21,7 +21,7 @@ pytestmark = pytest.mark.multiprocess
 
 PROCESS_AND_NETWORK = ["kill-leader", "kill-follower", "kill-minority", "kill-all", "pause-leader", "pause-follower",
                        "partition-leader", "partition-halves", "partition-ring", "partition-bridge", "oneway-loss",
-                       "oneway-cut", "delay"]
+                       "oneway-cut", "delay", "wipe-follower"]
 STORAGE_AND_CLOCK = ["torn-write", "bitflip", "disk-full", "clock-jump"]
 _DISK_FULL: dict[str, Any] = {}
 
@@ -32,6 +32,9 @@ def test_dledger_process_and_network_faults(fault_run_dir: Path, record_result) 
     record_result(result)
     assert_clean(result)
     assert result["summary"]["acked"] > 500 and result["summary"]["reads"] > 100, result["summary"]
+    wipe = next(n["detail"] for n in result["nemeses"] if n["name"] == "wipe-follower")
+    # a follower whose store was moved away and re-seeded gets the whole log back (issue 13.2)
+    assert wipe["reseed_exit"] == 0 and wipe["caught_up"], wipe
 
 
 @pytest.mark.spark

@@ -30,6 +30,7 @@ from .cluster import QUEUES, TOPIC, ClassicPair, Cluster, DLedgerCluster
 from .history import History, sends
 from .nemesis import NEMESES, Ctx
 from . import nemesis_disk  # noqa: F401 - registers the storage and clock nemeses
+from . import nemesis_store  # noqa: F401 - registers wipe-follower
 from .workload import Workload, wait_for
 
 LEADER_LINE = r"(n\d+): role LEADER term (\d+)"
