@@ -229,6 +229,7 @@ async def cmd_append(args: argparse.Namespace) -> None:
             if args.count == 1:
                 _out({"index": res[0].index, "pos": res[0].pos, "leader": client.leader_id})
         if args.count > 1:
+            assert first is not None and last is not None  # count >= 1 appended at least one batch
             secs = time.perf_counter() - t0
             _out({"appended": done, "first_index": first.index, "last_index": last.index,
                   "last_pos": last.pos, "leader": client.leader_id, "seconds": round(secs, 3)})

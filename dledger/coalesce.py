@@ -76,7 +76,7 @@ def deliver(sink: Sink, results: Optional[list], error: Optional[DLedgerError], 
         if error is None:
             sink.set_result(results)
         else:
-            sink.code = error.code  # type: ignore[attr-defined]
+            sink.code = error.code
             sink.set_exception(DLedgerError(error.code, error.message, error.leader_id, error.leader_addr))
         return
     try:

@@ -81,7 +81,7 @@ class EntryHeader(NamedTuple):
 
     magic: int
     size: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index: DLedger's field name
     term: int
     pos: int
     channel: int
@@ -96,7 +96,7 @@ class IndexUnit(NamedTuple):
     magic: int
     pos: int
     size: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index: DLedger's field name
     term: int
 
 

@@ -80,7 +80,7 @@ class AppendFuture(asyncio.Future):
         self.pos = -1
         self.last_index = -1
         self.positions: list[int] = []
-        self.code = Code.SUCCESS
+        self.code: int = Code.SUCCESS
         self.batch = False
 
     def results(self) -> list[tuple[int, int]]:
@@ -336,8 +336,9 @@ class DLedgerServer:
         self._kick()
         return fut
 
-    def _refuse(self, fut: AppendFuture, code: Code, msg: str, leader_id: Optional[str] = None) -> AppendFuture:
+    def _refuse(self, fut: AppendFuture, code: "Code | int", msg: str, leader_id: Optional[str] = None) -> AppendFuture:
         self.counters["append_refused"] += 1
+        code = Code(code)  # a DLedgerError carries a plain int; ``is`` below needs the member
         fut.code = code
         addr = self.config.address_of(leader_id) if code is Code.NOT_LEADER else None
         fut.set_exception(DLedgerError(code, msg, leader_id if code is Code.NOT_LEADER else None, addr))

@@ -119,7 +119,7 @@ class StoreLog:
 
     def get_raw(self, lo: int, hi: int, max_bytes: int) -> list[Any]:
         # memoryviews: the transport packs them before any await, so no copy is needed
-        return self.store.get_raw(lo, hi + 1, max_bytes)  # type: ignore[return-value]
+        return self.store.get_raw(lo, hi + 1, max_bytes)
 
     # -- core construction
     def make_core(self, cfg: DLedgerConfig, rng: random.Random, barrier: bool) -> RaftCore:
@@ -232,6 +232,7 @@ class GroupFlusher:
                 if self._stop:
                     return
                 target, self._target = self._target, None
+                assert target is not None  # the wait above ends only with a target or _stop
             t0 = time.perf_counter()
             try:
                 self.log_view.flush()

@@ -242,9 +242,9 @@ class DLedgerClient:
                 raise DLedgerError(Code.NETWORK_ERROR, f"no leader reachable within {self.timeout}s: {last}")
             sent = False
             try:
-                conn = self._conns.get(target)  # type: ignore[arg-type]
+                conn = self._conns.get(target)
                 if conn is None or not conn.is_open:
-                    conn = await asyncio.wait_for(self.connection(target), remaining)  # type: ignore[arg-type]
+                    conn = await asyncio.wait_for(self.connection(target), remaining)
                 fut = conn.request_nowait(op, timeout=max(deadline - loop.time(), 0.001), **fields)
                 sent = True
                 resp = await fut

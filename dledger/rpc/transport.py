@@ -70,6 +70,19 @@ class Counters:
         "connects", "disconnects", "handshake_failures", "frame_errors", "oversize_frames",
         "auth_failures", "client_requests",
     )
+    frames_sent: int
+    bytes_sent: int
+    writes: int
+    frames_received: int
+    bytes_received: int
+    dropped_full: int
+    connects: int
+    disconnects: int
+    handshake_failures: int
+    frame_errors: int
+    oversize_frames: int
+    auth_failures: int
+    client_requests: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -372,13 +385,14 @@ class _PeerLink:
         while not self.closing:
             conn: Optional[_DialledConn] = None
             try:
-                _, conn = await asyncio.wait_for(
+                _, dialled = await asyncio.wait_for(
                     loop.create_connection(lambda: _DialledConn(self.owner, self), host, port),
                     self.owner.handshake_timeout_s,
                 )
-                await asyncio.wait_for(asyncio.shield(conn.handshake_done), self.owner.handshake_timeout_s)
+                conn = dialled
+                await asyncio.wait_for(asyncio.shield(dialled.handshake_done), self.owner.handshake_timeout_s)
                 if self.closing:
-                    conn.abort()
+                    dialled.abort()
                     return
             except asyncio.CancelledError:
                 if conn is not None:
@@ -393,6 +407,7 @@ class _PeerLink:
                 if conn is not None:
                     conn.abort()
             else:
+                assert conn is not None  # set before the handshake wait that completed
                 self.conn = conn
                 self.connected = True
                 self.last_error = None

@@ -547,7 +547,7 @@ class DLedgerMmapFileStore:
                 buf[BODY_OFFSET:] = e.body
                 out.append(memoryview(buf))
             else:
-                out.append(memoryview(e))
+                out.append(memoryview(e))  # type: ignore[arg-type]  # not a DLedgerEntry: a bytes-like encoded entry
         return out
 
     def __repr__(self) -> str:

@@ -46,9 +46,11 @@ few thousand entries.
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Optional
 
 from dledger.entry import (BODY_OFFSET, CURRENT_MAGIC, HEADER, HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE,
                            MAGIC_1, EntryCorruptionError, to_java_int)
@@ -233,7 +235,9 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
             pending = bytearray()
 
     mv = memoryview(f.mm)  # zero-copy CRC input; released when the scan leaves the file
-    ifile_from, ifile_limit, ifile_mm = 0, -1, None  # cached index file for unit comparisons
+    ifile_from, ifile_limit = 0, -1  # cached index file for unit comparisons
+    ifile_mm: Optional[mmap.mmap] = None
+    stored: Optional[tuple[int, ...]] = None
     unpack_unit = INDEX_UNIT.unpack_from
     unpack_header, unpack_ii, crc32 = HEADER.unpack_from, _II.unpack_from, zlib.crc32
     while True:
@@ -272,7 +276,7 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
         unit = (magic, abs_pos, size, entry_index, term)
         if not need_write_index:
             off = entry_index * INDEX_UNIT_SIZE - ifile_from
-            if 0 <= off <= ifile_limit:  # fast path: same index file as the previous unit
+            if ifile_mm is not None and 0 <= off <= ifile_limit:  # fast path: same index file as the previous unit
                 stored = unpack_unit(ifile_mm, off)
             else:
                 stored = _index_unit(index, entry_index)
@@ -309,7 +313,7 @@ def recover_lists(data: MmapFileList, index: MmapFileList, *, verify_crc: bool =
     if (follows is not None and not (checkpoint_committed is not None and checkpoint_committed > last_index)):
         succ_index, succ_pos = follows
         raise EntryCorruptionError(
-            f"corrupt entry {base + 1} in the middle of the log: "
+            f"corrupt entry {(base if base is not None else -1) + 1} in the middle of the log: "
             f"{stop_reason}; a valid entry (index {succ_index} at pos {succ_pos}) follows, so this is not "
             f"a torn tail and the entries after it may have been acknowledged. Refusing to start. "
             f"{restore_hint(data.store_path.parent)}", pos=stop_pos, path=str(f.path))

@@ -1,0 +1,26 @@
+"""The typed core must stay typed: mypy over ``dledger/`` with zero errors (issue 15).
+
+Runs mypy as a subprocess with the project's ``[tool.mypy]`` settings (pyproject.toml), so a
+change that breaks a type contract fails CI with mypy's own report in the assertion message.
+``broker/store`` joins this list once its remaining errors are fixed.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TYPED_PACKAGES = ["dledger"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("package", TYPED_PACKAGES)
+def test_package_type_checks_with_zero_errors(package: str) -> None:
+    pytest.importorskip("mypy", reason="mypy is a test dependency: pip install -e '.[test]'")
+    proc = subprocess.run([sys.executable, "-m", "mypy", package], cwd=REPO, capture_output=True, text=True,
+                          timeout=580)
+    assert proc.returncode == 0, f"mypy {package}: {proc.returncode}\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}"
+    assert "Success: no issues found" in proc.stdout, proc.stdout
