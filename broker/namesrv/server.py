@@ -42,6 +42,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
+from broker.java_properties import ConfigError, read_properties_file
 from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
 
 log = logging.getLogger("namesrv")
@@ -182,17 +183,6 @@ class NamesrvController:
 
 
 # ---------------------------------------------------------------------------------- CLI
-def _read_properties(path: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if line and not line.startswith(("#", "!")):
-                k, _, v = line.partition("=") if "=" in line else line.partition(":")
-                out[k.strip()] = v.strip()
-    return out
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ name server (remoting protocol)")
     p.add_argument("-c", "--config", help="properties file (listenPort, bindAddress, serverChannelMaxIdleTimeSeconds, "
@@ -207,9 +197,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     props: dict[str, str] = {}
     if args.config:
         try:
-            props = _read_properties(args.config)
+            props = read_properties_file(args.config)
         except OSError as exc:
             print(f"mqnamesrv: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+            return 2
+        except (ConfigError, UnicodeDecodeError) as exc:
+            print(f"mqnamesrv: {args.config}: {exc}", file=sys.stderr)
             return 2
     try:
         port = int(props.get("listenPort", 9876))

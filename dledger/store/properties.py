@@ -20,8 +20,9 @@ the contract, not an optimisation to drop.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from dledger.store.safefile import write_file_safely
 
@@ -32,13 +33,9 @@ class PropertiesError(ValueError):
     """A properties file could not be parsed (names the file)."""
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java-properties text (``java.util.Properties.load`` semantics)."""
-    out: dict[str, str] = {}
-    for logical in _logical_lines(text):
-        key, value = _split_key_value(logical)
-        out[_unescape(key)] = _unescape(value)
-    return out
+def parse_properties(text: str, source: str = "<string>") -> dict[str, str]:
+    """Parse Java-properties text (``java.util.Properties.load`` semantics; later keys win)."""
+    return {k: v for k, v, _ in parse_properties_lines(text, source)}
 
 
 def format_properties(items: Mapping[str, object] | Iterable[tuple[str, object]]) -> str:
@@ -59,7 +56,7 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str] | None:
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(f"{candidate}: {exc}")
             continue
-        return parse_properties(text)
+        return parse_properties(text, str(candidate))
     if errors:
         raise PropertiesError("; ".join(errors))
     return None
@@ -71,67 +68,92 @@ def write_properties_file(path: str | os.PathLike[str],
 
 
 # ---------------------------------------------------------------------------------------------
+# The one Java-properties parser of the project (broker confs and upgrade tools use it too,
+# through broker.java_properties, which adds the conf-error type and Properties.store escaping).
+
+_WS = " \t\f"
 
 
-def _logical_lines(text: str) -> Iterable[str]:
-    """Natural lines -> logical lines: skip blanks/comments, join backslash continuations."""
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if pending is None:
-            if not line or line[0] in "#!":
-                continue
-            pending = ""
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:  # odd number of backslashes: continuation
-            pending += line[:-1]
+def parse_properties_lines(text: str, source: str = "<string>") -> list[tuple[str, str, int]]:
+    """``(key, value, first line number)`` for every property in ``text``, in order (later
+    ones win in a dict). Errors are :class:`PropertiesError` naming ``source:line``."""
+    result: list[tuple[str, str, int]] = []
+    for lineno, line in _logical_lines(text):
+        key_raw, rest = _split_key_value(line)
+        where = f"{source}:{lineno}"
+        result.append((_unescape(key_raw, where), _unescape(rest, where), lineno))
+    return result
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Join continuation lines; yields (first line number, logical line) without comments.
+    Only CR, LF and CRLF end a line (``str.splitlines`` would also split on VT, FS, U+2028...)."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    i = 0
+    while i < len(lines):
+        start, line = i + 1, lines[i].lstrip(_WS)
+        i += 1
+        if not line or line[0] in "#!":
             continue
-        yield pending + line
-        pending = None
-    if pending is not None:
-        yield pending
+        while _ends_with_continuation(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(_WS)
+            i += 1
+        if _ends_with_continuation(line):  # continuation at end of file: Java drops the backslash
+            line = line[:-1]
+        yield start, line
+
+
+def _ends_with_continuation(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
 
 
 def _split_key_value(line: str) -> tuple[str, str]:
+    """The key ends at the first unescaped ``=``, ``:`` or whitespace; one ``=``/``:`` may follow
+    whitespace; whitespace before the value is dropped."""
     i, n = 0, len(line)
     while i < n:
         c = line[i]
         if c == "\\":
             i += 2
             continue
-        if c in "=: \t\f":
+        if c in "=:" or c in _WS:
             break
         i += 1
     key = line[:i]
     j = i
-    while j < n and line[j] in " \t\f":
+    while j < n and line[j] in _WS:
         j += 1
-    if j < n and line[j] in "=:":
+    if j < n and line[j] in "=:" and (j == i or line[i] in _WS):
         j += 1
-        while j < n and line[j] in " \t\f":
+        while j < n and line[j] in _WS:
             j += 1
     return key, line[j:]
 
 
-def _unescape(s: str) -> str:
+def _unescape(s: str, where: str) -> str:
     if "\\" not in s:
         return s
     out: list[str] = []
-    i, n = 0, len(s)
-    while i < n:
+    i = 0
+    while i < len(s):
         c = s[i]
-        if c != "\\" or i + 1 >= n:
+        if c != "\\":
             out.append(c)
             i += 1
             continue
-        nxt = s[i + 1]
-        if nxt == "u":
+        if i + 1 >= len(s):
+            i += 1
+            continue
+        n = s[i + 1]
+        if n == "u":
             digits = s[i + 2:i + 6]
-            if len(digits) != 4 or any(ch not in "0123456789abcdefABCDEF" for ch in digits):
-                raise PropertiesError(f"malformed \\uxxxx encoding: {s[i:i + 6]!r}")
+            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise PropertiesError(f"{where}: malformed \\uxxxx escape {s[i:i + 6]!r}")
             out.append(chr(int(digits, 16)))
             i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
+        else:
+            out.append(_ESCAPES.get(n, n))
+            i += 2
+    # \uXXXX pairs may spell a surrogate pair (Java strings are UTF-16)
+    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")

@@ -29,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dledger.store.properties import PropertiesError, parse_properties
+
 _NAME = re.compile(r"^\d{20}$")
 INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term (dledger index unit)
 INDEX_UNIT_SIZE = 32
@@ -107,21 +109,12 @@ def _numbered_files(d: Path) -> tuple[FileRef, ...]:
 
 
 def read_properties(path: Path) -> dict[str, str] | None:
-    """Java ``Properties`` subset: ``key=value`` lines, ``#``/``!`` comments."""
+    """A DLedger state file (``checkpoint``, ``currterm``) as Java properties; ``None`` when it
+    cannot be read or parsed (the caller then tries the ``.bak`` copy)."""
     try:
-        text = path.read_text(encoding="latin-1")
-    except OSError:
+        return parse_properties(path.read_bytes().decode("utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, PropertiesError):
         return None
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, sep, value = line.partition(":")
-        props[key.strip()] = value.strip()
-    return props
 
 
 def _committed(dl_dir: Path) -> tuple[int, int, str]:
