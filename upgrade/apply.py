@@ -13,7 +13,7 @@ Rules:
   rename). Files that apply overwrites outside the commitlog (conf files, a slave's ``config/``)
   are first kept as ``<name>.bak-<journal started_at>``.
 - Old commitlog bytes are only ever *added* (missing files, the missing tail of a slave's last
-  file) or, with ``--freeze``, the 8-byte tail blank (:mod:`upgrade.freeze`); bytes a store
+  file) or, with ``--freeze``, the 8-byte tail blank (:mod:`broker.store.freeze`); bytes a store
   already holds are never rewritten. ``recover`` and ``dispatch`` open the store with its own
   DefaultMessageStore (its recovery, its ReputMessageService) and shut it down cleanly.
 - Cost model: on a node that already holds the data (the master, a caught-up slave) apply does a
@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Optional
 from broker.store.errors import StoreError
 from broker.store.lockfile import StoreLock, StoreLockedError
 from upgrade import fileops
-from upgrade.freeze import FreezeError, freeze_commitlog
+from broker.store.freeze import FreezeError, freeze_commitlog
 from upgrade.inspect import inspect_store
 from upgrade.journal import Journal, plan_digest
 from upgrade.plan import Action, Plan

@@ -125,7 +125,7 @@ class DLedgerCommitLog:
         self.store_path = self.old.store_path
         self.flush_service = _NoFlushService()
         self.divided_commitlog_offset = -1
-        self.freeze_point: Any = None  # upgrade.freeze.FreezePoint of the first start, if any
+        self.freeze_point: Any = None  # broker.store.freeze.FreezePoint of the first start, if any
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.replica_hook = None  # classic HA only; DLedger puts wait for the quorum themselves
         self.server: Any = None  # dledger.server.DLedgerServer

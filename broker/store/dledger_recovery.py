@@ -12,7 +12,7 @@ Rules (seed 001, reference §4.3, DESIGN §4.4):
   whose DLedger dir was emptied before its first entry): the old commitlog is recovered
   classically (normally, or abnormally with re-dispatch when ``abort`` is present), CQ units
   beyond its end are truncated, the classic blank ``[remaining][0xCBD43194]`` is written at its
-  tail unless already there (``upgrade.freeze.freeze_commitlog``), the last old file is marked
+  tail unless already there (``broker.store.freeze.freeze_commitlog``), the last old file is marked
   full, ``divided_commitlog_offset = lastFile.fromOffset + fileSize``, and the DLedger data
   list's first file is created with that name (the index list starts at 0).
 - **Neither** (a fresh node, or a follower whose data dir was wiped): DLedger starts at 0 and
@@ -49,7 +49,7 @@ from broker.store.dispatch import locate
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET, explain_dledger_record
 from broker.store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from broker.store.names import record_problem
-from upgrade.freeze import freeze_commitlog
+from broker.store.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.store.dledger_commitlog import DLedgerCommitLog

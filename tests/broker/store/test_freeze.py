@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.upgrade.upgrade_helpers import commitlog_files, copy
-from upgrade.freeze import FreezeError, freeze_commitlog, freeze_point
+from broker.store.freeze import FreezeError, freeze_commitlog, freeze_point
 
 
 def test_freeze_equals_apache_upgrade(fixture_root: Path, fixture_set, tmp_path: Path) -> None:

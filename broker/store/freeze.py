@@ -18,7 +18,8 @@ Rules (reference §4.3, RocketMQ 4.9.8 ``DLedgerCommitLog.recover``, first start
   (a record is placed only when 8 bytes remain after it), so it is reported as an error.
 
 Theory of operation: pure function over one file, a pread and at most one pwrite; O(1) in the
-store size. ``DLedgerCommitLog`` calls :func:`freeze_commitlog` on its first start (with the max
+store size. It lives in the store (not in ``upgrade``) because the store's first DLedger start
+needs it; the upgrade tool uses it from here. ``DLedgerCommitLog`` calls :func:`freeze_commitlog` on its first start (with the max
 offset its classic recovery found); ``mqupgrade apply --freeze`` calls it ahead of time, so the
 first start finds the blank already written. Both give the bytes Apache writes (tested against
 the fixtures' ``rmq-mixed`` / ``variety-mixed``).
