@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
@@ -47,6 +47,9 @@ from broker.store.message import (
 from broker.store.put_result import (
     AppendMessageResult, PutMessageResult, PutMessageStatus,
 )
+
+if TYPE_CHECKING:
+    from broker.store.checkpoint import StoreCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class CommitLog:
         flush_least_pages: int = 4,
         flush_thorough_interval_ms: int = 10_000,
         sync_flush_timeout_ms: int = 5000,
-        checkpoint: object | None = None,
+        checkpoint: StoreCheckpoint | None = None,
         warm_mapped_file: bool = False,
         check_crc_on_recover: bool = True,
         delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
@@ -138,7 +141,7 @@ class CommitLog:
         """Flush everything committed now (caller's thread); returns the flushed offset."""
         where = self.mapped_file_queue.flush_all()
         if self.checkpoint is not None and self.mapped_file_queue.store_timestamp:
-            self.checkpoint.physic_msg_timestamp = self.mapped_file_queue.store_timestamp  # type: ignore[attr-defined]
+            self.checkpoint.physic_msg_timestamp = self.mapped_file_queue.store_timestamp
         return where
 
     # --- offsets ----------------------------------------------------------------------------
@@ -293,9 +296,8 @@ class CommitLog:
                     if tran == 0x4 or tran == 0xC:
                         qo = 0
                     else:
-                        qo = local.get(key)
-                        if qo is None:
-                            qo = table.get(key, 0)
+                        got = local.get(key)
+                        qo = table.get(key, 0) if got is None else got
                         local[key] = qo + 1
                     phy = base + file_pos
                     pack_qp(data, s + 20, qo, phy)

@@ -55,8 +55,12 @@ Dispatch = Callable[[DispatchRequest], None]
 
 class _Checkpoint(Protocol):
     physic_msg_timestamp: int
-    min_timestamp: int
-    min_timestamp_index: int
+
+    @property
+    def min_timestamp(self) -> int: ...
+
+    @property
+    def min_timestamp_index(self) -> int: ...
 
 
 def _nonzero_from(mf: MappedFile, start: int) -> int:

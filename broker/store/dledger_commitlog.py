@@ -434,7 +434,7 @@ class DLedgerCommitLog:
         rel = offset - f.from_offset
         if rel >= end:
             return None
-        return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)  # type: ignore[arg-type]
+        return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)
 
     def get_message(self, offset: int, size: int) -> memoryview | None:
         """The ``size`` committed bytes of the message at ``offset`` (None if there is none)."""

@@ -102,9 +102,8 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
             qo = 0
         else:
             key = (msg.topic, msg.queue_id)
-            qo = local.get(key)
-            if qo is None:
-                qo = table.get(key, 0)
+            got = local.get(key)
+            qo = table.get(key, 0) if got is None else got
             local[key] = qo + 1
         _Q.pack_into(data, s + 20, qo)
         if keep_ts:

@@ -35,7 +35,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
@@ -53,7 +53,10 @@ from broker.store.message_const import (  # noqa: F401 (re-exported: the codec's
     DEFAULT_MESSAGE_DELAY_LEVEL,
 )
 
-Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]  # noqa: F821 (typing only)
+if TYPE_CHECKING:
+    import mmap
+
+Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]
 HostAddr = tuple[str, int]
 
 

@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 from broker.store import commitlog_recovery
 from broker.store.checkpoint import StoreCheckpoint
@@ -62,6 +62,9 @@ from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_proble
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from broker.store.dledger_commitlog import DLedgerCommitLog
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +448,7 @@ class DefaultMessageStore(StoreReads):
             return error
         assert self.commitlog is not None and prepared is not None
         if getattr(self.commitlog, "is_dledger", False):  # seam: completes on DLedger quorum commit
-            return await self.commitlog.put_messages_async(prepared, keep_store_timestamp)
+            return await cast("DLedgerCommitLog", self.commitlog).put_messages_async(prepared, keep_store_timestamp)
         result = self.commitlog.append_messages(prepared, keep_store_timestamp)
         ar = result.append_result
         if ar is None:
