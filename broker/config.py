@@ -108,6 +108,9 @@ class BrokerConfig:
     http_listen_port: int = _key("httpListenPort", 0, ours=True)  # 0: same as listenPort
     # slave metadata sync period (RocketMQ: 10 s, fixed); also used by DLedger followers
     slave_sync_interval_ms: int = _key("slaveSyncIntervalMs", 10_000, ours=True)
+    # a send whose topic + UNIQ_KEYs were stored in this window is answered, not stored again
+    # (a producer's retry after an unknown outcome; broker/put_dedup.py); 0 turns it off
+    send_dedup_window_seconds: int = _key("sendDedupWindowSeconds", 60, ours=True)
     # remoting (RocketMQ clients) on listenPort: name server registration, long polling, ACL
     register_name_server_period: int = _key("registerNameServerPeriod", 30_000)
     register_broker_timeout_mills: int = _key("registerBrokerTimeoutMills", 6000)
@@ -166,6 +169,8 @@ class MessageStoreConfig:
     file_reserved_time: int = _key("fileReservedTime", 72)
     max_message_size: int = _key("maxMessageSize", 4 * 1024 * 1024)
     check_crc_on_recover: bool = _key("checkCRCOnRecover", True)
+    # every record a read serves is checked by its CRCs first (broker.store.verify, issue 13.3)
+    check_crc_on_read: bool = _key("checkCRCOnRead", True, ours=True)
     flush_commit_log_least_pages: int = _key("flushCommitLogLeastPages", 4)
     flush_consume_queue_least_pages: int = _key("flushConsumeQueueLeastPages", 2)
     flush_commit_log_thorough_interval: int = _key("flushCommitLogThoroughInterval", 10_000)

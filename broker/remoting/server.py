@@ -37,6 +37,7 @@ from typing import Any, Awaitable, Callable, Optional
 from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
 from broker.remoting.codes import ResponseCode, request_name
 from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, ListenLimits, PendingBudget, PortGuard
+from broker.store.errors import StoreError
 
 log = logging.getLogger("broker.remoting")
 
@@ -246,6 +247,9 @@ class RemotingServer:
         except RpcHookRefusal as exc:
             log.warning("%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
             return cmd.response(exc.code, str(exc))
+        except StoreError as exc:  # damaged or unreadable data: the message says where and what to do
+            log.error("%s: %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:  # noqa: BLE001 - RocketMQ answers SYSTEM_ERROR and keeps the channel
             log.exception("%s: processing %s from %s failed", self.name, request_name(cmd.code), conn.remote_addr)
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

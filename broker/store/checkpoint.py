@@ -6,13 +6,14 @@ Rules (RocketMQ ``StoreCheckpoint``; reference §2.3):
   ``@8 logicsMsgTimestamp``, ``@16 indexMsgTimestamp`` (4.9.x), plus 5.x's
   ``@24 masterFlushedOffset`` and ``@32 confirmPhyOffset``; ours at ``@40 physicFlushedOffset``
   (the commitlog offset the last flush made durable: recovery tells a torn tail from damage by
-  it, issue 13). The rest stays zero; Apache ignores bytes it does not know, and a checkpoint
+  it, issue 13) and ``@48 physicVerifiedOffset`` (every record below it passed a CRC scan since
+  it was written: recovery verifies from there, ``broker.store.verify``, issue 13.3). The rest stays zero; Apache ignores bytes it does not know, and a checkpoint
   Apache wrote reads 0 there ("unknown").
 - Values live in memory and reach the page on :meth:`flush` (as in Java: msync, so a crash of
   the machine leaves the checkpoint at most one flush interval behind the data and abnormal
   recovery starts from an earlier, safe point) and on :meth:`publish` (no msync), which the
   commitlog flush services call after every flush so a killed process leaves the current
-  flushed offset in the page cache. We always write all five longs; a 4.9.x store had zeros there anyway
+  flushed offset in the page cache. We always write all seven longs; a 4.9.x store had zeros there anyway
   and a 5.x store keeps its values.
 - ``min_timestamp = max(0, min(physic, logics) - 3000)``: the 3 s margin covers messages whose
   store timestamps are not monotonic across threads.
@@ -30,7 +31,7 @@ from pathlib import Path
 from broker.store.errors import StoreError
 
 CHECKPOINT_FILE_SIZE = 4096
-_FIELDS = struct.Struct(">qqqqqq")
+_FIELDS = struct.Struct(">qqqqqqq")
 
 
 class CheckpointError(StoreError):
@@ -62,6 +63,7 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
             self.physic_flushed_offset,
+            self.physic_verified_offset,
         ) = _FIELDS.unpack_from(self._mm, 0)
 
     @property
@@ -108,7 +110,17 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
             self.physic_flushed_offset,
+            self.physic_verified_offset,
         )
+
+    def clamp_verified(self, offset: int) -> None:
+        """The data from ``offset`` on is gone or rewritten: it is no longer verified."""
+        with self._lock:
+            if self.physic_verified_offset > offset:
+                self.physic_verified_offset = max(0, offset)
+                if not self._mm.closed:
+                    self._pack()
+                    self._mm.flush()
 
     def shutdown(self) -> None:
         """Flush and unmap."""
@@ -121,5 +133,6 @@ class StoreCheckpoint:
         return (
             f"StoreCheckpoint(physic={self.physic_msg_timestamp}, logics={self.logics_msg_timestamp}, "
             f"index={self.index_msg_timestamp}, masterFlushed={self.master_flushed_offset}, "
-            f"confirmPhy={self.confirm_phy_offset}, physicFlushed={self.physic_flushed_offset})"
+            f"confirmPhy={self.confirm_phy_offset}, physicFlushed={self.physic_flushed_offset}, "
+            f"physicVerified={self.physic_verified_offset})"
         )

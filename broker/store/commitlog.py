@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
@@ -44,6 +44,7 @@ from broker.store.message import (
     blank_record, check_message_and_return_size, decode_message, encode_batch,
     store_timestamp_position,
 )
+from broker.store.verify import CorruptionLog, CorruptRecordError, fix_for_classic, record_problem_at
 from broker.store.put_result import (
     AppendMessageResult, PutMessageResult, PutMessageStatus,
 )
@@ -57,6 +58,7 @@ ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
 _QP = struct.Struct(">qq")
 _Q = struct.Struct(">q")
+_I = struct.Struct(">i")
 
 ReplicaHook = Callable[[AppendMessageResult], "Future[PutMessageStatus] | None"]
 
@@ -109,6 +111,11 @@ class CommitLog:
         self._confirm_offset = -1
         self.replica_hook: ReplicaHook | None = None
         self.writable = True
+        # the read guard (broker.store.verify): set by the store, which knows the node's name
+        self.verify_reads = True
+        self.node_label = self.store_path
+        self.corrupt_fix = fix_for_classic(self.store_path)
+        self.corruption = CorruptionLog()
         if flush_disk_type == SYNC_FLUSH:
             self.flush_service: FlushService = GroupCommitService(
                 self.mapped_file_queue, checkpoint, sync_flush_timeout_ms)
@@ -377,13 +384,19 @@ class CommitLog:
         return SelectMappedBufferResult(mf.file_from_offset + pos, view, mf)
 
     def get_message(self, offset: int, size: int) -> memoryview | None:
+        """The ``size`` bytes of the record at ``offset``, verified (``broker.store.verify``)."""
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
         if mf is None:
             return None
-        return mf.select(offset % self.mapped_file_size, size)
+        pos = offset % self.mapped_file_size
+        view = mf.select(pos, size)
+        if view is not None and self.verify_reads:
+            self._verify(view, mf, pos, offset, size)
+        return view
 
-    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
-        """Decode the message at a physical offset (None if there is no readable record)."""
+    def get_record(self, offset: int) -> memoryview | None:
+        """The whole record at ``offset`` (its size read from its TOTALSIZE), verified; None if
+        no readable record starts there. Lookups by msgId and key read through here."""
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
@@ -391,11 +404,24 @@ class CommitLog:
         view = mf.select(pos)
         if view is None or len(view) < 8:
             return None
-        if size is None:
-            size = int.from_bytes(view[:4], "big", signed=True)
+        size = _I.unpack_from(view, 0)[0]
         if size <= 0 or size > len(view):
             return None
-        return decode_message(view[:size])
+        if self.verify_reads:
+            self._verify(view, mf, pos, offset, size)
+        return view[:size]
+
+    def _verify(self, view: memoryview, mf: Any, pos: int, offset: int, size: int) -> None:
+        problem = record_problem_at(view, 0, size)
+        if problem is not None:
+            exc = CorruptRecordError(self.node_label, str(mf.path), pos, offset, problem, self.corrupt_fix)
+            self.corruption.report(exc)
+            raise exc
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
+        """Decode the message at a physical offset (None if there is no readable record)."""
+        view = self.get_record(offset) if size is None else self.get_message(offset, size)
+        return decode_message(view) if view is not None and len(view) >= 8 else None
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         buf = self.get_message(offset, size)
@@ -407,10 +433,14 @@ class CommitLog:
     # --- maintenance ------------------------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
         with self._put_lock:
+            if self.checkpoint is not None:
+                self.checkpoint.clamp_verified(offset)
             self.mapped_file_queue.truncate_dirty_files(offset)
 
     def reset_offset(self, offset: int) -> bool:
         with self._put_lock:
+            if self.checkpoint is not None:
+                self.checkpoint.clamp_verified(offset)
             return self.mapped_file_queue.reset_offset(offset)
 
     def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,

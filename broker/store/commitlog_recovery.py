@@ -171,6 +171,8 @@ def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispa
     """Scan from ``files[start_index]``; returns the offset just after the last valid record."""
     files: list[MappedFile] = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
     parse = commitlog.parse_record  # type: ignore[attr-defined]
+    # what this scan checks by CRC is verified: broker.store.verify skips it (issue 13.3)
+    commitlog.recovery_checked_from = files[start_index].file_from_offset if check_crc else None  # type: ignore[attr-defined]
     index = start_index
     mf = files[index]
     view = mf.whole()

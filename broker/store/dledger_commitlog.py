@@ -20,8 +20,10 @@ Rules (reference §4, seed 001, DESIGN §4-5):
   (``DefaultMessageStore.recover_topic_queue_table``), and only then accepts puts. Until then,
   and on followers/candidates, a put answers SERVICE_NOT_AVAILABLE with the leader in
   ``extra``. Leader-ready and role-change listeners let the broker's role handler follow.
-- A put completes when DLedger commits it (quorum, flushed). Status mapping of DLedger codes
-  (reference §4.5, decided here): SUCCESS -> PUT_OK; NOT_LEADER, INCONSISTENT_LEADER,
+- A put completes when DLedger commits it (quorum, flushed). A put that fails after its local
+  append is FLUSH_SLAVE_TIMEOUT, "outcome unknown" (``dledger_put`` rules, issue 13.6). Status
+  mapping of DLedger codes refusing a put before it is appended (reference §4.5, decided
+  here): SUCCESS -> PUT_OK; NOT_LEADER, INCONSISTENT_LEADER,
   LEADER_NOT_READY, LEADER_TRANSFERRING, TERM_CHANGED, DISK_FULL, DISK_ERROR ->
   SERVICE_NOT_AVAILABLE; LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY; WAIT_QUORUM_ACK_TIMEOUT ->
   FLUSH_SLAVE_TIMEOUT (stored locally, quorum not reached in time, may still commit: the same
@@ -69,6 +71,7 @@ from broker.store.message import (
     decode_message, encode_batch, store_timestamp_position,
 )
 from broker.store.put_result import PutMessageResult, PutMessageStatus
+from broker.store.verify import CorruptRecordError, dledger_record_problem, fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
 from dledger.core.codes import Role
 
@@ -121,6 +124,12 @@ class DLedgerCommitLog:
                              flush_disk_type=ASYNC_FLUSH, checkpoint=None, warm_mapped_file=False,
                              check_crc_on_recover=check_crc_on_recover, delay_levels=delay_levels)
         self.old.writable = False
+        self.old.corrupt_fix = fix_for_old_region()
+        # the read guard (broker.store.verify); the store sets the node's name and the flag
+        self.verify_reads = True
+        self.node_label = f"{dledger_config.group}/{dledger_config.self_id}"
+        self.corrupt_fix = fix_for_dledger(dledger_config.default_path)
+        self.corruption = self.old.corruption
         self.mapped_file_queue = self.old.mapped_file_queue  # what classic recovery functions use
         self.store_path = self.old.store_path
         self.flush_service = _NoFlushService()
@@ -138,7 +147,7 @@ class DLedgerCommitLog:
         self._role_listeners: list[Callable[[int, Role], None]] = []
         self._ready_listeners: list[Callable[[int], None]] = []
         self._started = False
-        self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0}
+        self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0, "outcome_unknown": 0}
 
     @classmethod
     def for_store(cls, store: Any) -> "DLedgerCommitLog":
@@ -442,6 +451,13 @@ class DLedgerCommitLog:
             return self.old.get_message(offset, size)
         return self._message_view(offset, size)
 
+    def get_record(self, offset: int) -> memoryview | None:
+        """The whole committed record at ``offset`` (size from its TOTALSIZE), verified; None if
+        no record starts there. Lookups by msgId and key read through here (issue 14.4)."""
+        if self._in_old(offset):
+            return self.old.get_record(offset)
+        return self._message_view(offset, None)
+
     def _message_view(self, offset: int, size: int | None) -> memoryview | None:
         dl = self.dledger_store
         if dl is None:
@@ -462,6 +478,12 @@ class DLedgerCommitLog:
             size = total
         if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
             return None
+        if self.verify_reads:
+            problem = dledger_record_problem(mm, rel - DLEDGER_BODY_OFFSET, size)
+            if problem is not None:
+                exc = CorruptRecordError(self.node_label, str(f.path), rel, offset, problem, self.corrupt_fix)
+                self.corruption.report(exc)
+                raise exc
         return memoryview(mm)[rel:rel + size]
 
     def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
-from broker.store import commitlog_recovery
+from broker.store import commitlog_recovery, verify
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
@@ -87,6 +87,7 @@ class StoreSettings:
     sync_flush_timeout: int = 5000
     max_message_size: int = 4 * 1024 * 1024
     check_crc_on_recover: bool = True
+    check_crc_on_read: bool = True
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_hash_slot_num: int = 5_000_000
@@ -220,6 +221,7 @@ class DefaultMessageStore(StoreReads):
                 self._drop_empty_files_after_crash()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             self.commitlog = self._make_commitlog()
+            verify.configure_read_guard(self)
             self.commitlog.load()
             self.consume_queue_store = ConsumeQueueStore(
                 self.root, s.mapped_file_size_consume_queue, checkpoint=self.checkpoint)
@@ -249,6 +251,7 @@ class DefaultMessageStore(StoreReads):
         own_recovery = getattr(self.commitlog, "recover_with_store", None)
         if own_recovery is not None:  # seam: DLedgerCommitLog recovers both address spaces and the CQs
             own_recovery(self)
+            verify.verify_after_recovery(self)
             self.recover_topic_queue_table()
             return
         cqs = self.consume_queue_store
@@ -267,6 +270,7 @@ class DefaultMessageStore(StoreReads):
             if max_phy_of_cq > end:
                 log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
             cqs.truncate_dirty(end)
+        verify.verify_after_recovery(self)
         self.recover_topic_queue_table()
 
     def recover_topic_queue_table(self) -> None:

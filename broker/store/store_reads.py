@@ -11,6 +11,9 @@ Rules:
 - A DLedger member that stopped itself (``server.fatal_error``) serves no reads: they raise
   :class:`MemberStoppedError` (checked before, and again when a read found nothing, as its files
   close under it) instead of answering "removed"/"not found" for data it holds (issue 13.1).
+- A record that fails its CRC check (``broker.store.verify``) is never served: a pull returns
+  the good records before it and stops there; a pull starting at it, or a lookup of it, raises
+  :class:`~broker.store.verify.CorruptRecordError` naming node, file and offset.
 
 Theory of operation: :class:`StoreReads` is a mixin of :class:`~broker.store.message_store.DefaultMessageStore`
 (split out of it to keep that module about wiring and lifecycle); it uses only the store's
@@ -25,6 +28,7 @@ from typing import Any, Callable
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.message import MessageExt, decode_message, decode_message_id
+from broker.store.verify import CorruptRecordError
 
 
 class MemberStoppedError(RuntimeError):
@@ -111,7 +115,14 @@ class StoreReads:
                 next_offset += 1
                 if tags_filter is not None and not tags_filter(tags_code):
                     continue
-                buf = self.commitlog.get_message(phy, size)
+                try:
+                    buf = self.commitlog.get_message(phy, size)
+                except CorruptRecordError:
+                    if not result.buffers:
+                        raise  # never data: the pull is an error naming the record
+                    next_offset -= 1  # serve the good records before it; the next pull fails on it
+                    hi = next_offset
+                    break
                 if buf is None:
                     missing = True
                     continue

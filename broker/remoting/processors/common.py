@@ -17,7 +17,6 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 """
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any, Optional
 
 from broker.api import errors as E
@@ -96,17 +95,12 @@ def api_error_response(cmd: RemotingCommand, exc: BrokerApiError, header: Option
     return cmd.response(code, remark, header or {})
 
 
-_SIZE = struct.Struct(">i")
 
 
 def raw_message_at(controller: Any, offset: int) -> Optional[bytes]:
-    """The stored record at a commitlog offset (size read from its first 4 bytes)."""
-    commitlog = controller.store_access.commitlog
-    head = commitlog.get_message(offset, 4)
-    if head is None or len(head) < 4:
-        return None
-    size = _SIZE.unpack_from(head, 0)[0]
-    if size <= 0 or size > 64 * 1024 * 1024:
-        return None
-    buf = commitlog.get_message(offset, size)
+    """The stored record at a commitlog offset, verified (None if no record starts there).
+
+    Through ``get_record`` (size from the record's own TOTALSIZE), which both commitlogs serve:
+    DLedger mode refuses partial reads such as a 4-byte size header (issue 14.4)."""
+    buf = controller.store_access.commitlog.get_record(offset)
     return None if buf is None else bytes(buf)
