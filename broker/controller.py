@@ -249,6 +249,7 @@ class BrokerController:
         except StoreLockedError as exc:
             raise BrokerStartError(str(exc)) from None
         self.store = self.store_access.store
+        self.store_access.enable_dedup(self.broker_config.send_dedup_window_seconds, self.store_host)
         self.metadata.load()
         if not self.dledger_enabled:
             await self._start_classic_ha()

@@ -121,7 +121,8 @@ class BrokerProcessor:
         m.put_latency.observe(time.perf_counter() - t0, kind)
         m.put_messages.inc(topic, status, amount=count)
         if status != "PUT_OK":
-            raise BrokerApiError(status, _REPLICATION_MESSAGES.get(status, status), **result)
+            raise BrokerApiError(status, getattr(outcome, "detail", "") or _REPLICATION_MESSAGES.get(status, status),
+                                 **result)
         m.put_bytes.inc(topic, amount=body_bytes)
         result["status"] = "SEND_OK"
         return result
@@ -140,11 +141,12 @@ class BrokerProcessor:
         tc = self._topic_for_write(msg.topic)
         queue_id = self._select_queue(msg.topic, msg.queue_id, tc.write_queue_nums)
         now = int(time.time() * 1000)
-        inner = to_message_ext(msg, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
+        inner = to_message_ext(msg, queue_id=queue_id, uniq_key=msg.uniq_key or self._uniq.next(now), born_host=born_host,
                                store_host=self.c.store_host, now_ms=now)
         r = await self._put([inner])
         result = {
-            "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic, "queueId": queue_id,
+            "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic,
+            "queueId": queue_id if r.queue_id is None else r.queue_id,
             "queueOffset": r.queue_offsets[0], "commitLogOffset": r.physical_offsets[0], "storeSize": r.wrote_bytes,
         }
         return await self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r)
@@ -156,11 +158,11 @@ class BrokerProcessor:
         tc = self._topic_for_write(topic)
         queue_id = self._select_queue(topic, msgs[0].queue_id, tc.write_queue_nums)
         now = int(time.time() * 1000)
-        inners = [to_message_ext(m, queue_id=queue_id, uniq_key=self._uniq.next(now), born_host=born_host,
+        inners = [to_message_ext(m, queue_id=queue_id, uniq_key=m.uniq_key or self._uniq.next(now), born_host=born_host,
                                  store_host=self.c.store_host, now_ms=now) for m in msgs]
         r = await self._put(inners)
         result = {
-            "topic": topic, "queueId": queue_id, "count": len(msgs),
+            "topic": topic, "queueId": queue_id if r.queue_id is None else r.queue_id, "count": len(msgs),
             "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],
             "queueOffsets": r.queue_offsets, "commitLogOffsets": r.physical_offsets,
         }

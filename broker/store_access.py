@@ -10,7 +10,9 @@ Rules:
   matching API error.
 - Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
 - A read refused because the DLedger member stopped itself (``store_reads.MemberStoppedError``)
-  is ``SERVICE_NOT_AVAILABLE`` naming the cause, never an empty or "removed" answer.
+  is ``SERVICE_NOT_AVAILABLE`` naming the cause, never an empty or "removed" answer; a record
+  that fails its CRC check (``broker.store.verify.CorruptRecordError``) is ``SYSTEM_ERROR``
+  naming node, file, offset and the fix.
 - In DLedger mode concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` (one
   store put, one DLedger batch for the requests of one loop iteration; results sliced back).
 
@@ -20,7 +22,9 @@ connect the store to HA.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
+from broker.put_dedup import RecentSends
 from broker.store.message import MessageExt
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,16 +57,22 @@ class PutOutcome:
     wrote_bytes: int
     next_offset: int
     status: str = "PUT_OK"  # or a stored-but-not-durable status (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, ...)
+    queue_id: int | None = None  # set when a retry was answered from the dedup window (its queue)
+    detail: str = ""  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
 
 
 @contextlib.contextmanager
 def _refuse_if_member_stopped() -> Iterator[None]:
     from broker.store.store_reads import MemberStoppedError  # noqa: WPS433
 
+    from broker.store.verify import CorruptRecordError  # noqa: WPS433
+
     try:
         yield
     except MemberStoppedError as exc:
         raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, str(exc)) from None
+    except CorruptRecordError as exc:  # never data (broker.store.verify); logged and counted there
+        raise BrokerApiError(E.SYSTEM_ERROR, str(exc)) from None
 
 
 def _value(x: Any) -> Any:
@@ -76,6 +87,14 @@ class StoreAccess:
         from broker.put_coalescer import coalescer_for  # noqa: WPS433
 
         self.coalescer = coalescer_for(store)
+        self.dedup: RecentSends | None = None  # set by enable_dedup (broker.put_dedup)
+
+    def enable_dedup(self, window_seconds: float, store_host: tuple[str, int]) -> None:
+        """Answer retried sends (same topic + UNIQ_KEY) from a window fed by dispatch."""
+        if window_seconds <= 0:
+            return
+        self.dedup = RecentSends(window_seconds, store_host)
+        self.store.arrival_listeners.append(self.dedup.on_arrival)
 
     @staticmethod
     def store_takes_lock() -> bool:
@@ -97,6 +116,7 @@ class StoreAccess:
         metrics = getattr(controller, "metrics", None)
         if metrics is not None:
             access.register_dispatch_gauges(metrics)
+            access.register_verify_metrics(metrics)
         return access
 
     def dispatch_status(self) -> dict[str, Any]:
@@ -134,6 +154,43 @@ class StoreAccess:
 
     # ------------------------------------------------------------------ writes
     async def put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
+        """Store ``msgs``; a retry of a put this broker already stored (same topic and UNIQ_KEYs)
+        is answered from the dedup window, or waits for that put if it is still in flight."""
+        dedup = self.dedup
+        keys = dedup.keys_of(msgs) if dedup is not None and dedup.enabled else None
+        if keys is None or dedup is None:
+            return await self._put_messages(msgs)
+        running = dedup.inflight(keys)
+        if running is not None:
+            earlier = await asyncio.shield(running)
+            if earlier is not None:
+                return earlier  # the same request, answered once
+        again = dedup.recall(keys)
+        if again is not None:
+            return again
+        hit = dedup.lookup(keys)
+        if hit is not None:
+            log.info("send of %d message(s) to %s already stored (UNIQ_KEY %s): answered from the dedup window",
+                     len(keys), keys[0][0], keys[0][1])
+            fields = dedup.outcome_of(hit)
+            # the record's own STOREHOST (a former leader's) makes its offset msgId
+            stored = [self.store.look_message_by_offset(h.physical_offset, h.size) for h in hit]
+            if all(m is not None for m in stored):
+                fields["msg_ids"] = [m.msg_id for m in stored]  # type: ignore[union-attr]
+            return PutOutcome(**fields)
+        fut = dedup.begin(keys)
+        outcome: PutOutcome | None = None
+        try:
+            outcome = await self._put_messages(msgs)
+            if outcome.status == "PUT_OK" or not getattr(self.store.commitlog, "is_dledger", False):
+                dedup.remember(keys, dataclasses.replace(outcome, status="PUT_OK", detail="", queue_id=msgs[0].queue_id))
+            return outcome
+        finally:
+            if not fut.done():
+                fut.set_result(outcome)
+            dedup.end(keys, fut)
+
+    async def _put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
         # put_messages_async awaits the SYNC_FLUSH group commit without blocking the loop; the
         # store's replica hook is left unset: the controller does the SYNC_MASTER wait itself.
         if self.coalescer is not None:
@@ -148,7 +205,7 @@ class StoreAccess:
         outcome = PutOutcome(
             msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
             wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,
-            status=status,
+            status=status, detail=result.error if status != "PUT_OK" else "",
         )
         for hook in self._put_hooks:
             hook(outcome.next_offset)
@@ -215,4 +272,25 @@ class StoreAccess:
             "lastExitOK": self.last_exit_ok,
             **({"putCoalescer": {"mergedPuts": self.coalescer.merged_puts,
                                  "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
+            "sendDedup": self.dedup.status() if self.dedup is not None else {"windowSeconds": 0},
+            "verify": self.verify_status(),
         }
+
+    def verify_status(self) -> dict[str, Any]:
+        """Corrupt records met by reads and recovery (broker.store.verify) and the verified offset."""
+        cl = self.store.commitlog
+        corruption = getattr(cl, "corruption", None)
+        out: dict[str, Any] = corruption.status() if corruption is not None else {"corruptRecords": 0}
+        cp = getattr(self.store, "checkpoint", None)
+        out["verifiedOffset"] = getattr(cp, "physic_verified_offset", None)
+        out["checkOnRead"] = bool(getattr(cl, "verify_reads", False))
+        return out
+
+    def register_verify_metrics(self, metrics: Any) -> None:
+        metrics.register_gauge(
+            "rocketmq_broker_corrupt_records_total",
+            "Commitlog records that failed their CRC/structure check on read or recovery (never served)",
+            lambda: [({}, self.verify_status().get("corruptRecords", 0))], kind="counter")
+        metrics.register_gauge(
+            "rocketmq_broker_send_dedup_hits_total", "Sends answered from the dedup window (a retried UNIQ_KEY)",
+            lambda: [({}, self.dedup.hits if self.dedup is not None else 0)], kind="counter")

@@ -31,6 +31,7 @@ import base64
 import http.client
 import json
 import socket
+import uuid
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote, urlencode
 
@@ -80,8 +81,10 @@ def _credentials(access_key: str | None, secret_key: str | None) -> tuple[str, s
 
 
 def message_json(body: bytes | str, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                 properties: Mapping[str, str] | None = None, flag: int | None = None) -> dict[str, Any]:
-    """One message object as the API expects it."""
+                 properties: Mapping[str, str] | None = None, flag: int | None = None,
+                 uniq_key: str | None = None) -> dict[str, Any]:
+    """One message object as the API expects it (``uniq_key``: the producer's message id, which
+    the broker keeps as UNIQ_KEY and uses to answer a retry instead of storing it twice)."""
     out: dict[str, Any]
     if isinstance(body, str):
         out = {"body": body}
@@ -95,7 +98,14 @@ def message_json(body: bytes | str, *, tags: str | None = None, keys: str | Iter
         out["properties"] = dict(properties)
     if flag is not None:
         out["flag"] = flag
+    if uniq_key:
+        out["uniqKey"] = uniq_key
     return out
+
+
+def new_uniq_key() -> str:
+    """A fresh producer-side message id (32 hex digits)."""
+    return uuid.uuid4().hex.upper()
 
 
 def body_bytes(message: Mapping[str, Any]) -> bytes:
@@ -500,7 +510,15 @@ class MasterFollowingProducer:
                     await asyncio.sleep(self.backoff)
 
     async def send(self, topic: str, body: bytes | str, **kw: Any) -> dict[str, Any]:
+        """Send until acknowledged or ``retry_for`` passes; every attempt carries the same
+        ``uniqKey``, so a retry of an attempt the broker did store is answered, not stored again
+        (within the broker's ``sendDedupWindowSeconds``)."""
+        kw.setdefault("uniq_key", new_uniq_key())
         return await self._retrying(_Requests.send(topic, body, **kw))
 
     async def send_batch(self, topic: str, messages: Iterable[Any], **kw: Any) -> dict[str, Any]:
-        return await self._retrying(_Requests.send_batch(topic, messages, **kw))
+        """As :meth:`send`: each message gets its ``uniqKey`` once, before the first attempt."""
+        msgs = [dict(m) if isinstance(m, Mapping) else message_json(m) for m in messages]
+        for m in msgs:
+            m.setdefault("uniqKey", new_uniq_key())
+        return await self._retrying(_Requests.send_batch(topic, msgs, **kw))

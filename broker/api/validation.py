@@ -55,6 +55,7 @@ class ProduceMessage:
     keys: list[str] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    uniq_key: str = ""  # the producer's own id (kept across its retries: deduplicated, broker.put_dedup)
 
 
 def parse_json(raw: bytes) -> Any:
@@ -168,6 +169,18 @@ def properties_size(msg: ProduceMessage) -> int:
     return total + 40  # room for UNIQ_KEY and WAIT added by the broker
 
 
+_UNIQ_KEY_CHARS = frozenset("0123456789ABCDEFabcdef-")
+
+
+def _parse_uniq_key(value: Any, where: str) -> str:
+    """An optional producer-chosen UNIQ_KEY: 16-64 hex digits (dashes allowed), as clients make them."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not 16 <= len(value) <= 64 or not set(value) <= _UNIQ_KEY_CHARS:
+        raise BrokerApiError(MESSAGE_ILLEGAL, f"{where}: uniqKey must be 16-64 hex digits (the producer's message id)")
+    return value
+
+
 def parse_message(obj: Any, *, topic: str, queue_id: int | None, where: str = "message") -> ProduceMessage:
     """One message object of a produce or batch request."""
     if not isinstance(obj, dict):
@@ -184,6 +197,7 @@ def parse_message(obj: Any, *, topic: str, queue_id: int | None, where: str = "m
         keys=_parse_keys(obj.get("keys"), where),
         properties=_parse_properties(obj.get("properties"), where),
         flag=int_field(obj, "flag", minimum=None, default=0),
+        uniq_key=_parse_uniq_key(obj.get("uniqKey"), where),
     )
     if properties_size(msg) > MAX_PROPERTIES_BYTES:
         raise BrokerApiError(PROPERTIES_SIZE_EXCEEDED, f"{where}: properties exceed {MAX_PROPERTIES_BYTES} bytes")

@@ -9,11 +9,14 @@ Rules (reference §4.5, DESIGN §5):
   offset (Apache 5.0-5.1's gap, issue #6570, cannot happen).
 - Only a *ready* leader appends (``DLedgerCommitLog.leader_ready``); otherwise, and on
   NOT_LEADER, the answer is SERVICE_NOT_AVAILABLE with ``extra = {leader_id, leader_addr}``.
-- Completion: the put's future resolves when DLedger commits (PUT_OK) or fails the entries;
-  DLedger codes map to PutMessageStatus by :func:`put_status_for` (decision and reasons in the
-  DLedgerCommitLog docstring). Only PUT_OK and FLUSH_SLAVE_TIMEOUT (appended, quorum not reached
-  in time, may still commit) carry the append result; other failures say ``maybe_stored`` and
-  the wrote offset in ``extra``.
+- Completion: the put's future resolves when DLedger commits (PUT_OK) or fails the entries.
+  A refusal *before* the local append (not a ready leader, NOT_LEADER, full disk, oversize) was
+  never proposed: its DLedger code maps by :func:`put_status_for` (SERVICE_NOT_AVAILABLE, which
+  the broker turns into NOT_MASTER with the leader's address, and a producer may retry). Once
+  appended, *every* failure (quorum timeout, term change, lost leadership, stop) is "outcome
+  unknown": FLUSH_SLAVE_TIMEOUT with the append result and ``extra["outcome_unknown"]``, since
+  a quorum may hold the entries and a later leader commit them (issue 13.6: 100,000 puts
+  answered NOT_MASTER were committed, and retried into duplicates).
 
 Theory of operation: plain functions over a DLedgerCommitLog; the commitlog encodes in the
 caller's thread and schedules :func:`append_on_loop` with ``call_soon_threadsafe``; the result
@@ -142,11 +145,16 @@ def complete_put(cl: "DLedgerCommitLog", f: Any, ar: AppendMessageResult, out: "
     if exc is None:
         out.set_result(PutMessageResult(PutMessageStatus.PUT_OK, ar))
         return
+    # The entries were appended locally and offered to the followers: whatever failed them now
+    # (quorum timeout, term change, lost leadership, a stop), a quorum may hold them and a later
+    # leader commit them. Never "not stored" (SERVICE_NOT_AVAILABLE/NOT_MASTER would make the
+    # producer retry into a duplicate): FLUSH_SLAVE_TIMEOUT, RocketMQ's "stored, replication not
+    # confirmed" answer, with the ids and offsets they would have (issue 13.6).
     code = getattr(exc, "code", Code.UNKNOWN)
-    status = put_status_for(code)
-    if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+    if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
         cl.counters["quorum_timeouts"] += 1
-        out.set_result(PutMessageResult(status, ar, error=str(exc)))
     else:
-        out.set_result(PutMessageResult(status, None, error=str(exc),
-                                        extra={"wrote_offset": ar.wrote_offset, "maybe_stored": True}))
+        cl.counters["outcome_unknown"] = cl.counters.get("outcome_unknown", 0) + 1
+    out.set_result(PutMessageResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, ar,
+                                    error=f"outcome unknown: the entries were proposed, then {exc}",
+                                    extra={"outcome_unknown": True, "dledger_code": int(code)}))

@@ -139,7 +139,8 @@ class SendMessageProcessor(Processor):
         metrics = self.c.metrics
         metrics.put_latency.observe(time.perf_counter() - t0, "remoting")
         metrics.put_messages.inc(topic, status, amount=len(msgs))
-        header = {"msgId": ",".join(r.msg_ids), "queueId": qid, "queueOffset": r.queue_offsets[0], **header_extra}
+        header = {"msgId": ",".join(r.msg_ids), "queueId": qid if r.queue_id is None else r.queue_id,
+                  "queueOffset": r.queue_offsets[0], **header_extra}
         code = {"PUT_OK": R.SUCCESS, "FLUSH_DISK_TIMEOUT": R.FLUSH_DISK_TIMEOUT,
                 "FLUSH_SLAVE_TIMEOUT": R.FLUSH_SLAVE_TIMEOUT, "SLAVE_NOT_AVAILABLE": R.SLAVE_NOT_AVAILABLE}.get(status)
         if code is None:

@@ -228,9 +228,9 @@ def test_committed_pos_with_one_of_two_peers_down(tmp_path: Path, hosts: str) ->
         s1.shutdown()
 
         res = s0.put_message(msg(TOPIC, 0, 2, **extra))
-        assert not res.ok and res.status in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-                                             PutMessageStatus.SERVICE_NOT_AVAILABLE), res
-        wrote = res.append_result.wrote_offset if res.append_result else res.extra["wrote_offset"]
+        # proposed, then no quorum: outcome unknown (issue 13.6), never "not stored"
+        assert not res.ok and res.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT, res
+        wrote = res.append_result.wrote_offset
         assert wrote > max0
         time.sleep(0.3)
         assert s0.get_max_phy_offset() == max0  # nothing committed ...

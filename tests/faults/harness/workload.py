@@ -8,9 +8,11 @@ Rules
   The body is ``key|padding`` and the key is also the ``FKEY`` property.
 * Outcomes: a 2xx answer is ``ok`` (with the acknowledged offsets). ``fail`` only where nothing
   can have been stored: the connection was refused, or the broker rejected the request before
-  any write (``DEFINITE_FAIL_CODES``). Everything else (timeouts, dropped connections,
-  FLUSH_SLAVE_TIMEOUT, SERVICE_NOT_AVAILABLE/NOT_MASTER, which DLedger mode also answers when
-  leadership is lost after a local append) is ``info``: maybe stored.
+  any write (``DEFINITE_FAIL_CODES``), which includes NOT_MASTER and SERVICE_NOT_AVAILABLE: a
+  put that lost its leader after the local append answers FLUSH_SLAVE_TIMEOUT ("outcome
+  unknown", issue 13.6), so the checker flags any NOT_MASTER/SERVICE_NOT_AVAILABLE key found
+  in the log (``failed-present``). Everything else (timeouts, dropped connections,
+  FLUSH_SLAVE_TIMEOUT) is ``info``: maybe stored.
 * Consumer ``c<k>`` pulls every queue from a random node (followers too) from the last offset it
   saw and records each pulled (qoff, phys, key) as a ``read`` event; the checker then demands
   that the final log holds exactly that at that place (no dirty reads).
@@ -33,7 +35,8 @@ from broker.api.client import BrokerClient, BrokerClientError, MasterFollowingPr
 from .cluster import KEY_PROP, QUEUES, TOPIC, Cluster
 from .history import History
 
-DEFINITE_FAIL_CODES = {"CONNECT_REFUSED", "MESSAGE_ILLEGAL", "BAD_REQUEST", "TOPIC_NOT_EXIST", "NO_PERMISSION"}
+DEFINITE_FAIL_CODES = {"CONNECT_REFUSED", "MESSAGE_ILLEGAL", "BAD_REQUEST", "TOPIC_NOT_EXIST", "NO_PERMISSION",
+                       "NOT_MASTER", "SERVICE_NOT_AVAILABLE"}
 
 
 class Workload:

@@ -1,0 +1,170 @@
+"""Idempotent retries: a send whose UNIQ_KEY the store already holds is answered, not stored again.
+
+Why (issue 13.6): a put whose entries were proposed and then lost their leader may still
+commit; its sender was told the outcome is unknown (FLUSH_SLAVE_TIMEOUT) or timed out, and
+retries. Producers keep a message's UNIQ_KEY across retries (the Java producer sets it once per
+Message, our client once per send call), so the broker can recognise the retry.
+
+Rules:
+- The window holds ``(topic, UNIQ_KEY) -> (queueId, queueOffset, physical offset, size, store
+  host)`` of every message *dispatched* in the last ``sendDedupWindowSeconds`` (ours, default
+  60; 0 turns deduplication off), at most :attr:`RecentSends.MAX_KEYS` keys, oldest evicted
+  first. It is fed by the store's arrival listener on every node, so a DLedger leader, which
+  accepts writes only once its whole log is committed and dispatched, knows every key of the
+  entries it inherited. It is memory only: a restarted broker starts with an empty window.
+- A put whose messages all carry a UNIQ_KEY found in the window (same topic) is answered PUT_OK
+  with the stored offsets and ids; nothing is appended. A batch with only some of its keys
+  found is stored whole (at-least-once, as before: a batch is never split).
+- A put whose keys are those of a put still in flight on this broker waits for it and answers
+  with its outcome (a client that timed out and retried to the same leader). A put this broker
+  completed is also remembered as a whole request (:meth:`RecentSends.remember`), because a
+  classic store answers before its reput thread dispatches: only a *stored* answer is
+  remembered (PUT_OK; in classic mode also FLUSH_SLAVE_TIMEOUT/SLAVE_NOT_AVAILABLE/
+  FLUSH_DISK_TIMEOUT, the bytes being in the local log, re-answered as PUT_OK so the SYNC_MASTER
+  wait runs again); a DLedger "outcome unknown" is not, as its entry may still be truncated.
+- Messages without a UNIQ_KEY are never deduplicated.
+
+Theory of operation: an ``OrderedDict`` in arrival order, trimmed on insert by age and size;
+all calls on the broker's event loop except :meth:`RecentSends.on_arrival` (the reput thread),
+hence the lock.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from broker.store.message import create_message_id
+
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+
+
+@dataclass(slots=True, frozen=True)
+class Stored:
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+
+
+Key = tuple[str, str]
+
+
+class RecentSends:
+    """The dedup window (module rules)."""
+
+    MAX_KEYS = 200_000
+
+    def __init__(self, window_seconds: float, store_host: tuple[str, int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = float(window_seconds)
+        self.store_host = store_host
+        self._clock = clock
+        self._keys: collections.OrderedDict[Key, tuple[float, Stored]] = collections.OrderedDict()
+        self._inflight: dict[Key, tuple[tuple[Key, ...], asyncio.Future[Any]]] = {}
+        self._requests: collections.OrderedDict[tuple[Key, ...], tuple[float, Any]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.window > 0
+
+    def on_arrival(self, batch: Sequence[Any]) -> None:
+        """The store's arrival listener: remember each dispatched message that has a UNIQ_KEY."""
+        if not self.enabled:
+            return
+        now = self._clock()
+        with self._lock:
+            keys = self._keys
+            for r in batch:
+                if r.uniq_key:
+                    key = (r.topic, r.uniq_key)
+                    keys[key] = (now, Stored(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size))
+                    keys.move_to_end(key)
+            limit = now - self.window
+            while keys and (len(keys) > self.MAX_KEYS or next(iter(keys.values()))[0] < limit):
+                keys.popitem(last=False)
+
+    @staticmethod
+    def keys_of(msgs: Sequence[Any]) -> list[Key] | None:
+        """The (topic, UNIQ_KEY) of every message, or None if one has none."""
+        out = []
+        for m in msgs:
+            uniq = (m.properties or {}).get(PROPERTY_UNIQ_KEY)
+            if not uniq:
+                return None
+            out.append((m.topic, uniq))
+        return out
+
+    def lookup(self, keys: Sequence[Key]) -> list[Stored] | None:
+        """The stored messages of every key, or None unless all are in the window."""
+        limit = self._clock() - self.window
+        with self._lock:
+            found = []
+            for k in keys:
+                hit = self._keys.get(k)
+                if hit is None or hit[0] < limit:
+                    return None
+                found.append(hit[1])
+        self.hits += len(found)
+        return found
+
+    def outcome_of(self, stored: Sequence[Stored]) -> dict[str, Any]:
+        """The PutOutcome fields of an earlier put found in the window."""
+        last = stored[-1]
+        return {
+            "msg_ids": [create_message_id(self.store_host, s.physical_offset) for s in stored],
+            "queue_offsets": [s.queue_offset for s in stored],
+            "physical_offsets": [s.physical_offset for s in stored],
+            "wrote_bytes": sum(s.size for s in stored),
+            "next_offset": last.physical_offset + last.size,
+            "queue_id": stored[0].queue_id,
+        }
+
+    def inflight(self, keys: Sequence[Key]) -> asyncio.Future[Any] | None:
+        """The put in flight with exactly these keys, if any."""
+        got = self._inflight.get(keys[0])
+        if got is None or got[0] != tuple(keys) or got[1].done():
+            return None
+        return got[1]
+
+    def begin(self, keys: Sequence[Key]) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        entry = (tuple(keys), fut)
+        for k in keys:
+            self._inflight[k] = entry
+        return fut
+
+    def end(self, keys: Sequence[Key], fut: asyncio.Future[Any]) -> None:
+        for k in keys:
+            got = self._inflight.get(k)
+            if got is not None and got[1] is fut:
+                del self._inflight[k]
+
+    def remember(self, keys: Sequence[Key], outcome: Any) -> None:
+        """A stored answer of this broker to exactly these keys (module rules)."""
+        now = self._clock()
+        with self._lock:
+            reqs = self._requests
+            reqs[tuple(keys)] = (now, outcome)
+            reqs.move_to_end(tuple(keys))
+            limit = now - self.window
+            while reqs and (len(reqs) > self.MAX_KEYS or next(iter(reqs.values()))[0] < limit):
+                reqs.popitem(last=False)
+
+    def recall(self, keys: Sequence[Key]) -> Any | None:
+        """The remembered answer to exactly these keys, if still in the window."""
+        with self._lock:
+            got = self._requests.get(tuple(keys))
+        if got is None or got[0] < self._clock() - self.window:
+            return None
+        self.hits += len(keys)
+        return got[1]
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"windowSeconds": self.window, "keys": len(self._keys), "hits": self.hits}

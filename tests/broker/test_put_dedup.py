@@ -1,0 +1,82 @@
+"""The send dedup window (broker/put_dedup.py) and its wiring into a real classic broker.
+
+- Window rules with a fake clock: a key is found only within ``window`` seconds of its dispatch,
+  per topic; a batch is found only if all its keys are; MAX_KEYS bounds memory.
+- A real ``mqbroker`` (classic master): the same ``uniqKey`` sent twice is stored once and both
+  answers carry the same offsets; a batch likewise; another topic with the same key is stored;
+  ``sendDedupWindowSeconds=0`` stores every send; a bad ``uniqKey`` is MESSAGE_ILLEGAL.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.api.client import BrokerClientError, message_json
+from broker.put_dedup import RecentSends
+from broker.store.dispatch import DispatchRequest
+from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+
+
+def req(topic: str, uniq: str, qoff: int, phy: int) -> DispatchRequest:
+    return DispatchRequest(topic, 1, phy, 100, 0, 0, qoff, uniq_key=uniq)
+
+
+def test_window_expiry_topic_scope_batches_and_bound() -> None:
+    now = [1000.0]
+    w = RecentSends(60, ("10.0.0.1", 10911), clock=lambda: now[0])
+    w.on_arrival([req("T", "A" * 32, 5, 1000), req("T", "B" * 32, 6, 1100), req("T", "", 7, 1200)])
+    hit = w.lookup([("T", "A" * 32), ("T", "B" * 32)])
+    assert hit is not None
+    out = w.outcome_of(hit)
+    assert out["queue_offsets"] == [5, 6] and out["physical_offsets"] == [1000, 1100] and out["queue_id"] == 1
+    assert out["next_offset"] == 1200 and out["wrote_bytes"] == 200 and len(out["msg_ids"][0]) == 32
+    assert w.lookup([("U", "A" * 32)]) is None  # keys are per topic
+    assert w.lookup([("T", "A" * 32), ("T", "C" * 32)]) is None  # a batch only when all are there
+    now[0] += 61
+    assert w.lookup([("T", "A" * 32)]) is None  # out of the window
+    w.on_arrival([req("T", "D" * 32, 8, 1300)])
+    assert w.status()["keys"] == 1  # expired keys are trimmed on insert
+    old_max = RecentSends.MAX_KEYS
+    RecentSends.MAX_KEYS = 3
+    try:
+        w.on_arrival([req("T", f"{i:032X}", i, i) for i in range(10)])
+        assert w.status()["keys"] == 3 and w.lookup([("T", f"{9:032X}")]) is not None
+        assert w.lookup([("T", f"{0:032X}")]) is None
+    finally:
+        RecentSends.MAX_KEYS = old_max
+    assert RecentSends.keys_of([]) == [] and RecentSends(0, ("h", 1)).enabled is False
+
+
+@pytest.mark.multiprocess
+def test_broker_answers_a_retried_send_once(tmp_path: Path) -> None:
+    conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")
+    b = BrokerProc(conf, port, "m", tmp_path)
+    try:
+        b.start()
+        with b.client() as c:
+            key = "0A0B0C0D" * 4
+            first = c.send("Dedup", b"one", uniq_key=key)
+            again = c.send("Dedup", b"one", uniq_key=key)
+            assert (again["commitLogOffset"], again["queueOffset"], again["msgId"], again["queueId"]) == \
+                (first["commitLogOffset"], first["queueOffset"], first["msgId"], first["queueId"])
+            assert again["uniqKey"] == key
+            other = c.send("Dedup2", b"one", uniq_key=key)  # same key, other topic: a new message
+            assert other["commitLogOffset"] != first["commitLogOffset"]
+            batch = [message_json(b"x", uniq_key="1" * 32), message_json(b"y", uniq_key="2" * 32)]
+            r1 = c.send_batch("Dedup", batch, queue_id=first["queueId"])
+            r2 = c.send_batch("Dedup", batch, queue_id=first["queueId"])
+            assert r1["commitLogOffsets"] == r2["commitLogOffsets"] and r1["queueOffsets"] == r2["queueOffsets"]
+            fresh = c.send("Dedup", b"two")  # no uniqKey from the client: the broker's own, never equal
+            assert fresh["commitLogOffset"] > r1["commitLogOffsets"][-1]
+            pulled = c.pull("Dedup", first["queueId"], 0, 32)
+            bodies = [m["body"] for m in pulled["messages"]]
+            assert len(bodies) == len(set(m["commitLogOffset"] for m in pulled["messages"]))
+            total = sum(c.pull("Dedup", q, 0, 32).get("maxOffset", 0) for q in range(8)
+                        if q < 4)  # autoCreate makes 4 queues
+            assert total == 4  # one + the batch of two + two: nothing stored twice
+            with pytest.raises(BrokerClientError) as ei:
+                c.send("Dedup", b"bad", uniq_key="not-hex!")
+            assert ei.value.code == "MESSAGE_ILLEGAL" and "uniqKey" in ei.value.message
+    finally:
+        kill_all([b])
