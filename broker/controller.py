@@ -138,6 +138,7 @@ class BrokerController:
         self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
+        self.schedule: Any = None  # broker.schedule.ScheduleMessageService (runs while master)
         self.acl_validator: Any = None  # PlainAccessValidator shared by remoting and HTTP (aclEnable=true)
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
@@ -208,6 +209,8 @@ class BrokerController:
         self.broker_role = role
         self._master_api_address = None
         log.info("broker %s role changed %s/id %s -> %s/id 0", self.broker_name, old[0], old[1], role)
+        if self.schedule is not None:
+            self.schedule.start()  # delayed messages: the master delivers (from the synced delayOffset.json)
         if self.remoting is not None:
             self.remoting.role_changed()  # re-register with the name servers at once, as brokerId 0
 
@@ -217,6 +220,8 @@ class BrokerController:
         self.broker_id = broker_id if broker_id != 0 else 1
         self.broker_role = SLAVE
         self._master_api_address = master_api_address
+        if self.schedule is not None and self.schedule.running:
+            asyncio.get_running_loop().create_task(self.schedule.stop())
         if self.slave_sync is None:
             self.slave_sync = self._make_slave_sync()
             if self.started_ms:
@@ -251,6 +256,7 @@ class BrokerController:
         self.store = self.store_access.store
         self.store_access.enable_dedup(self.broker_config.send_dedup_window_seconds, self.store_host)
         self.metadata.load()
+        self.schedule = self._make_schedule()
         if not self.dledger_enabled:
             await self._start_classic_ha()
         else:
@@ -286,6 +292,8 @@ class BrokerController:
         if self.slave_sync is not None:  # a DLedger role change made us a slave during start-up
             self.slave_sync.start()
         self.writable = True
+        if not self.dledger_enabled and self.broker_role != SLAVE:
+            self.schedule.start()
         self.remoting.start_registrar()
         log.info(
             "broker %s (cluster %s) started as %s, brokerId %d, API http://%s, %s, store %s (%s recovery, max offset %d) in %.2fs",
@@ -392,8 +400,22 @@ class BrokerController:
             except Exception:  # noqa: BLE001 - retried next round
                 log.exception("persisting consumerOffset.json failed")
 
+    def _make_schedule(self) -> Any:
+        from broker.schedule import ScheduleMessageService  # noqa: WPS433
+
+        assert self.store_access is not None
+        service = ScheduleMessageService(
+            self.store, self.metadata.managers["delayOffset"], self.store_access.put_messages, self.store.delay_levels,
+            int(_cfg(self.store_config, "flush_delay_offset_interval", 10_000)))
+        self.metrics.register_gauge(
+            "rocketmq_broker_schedule_pending", "Delayed messages not yet delivered, per delay level",
+            lambda: [({"level": str(lv)}, n) for lv, n in service.pending().items() if n])
+        return service
+
     async def _teardown(self) -> None:
         self.writable = False
+        if self.schedule is not None:
+            await self.schedule.stop()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             self._housekeeping = None
@@ -492,6 +514,8 @@ class BrokerController:
             out.update(sa.status())
         out["ha"] = self.ha_status()
         out["listen"] = self.listen_status()
+        if self.schedule is not None:
+            out["schedule"] = self.schedule.status()
         return out
 
     def listen_status(self) -> dict[str, Any]:

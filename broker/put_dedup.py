@@ -22,7 +22,11 @@ Rules:
   remembered (PUT_OK; in classic mode also FLUSH_SLAVE_TIMEOUT/SLAVE_NOT_AVAILABLE/
   FLUSH_DISK_TIMEOUT, the bytes being in the local log, re-answered as PUT_OK so the SYNC_MASTER
   wait runs again); a DLedger "outcome unknown" is not, as its entry may still be truncated.
-- Messages without a UNIQ_KEY are never deduplicated.
+- Messages without a UNIQ_KEY, and consumer retries (``%RETRY%``/``%DLQ%`` topics: a message
+  sent back again keeps its UNIQ_KEY), are never deduplicated. A delayed send is keyed under
+  SCHEDULE_TOPIC_XXXX, where it is stored, so its delivery to the real topic is not a "retry";
+  a second delivery of it to the same real topic (a new master re-delivering from the synced
+  delayOffset.json) is answered from the window.
 
 Theory of operation: an ``OrderedDict`` in arrival order, trimmed on insert by age and size;
 all calls on the broker's event loop except :meth:`RecentSends.on_arrival` (the reput thread),
@@ -38,8 +42,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from broker.store.message import create_message_id
+from broker.store.message_const import PROPERTY_DELAY_TIME_LEVEL, RMQ_SYS_SCHEDULE_TOPIC
 
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+NO_DEDUP_PREFIXES = ("%RETRY%", "%DLQ%")
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,13 +97,21 @@ class RecentSends:
 
     @staticmethod
     def keys_of(msgs: Sequence[Any]) -> list[Key] | None:
-        """The (topic, UNIQ_KEY) of every message, or None if one has none."""
+        """The (topic it is stored under, UNIQ_KEY) of every message, or None if one has none.
+
+        A delayed send is stored in SCHEDULE_TOPIC_XXXX: that is its key's topic, so its later
+        delivery to the real topic (same UNIQ_KEY, no DELAY) is not mistaken for a retry.
+        Consumer retries (``%RETRY%``/``%DLQ%`` topics, direct or delayed) keep the UNIQ_KEY of
+        the message they retry and legitimately come again: never deduplicated."""
         out = []
         for m in msgs:
-            uniq = (m.properties or {}).get(PROPERTY_UNIQ_KEY)
-            if not uniq:
+            props = m.properties or {}
+            uniq = props.get(PROPERTY_UNIQ_KEY)
+            if not uniq or m.topic.startswith(NO_DEDUP_PREFIXES):
                 return None
-            out.append((m.topic, uniq))
+            level = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
+            delayed = level.isdigit() and int(level) > 0 and m.sys_flag & 0xC in (0, 0x8)
+            out.append((RMQ_SYS_SCHEDULE_TOPIC if delayed else m.topic, uniq))
         return out
 
     def lookup(self, keys: Sequence[Key]) -> list[Stored] | None:

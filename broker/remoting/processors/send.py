@@ -19,9 +19,9 @@ Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProc
 - CONSUMER_SEND_MSG_BACK (``offset, group, delayLevel, originMsgId, originTopic,
   maxReconsumeTimes``): the stored message is re-put on ``%RETRY%<group>`` with
   ``reconsumeTimes+1``, ``RETRY_TOPIC`` and ``ORIGIN_MESSAGE_ID`` set; to ``%DLQ%<group>`` past
-  the max or when ``delayLevel < 0``. Deviation: RocketMQ delays the retry (level
-  ``3 + reconsumeTimes``) through its ScheduleMessageService, which this project does not
-  have, so the retry is delivered at once.
+  the max or when ``delayLevel < 0``. The retry is delayed as RocketMQ's: level ``delayLevel``,
+  or ``3 + reconsumeTimes`` when 0 (``DELAY`` set; the store moves it to SCHEDULE_TOPIC_XXXX
+  and ``broker.schedule`` delivers it to the retry topic when due).
 """
 from __future__ import annotations
 
@@ -231,9 +231,9 @@ class SendMessageProcessor(Processor):
             topic = RETRY_PREFIX + group
             self._ensure_topic(topic, sgc.retry_queue_nums)
             qid = random.randrange(sgc.retry_queue_nums)
-            # RocketMQ sets DELAY = delayLevel or 3 + reconsumeTimes; this project has no
-            # ScheduleMessageService to deliver delayed messages, so retries go out at once.
-            props.pop("DELAY", None)
+            # as RocketMQ: the retry waits delayLevel, or 3 + reconsumeTimes (10 s, 30 s, 1 min, ...),
+            # through the store's SCHEDULE_TOPIC_XXXX and broker.schedule
+            props["DELAY"] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
         props.setdefault("ORIGIN_MESSAGE_ID", cmd.ext_fields.get("originMsgId") or msg.msg_id)
         inner = MessageExt(topic=topic, body=msg.body, flag=msg.flag, properties=props, sys_flag=msg.sys_flag,
                            born_timestamp=msg.born_timestamp, born_host=msg.born_host,
