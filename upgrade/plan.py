@@ -215,6 +215,9 @@ def group_auth_token(confs: dict[str, ParsedConf], given: Optional[str]) -> tupl
                                        "(and in the plan file, written owner-only): keep them private")
 
 
+_CARRIED_SETTINGS = ("mapped_file_size_consume_queue", "max_hash_slot_num", "max_index_num", "message_index_enable")
+
+
 def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, peers: str, file_size: int,
                 broker_name: str, http_peers: Optional[str] = None, auth_token: Optional[str] = None) -> str:
     """The DLedger conf of one node (validated by parsing it back).
@@ -233,6 +236,12 @@ def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, p
         store.read_only_commit_log_store_paths = None
         broker.broker_ip1 = node.host if node.host not in ("localhost",) else fresh_b.broker_ip1
     store.mapped_file_size_commit_log = file_size
+    # every store setting inspect found (conf, or inferred from the files: the IndexFile's
+    # slots/num, the ConsumeQueue file size) goes into the conf, or the upgraded store refuses
+    # to start on its own files (issue 14.4)
+    for key in _CARRIED_SETTINGS:
+        if node.store_settings.get(key) is not None:
+            setattr(store, key, node.store_settings[key])
     store.enable_dleger_commit_log = True
     store.dleger_group, store.dleger_peers, store.dleger_self_id = group, peers, node.self_id
     store.dleger_peers_http = http_peers

@@ -137,15 +137,10 @@ def test_classic_delay_precision_progress_kill9_and_consumer_retry(tmp_path: Pat
 def test_upgraded_store_pending_delayed_messages_are_delivered(tmp_path: Path, store_copy, manifests) -> None:
     """variety-mixed (upgraded in place by Apache, single-node group g0/n0): five delayed messages
     pending (levels 2, 14, 18; due long ago) are delivered once each, to their real queues."""
-    from broker.devtools.procs import free_ports, write_conf
-    from tests.broker.api.broker_procs import REPO
+    from tests.broker.api.broker_procs import dledger_single_conf
 
     root = store_copy("variety-mixed")
-    http, raft = free_ports(2)
-    conf = write_conf(REPO / "conf" / "dledger" / "broker-n0.conf", tmp_path / "n0.conf", {
-        "listenPort": http, "dLegerGroup": "g0", "dLegerSelfId": "n0", "dLegerPeers": f"n0-127.0.0.1:{raft}",
-        "dLegerPeersHttp": f"n0-127.0.0.1:{http}", "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
-        "mappedFileSizeCommitLog": 1 << 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000})
+    conf, http = dledger_single_conf(tmp_path, root)
     pending = [r for r in manifests("variety-mixed") if r["topic"] == "SCHEDULE_TOPIC_XXXX"
                and not (r["queueId"] == 1 and r["queueOffset"] < 3)]  # delayOffset.json {2:3}
     assert len(pending) == 5

@@ -44,6 +44,11 @@ def test_three_nodes_master_and_two_new(fixture_root: Path, fixture_set, tmp_pat
     ports = [p for c in confs for p in (c.broker.listen_port, c.store.ha_listen_port)]
     assert len(ports) == len(set(ports))
     assert confs[0].store.max_hash_slot_num != 0
+    # issue 14.4: without --conf the settings inferred from the store's own files are carried
+    # (the fixture's IndexFile has 10,000 slots / 40,000 entries, not the 5M/20M defaults)
+    assert {(c.store.max_hash_slot_num, c.store.max_index_num) for c in confs} == {(10_000, 40_000)}
+    cq_size = next((m / "consumequeue").glob("*/*/*")).stat().st_size
+    assert {c.store.mapped_file_size_consume_queue for c in confs} == {cq_size}
 
 
 def test_plan_round_trips_as_json(fixture_root: Path, tmp_path: Path) -> None:

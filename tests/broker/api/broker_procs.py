@@ -140,3 +140,13 @@ def commitlog_bytes(root: Path, upto: int) -> bytes:
             break
         out += f.read_bytes()
     return bytes(out[:upto])
+
+
+def dledger_single_conf(tmp: Path, root: Path, group: str = "g0", self_id: str = "n0", **extra: Any) -> tuple[Path, int]:
+    """A one-member DLedger broker over ``root`` (the Apache fixtures' g0/n0, 1 MiB files)."""
+    http, raft = devprocs.free_ports(2)
+    conf = devprocs.write_conf(REPO / "conf" / "dledger" / "broker-n0.conf", tmp / f"{self_id}.conf", {
+        "listenPort": http, "dLegerGroup": group, "dLegerSelfId": self_id, "dLegerPeers": f"{self_id}-127.0.0.1:{raft}",
+        "dLegerPeersHttp": f"{self_id}-127.0.0.1:{http}", "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
+        "mappedFileSizeCommitLog": 1 << 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000, **extra})
+    return conf, http
