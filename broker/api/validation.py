@@ -1,7 +1,7 @@
 """Validation of everything a client sends: names, message JSON, batches, query parameters.
 
 Rules (RocketMQ ``Validators`` / ``AbstractSendMessageProcessor.msgCheck``, DESIGN §7):
-- Topic and group names match ``^[%|a-zA-Z0-9_-]{1,127}$`` (they become directory names).
+- Topic and group names match ``^[%|a-zA-Z0-9_-]{1,255}$`` (they become directory names).
   ``TBW102`` (AUTO_CREATE_TOPIC_KEY_TOPIC) and the reserved ``RMQ_SYS_DLEDGER_BARRIER`` cannot
   be produced to.
 - A body is given as ``"body"`` with ``"bodyEncoding"`` ``"text"`` (UTF-8, default) or
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from broker.api.errors import BAD_REQUEST, MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, REQUEST_TOO_LARGE, BrokerApiError
 
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 BARRIER_TOPIC = "RMQ_SYS_DLEDGER_BARRIER"
 RESERVED_PRODUCE_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, BARRIER_TOPIC})
@@ -79,7 +79,7 @@ def check_name(value: Any, what: str = "topic") -> str:
         shown = value if len(value) <= 140 else value[:137] + "..."
         raise BrokerApiError(
             code,
-            f"the specified {what} [{shown}] is invalid: it must match ^[%|a-zA-Z0-9_-]{{1,127}}$",
+            f"the specified {what} [{shown}] is invalid: it must match ^[%|a-zA-Z0-9_-]{{1,255}}$",
         )
     return value
 

@@ -5,7 +5,8 @@ Rules (``TopicConfig``, ``TopicConfigManager``, ``TopicValidator``; reference §
   "readQueueNums":16,"topicFilterType":"SINGLE_TAG","topicName":"<topic>","topicSysFlag":0,
   "writeQueueNums":16}}}``; 5.x adds ``attributes`` and other fields, kept verbatim.
 - perm bits: PRIORITY=8, READ=4, WRITE=2, INHERIT=1.
-- Topic names match ``^[%|a-zA-Z0-9_-]{1,127}$`` (they become directory names).
+- Topic names match ``^[%|a-zA-Z0-9_-]{1,255}$`` (they become directory names; 255 = NAME_MAX,
+  records of topics over 127 use v2 magic: ``broker.store.names``).
 - Every create/update/delete bumps the DataVersion and persists, so a slave notices.
 - :meth:`TopicConfigManager.ensure_system_topics` adds the topics a 4.9.8 broker creates at
   start-up (SELF_TEST_TOPIC, TBW102, BenchmarkTest, cluster and broker name topics,
@@ -21,7 +22,7 @@ from broker.metadata.config_manager import ConfigManager, bean_from_json, bean_t
 from broker.metadata.data_version import DataVersion
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-TOPIC_MAX_LENGTH = 127
+TOPIC_MAX_LENGTH = 255  # broker.store.names.TOPIC_MAX_LENGTH
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_TOPIC_QUEUE_NUM = 18

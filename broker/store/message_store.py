@@ -9,7 +9,7 @@ Rules:
   the flush service and ReputMessageService from the ConsumeQueues' max physical offset and
   waits until dispatch has caught up. ``shutdown`` stops dispatch after it has caught up,
   flushes everything, and deletes ``abort`` only if nothing is left undispatched.
-- Input is validated before it touches the log: topic ``^[%|a-zA-Z0-9_-]{1,127}$`` and queue id
+- Input is validated before it touches the log: topic ``^[%|a-zA-Z0-9_-]{1,255}$`` and queue id
   in ``[0, 65535)`` (``names.py``: they become directory names), body <= ``maxMessageSize``,
   properties <= 32767 bytes; a SLAVE refuses puts (SERVICE_NOT_AVAILABLE).
 - What is dispatched from the commitlog passes the same check, whoever wrote it (an HA master,

@@ -8,11 +8,12 @@ Rules:
   and ``%LMQ%...``; ``|`` is legal (RocketMQ never puts one in a name it makes, users may).
   It has no ``/``, ``\\``, ``.``, NUL, whitespace or non-ASCII letter, so a valid name is
   always one plain path component: never ``..``, never absolute, never a second level.
-- Length: a topic in a send is at most :data:`TOPIC_MAX_LENGTH` (127, ``TopicValidator`` and
-  the v1 record's one-byte topic length). A topic read back from a commitlog record may be up
-  to :data:`RECORD_TOPIC_MAX_LENGTH` (255): a RocketMQ 5 v2-magic record (two-byte length)
-  may legally carry a longer one, and 255 bytes is what a directory name can hold; for path
-  safety the character set is what matters. Groups: at most 255 (``Validators.CHARACTER_MAX_LENGTH``).
+- Length: a topic is at most :data:`TOPIC_MAX_LENGTH` (255) characters, in a send as in a
+  record read back (issue 14.4). RocketMQ 4.9.8 stopped at 127 (the v1 record's one-byte
+  length); RocketMQ 5 writes longer topics with v2 magic (two-byte length, up to 32767), but
+  the topic is also the ConsumeQueue directory's name, and 255 bytes is what a directory name
+  can hold (``NAME_MAX``), so 255 is the longest topic any broker can actually serve. Topics
+  over 127 are written with v2 magic (``message`` module). Groups: at most 255 (``Validators.CHARACTER_MAX_LENGTH``).
 - A queue id is an int with ``0 <= queue_id < QUEUE_ID_LIMIT`` (65535; RocketMQ has no hard
   limit, real topics have a few to a few hundred queues, and the id becomes a directory name).
 - Python's ``re`` ``$`` also matches before a trailing newline: checks use ``fullmatch``.
@@ -35,8 +36,8 @@ __all__ = [
 ]
 
 VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator: ^[%|a-zA-Z0-9_-]+$ (use fullmatch)
-TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH; also the v1 record's limit
-RECORD_TOPIC_MAX_LENGTH = 255  # a v2-magic record's topic; NAME_MAX of a directory
+TOPIC_MAX_LENGTH = 255  # NAME_MAX of the ConsumeQueue directory (module rules); v2 magic past 127
+RECORD_TOPIC_MAX_LENGTH = TOPIC_MAX_LENGTH
 GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 QUEUE_ID_LIMIT = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
 

@@ -67,3 +67,33 @@ def test_view_by_id_and_query_by_key_across_the_divide(tmp_path: Path, store_cop
         assert results[2][1].code != 0 and "can not find message" in results[2][1].remark
     finally:
         kill_all([b])
+
+
+def test_topics_longer_than_127_are_sent_pulled_and_written_with_v2_magic(tmp_path: Path) -> None:
+    """A 200-character topic (RocketMQ 5 writes such records with v2 magic): send, pull by queue,
+    lookup by offset, on a real classic broker; the record on disk has magic 0xDAA320AB and a
+    2-byte topic length. 256 characters is refused (NAME_MAX: the topic is a directory)."""
+    import struct
+
+    from broker.api.client import BrokerClientError
+    from tests.broker.api.broker_procs import master_conf
+
+    topic = "L" * 100 + "-" + "x" * 99
+    conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")
+    b = BrokerProc(conf, port, "m", tmp_path)
+    try:
+        b.start()
+        with b.client() as c:
+            r = c.send(topic, b"long topic", queue_id=0)
+            got = c.pull(topic, 0, 0, 8)["messages"]
+            assert [m["bodyText"] for m in got] == ["long topic"] and got[0]["topic"] == topic
+            assert c.by_offset(r["commitLogOffset"])["topic"] == topic
+            with pytest.raises(BrokerClientError) as ei:
+                c.send("y" * 256, b"too long")
+            assert ei.value.code == "MESSAGE_ILLEGAL"
+        raw = (tmp_path / "broker-a" / "commitlog" / f"{0:020d}").read_bytes()
+        at = r["commitLogOffset"]
+        assert struct.unpack_from(">I", raw, at + 4)[0] == 0xDAA320AB
+        assert (tmp_path / "broker-a" / "consumequeue" / topic / "0").is_dir()
+    finally:
+        kill_all([b])

@@ -45,7 +45,7 @@ def _post(broker: BrokerProc, path: str, raw: bytes) -> tuple[int, dict]:
     ("/messages", b"[1,2]", "BAD_REQUEST"),
     ("/messages", b'{"body":"x"}', "BAD_REQUEST"),
     ("/messages", b'{"topic":"bad topic","body":"x"}', "MESSAGE_ILLEGAL"),
-    ("/messages", b'{"topic":"' + b"t" * 128 + b'","body":"x"}', "MESSAGE_ILLEGAL"),
+    ("/messages", b'{"topic":"' + b"t" * 256 + b'","body":"x"}', "MESSAGE_ILLEGAL"),
     ("/messages", b'{"topic":"../etc","body":"x"}', "MESSAGE_ILLEGAL"),
     ("/messages", b'{"topic":"TBW102","body":"x"}', "MESSAGE_ILLEGAL"),
     ("/messages", b'{"topic":"T1"}', "MESSAGE_ILLEGAL"),

@@ -46,8 +46,9 @@ def test_hostile_names_are_refused(name: str) -> None:
         names.check_topic(name)
 
 
-def test_lengths_sends_127_records_255() -> None:
-    assert names.topic_problem("x" * 128) is not None  # a send: TopicValidator's 127
+def test_lengths_topics_255_groups_255() -> None:
+    assert names.topic_problem("x" * 256) is not None  # NAME_MAX: the topic is the ConsumeQueue dir
+    assert names.topic_problem("x" * 200) is None  # longer than 4.9.8 allowed: v2 magic (issue 14.4)
     assert names.topic_problem("x" * 255, names.RECORD_TOPIC_MAX_LENGTH) is None  # a v2-magic record
     assert names.group_problem("g" * 255) is None and names.group_problem("g" * 256) is not None
     assert names.topic_problem(None) is not None and names.topic_problem(b"T") is not None
@@ -103,7 +104,7 @@ def test_send_path_uses_the_same_rule(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s", mapped_file_size_commit_log=1 << 16, warm_mapped_file_enable=False)
     try:
         for msg in (MessageExt("T\n", b"x"), MessageExt("T", b"x", queue_id=names.QUEUE_ID_LIMIT),
-                    MessageExt("../T", b"x"), MessageExt("x" * 128, b"x")):
+                    MessageExt("../T", b"x"), MessageExt("x" * 256, b"x")):
             res = store.put_message(msg)
             assert res.status is PutMessageStatus.MESSAGE_ILLEGAL, msg.topic
         assert store.put_message(MessageExt("%RETRY%g|1", b"x", queue_id=7)).status is PutMessageStatus.PUT_OK
