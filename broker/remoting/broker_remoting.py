@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Optional
 
 from broker.remoting.processors.admin import AdminBrokerProcessor
+from broker.remoting.processors.admin_stats import AdminStatsProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
 from broker.remoting.processors.send import SendMessageProcessor
@@ -54,7 +55,8 @@ class BrokerRemoting:
         self.pull = PullMessageProcessor(self)
         self.client_manage = ClientManageProcessor(self)
         self.admin = AdminBrokerProcessor(self)
-        for p in (self.send, self.pull, self.client_manage, self.admin):
+        self.admin_stats = AdminStatsProcessor(self)
+        for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats):
             p.register(self.server)
         self.acl: Any = None
         if getattr(bc, "acl_enable", False):
@@ -88,6 +90,7 @@ class BrokerRemoting:
         self.server.http_factory = http_factory
         await self.server.start(host, port)
         self._housekeeping = loop.create_task(self._housekeeping_loop(), name="remoting-housekeeping")
+        self.admin_stats.stats.start()
 
     def start_registrar(self) -> None:
         if self.registrar is not None:
@@ -107,6 +110,7 @@ class BrokerRemoting:
 
     async def stop(self) -> None:
         self.stopping = True
+        self.admin_stats.stats.stop()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             self._housekeeping = None

@@ -52,7 +52,6 @@ class AdminBrokerProcessor(Processor):
         for code in _DUMPS:
             server.register(code, self.get_all)
         server.register(RC.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
-        server.register(RC.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
 
     def _tq(self, cmd: RemotingCommand) -> tuple[str, int]:
         return field_str(cmd, "topic", required=True) or "", field_int(cmd, "queueId")
@@ -149,11 +148,3 @@ class AdminBrokerProcessor(Processor):
             return api_error_response(cmd, exc)
         self.ctx.registrar_wakeup()
         return cmd.response(R.SUCCESS)
-
-    async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        c = self.c
-        sa = c.store_access
-        table = {"brokerVersionDesc": "V4_9_8 (python)", "brokerRole": c.broker_role, "brokerId": str(c.broker_id),
-                 "commitLogMaxOffset": str(sa.max_phy_offset()), "commitLogMinOffset": str(sa.min_phy_offset()),
-                 "dispatchBehindBytes": str(sa.dispatch_behind_bytes()), "bootTimestamp": str(c.started_ms)}
-        return cmd.response(R.SUCCESS, None, body=json.dumps({"table": table}).encode())

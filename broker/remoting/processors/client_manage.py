@@ -34,6 +34,7 @@ from broker.remoting.server import RemotingConnection
 
 RETRY_PREFIX = "%RETRY%"
 CHANNEL_EXPIRED_MS = 120_000
+MAX_SUBSCRIPTIONS = 1024  # per consumer heartbeat: bounded memory
 
 
 @dataclass
@@ -43,6 +44,13 @@ class ClientInfo:
     last_update_ms: int
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> subString
     message_model: str = "CLUSTERING"
+    # what GET_CONSUMER_CONNECTION_LIST answers (admin_stats): as the client sent it
+    client_addr: str = ""
+    language: str = "JAVA"
+    version: int = 0
+    consume_type: str = "CONSUME_PASSIVELY"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data: dict[str, Any] = field(default_factory=dict)  # topic -> SubscriptionData JSON
 
 
 class ConsumerManager:
@@ -115,10 +123,15 @@ class ClientManageProcessor(Processor):
             if sgc is not None and self.c.is_master() and self.c.metadata.topic(RETRY_PREFIX + group) is None:
                 n = max(1, sgc.retry_queue_nums)
                 self.c.metadata.create_topic(RETRY_PREFIX + group, n, n, 6)
-            subs = {str(sd.get("topic")): str(sd.get("subString") or "*") for sd in cd.get("subscriptionDataSet") or []
-                    if sd.get("topic")}
-            self.ctx.consumers.register(group, ClientInfo(client_id, conn, now, subs,
-                                                          str(cd.get("messageModel") or "CLUSTERING")))
+            sub_set = [sd for sd in (cd.get("subscriptionDataSet") or [])[:MAX_SUBSCRIPTIONS]
+                       if isinstance(sd, dict) and sd.get("topic")]
+            subs = {str(sd.get("topic")): str(sd.get("subString") or "*") for sd in sub_set}
+            self.ctx.consumers.register(group, ClientInfo(
+                client_id, conn, now, subs, str(cd.get("messageModel") or "CLUSTERING"),
+                client_addr=conn.remote_addr, language=str(cmd.language), version=int(cmd.version or 0),
+                consume_type=str(cd.get("consumeType") or "CONSUME_PASSIVELY"),
+                consume_from_where=str(cd.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+                subscription_data={str(sd["topic"]): sd for sd in sub_set}))
         for pd in hb.get("producerDataSet") or []:
             group = str(pd.get("groupName") or "")
             if group:
