@@ -107,7 +107,8 @@ class StoreAccess:
     def open(cls, controller: "BrokerController") -> "StoreAccess":
         from broker.store.message_store import DefaultMessageStore  # noqa: WPS433
 
-        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config)
+        # brokers run retention (broker.store.clean); stores opened by tools and tests do not
+        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config, retention=True)
         ok = store.load()  # takes the lock (StoreLockedError), recovers
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
@@ -273,6 +274,7 @@ class StoreAccess:
             **({"putCoalescer": {"mergedPuts": self.coalescer.merged_puts,
                                  "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
             "sendDedup": self.dedup.status() if self.dedup is not None else {"windowSeconds": 0},
+            "retention": s.cleaner.status() if getattr(s, "cleaner", None) is not None else None,
             "verify": self.verify_status(),
         }
 
@@ -291,6 +293,13 @@ class StoreAccess:
             "rocketmq_broker_corrupt_records_total",
             "Commitlog records that failed their CRC/structure check on read or recovery (never served)",
             lambda: [({}, self.verify_status().get("corruptRecords", 0))], kind="counter")
+        metrics.register_gauge(
+            "rocketmq_broker_retention_deleted_files_total", "Commitlog files deleted by retention (broker.store.clean)",
+            lambda: [({}, c.deleted_total)] if (c := getattr(self.store, "cleaner", None)) is not None else [],
+            kind="counter")
+        metrics.register_gauge(
+            "rocketmq_broker_disk_space_refusing_puts", "1 while disk usage is above 90% and puts are refused",
+            lambda: [({}, int(c.space_error is not None))] if (c := getattr(self.store, "cleaner", None)) else [])
         metrics.register_gauge(
             "rocketmq_broker_send_dedup_hits_total", "Sends answered from the dedup window (a retried UNIQ_KEY)",
             lambda: [({}, self.dedup.hits if self.dedup is not None else 0)], kind="counter")

@@ -444,9 +444,9 @@ class CommitLog:
             return self.mapped_file_queue.reset_offset(offset)
 
     def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,
-                             clean_immediately: bool = False) -> int:
+                             clean_immediately: bool = False, now: float | None = None) -> int:
         return self.mapped_file_queue.delete_expired_file_by_time(
-            expired_seconds, max_delete, clean_immediately=clean_immediately)
+            expired_seconds, max_delete, now=now, clean_immediately=clean_immediately)
 
     def topic_queue_table_as_keys(self) -> dict[str, int]:
         """RocketMQ's ``topicQueueTable`` form: ``"topic-queueId" -> next offset``."""

@@ -558,13 +558,14 @@ class DLedgerCommitLog:
 
     # --- deletion ---------------------------------------------------------------------------
     def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,
-                             clean_immediately: bool = False) -> int:
+                             clean_immediately: bool = False, now: float | None = None) -> int:
         """Old files first (DLedger kept while any exists), then DLedger files (module rules)."""
         mfq = self.old.mapped_file_queue
         if mfq.mapped_files:
-            n = mfq.delete_expired_file_by_time(expired_seconds, max_delete, clean_immediately=clean_immediately)
+            n = mfq.delete_expired_file_by_time(expired_seconds, max_delete, now=now,
+                                                clean_immediately=clean_immediately)
             files = mfq.mapped_files
-            if len(files) == 1 and n < max_delete and (clean_immediately or files[0].age_seconds() >= expired_seconds):
+            if len(files) == 1 and n < max_delete and (clean_immediately or files[0].age_seconds(now) >= expired_seconds):
                 log.info("delete the last old commitlog file %s", files[0].path)
                 files[0].destroy()
                 mfq.mapped_files = []
@@ -574,7 +575,8 @@ class DLedgerCommitLog:
             return 0
         reserved_ms = (expired_seconds + 3600) * 1000  # DLedger's fileReservedHours = fileReservedTime + 1
         dl = self.dledger_store
-        return self._run_on_loop(lambda: dl.delete_expired_files(reserved_ms, force=clean_immediately))
+        now_ms = None if now is None else now * 1000
+        return self._run_on_loop(lambda: dl.delete_expired_files(reserved_ms, force=clean_immediately, now_ms=now_ms))
 
     # --- queue offsets ----------------------------------------------------------------------
     def topic_queue_table_as_keys(self) -> dict[str, int]:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 from broker.store import commitlog_recovery, verify
 from broker.store.checkpoint import StoreCheckpoint
+from broker.store.clean import StoreCleaner
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.dispatch import DispatchRequest, SkippedRecords
@@ -95,6 +96,12 @@ class StoreSettings:
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     warm_mapped_file_enable: bool = False  # RocketMQ default (warmMapedFileEnable)
     file_reserved_time: int = 72
+    # retention (broker.store.clean): the thread runs only with retention=True (brokers turn it on)
+    retention: bool = False
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
     broker_role: str = "ASYNC_MASTER"
     # DLedger mode (dledger_commitlog.py): DLedgerConfig kwargs, MessageStoreConfig.dledger_settings()
     enable_dleger_commit_log: bool = False
@@ -143,6 +150,7 @@ class DefaultMessageStore(StoreReads):
         self._stopping = threading.Event()
         self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
         self.skipped = SkippedRecords()  # records no dispatch path accepted (module rules)
+        self.cleaner: StoreCleaner | None = None  # retention (broker.store.clean), made at start
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
 
@@ -303,6 +311,9 @@ class DefaultMessageStore(StoreReads):
         self._cq_flush_thread = threading.Thread(target=self._flush_logics_loop,
                                                  name="FlushConsumeQueueService", daemon=True)
         self._cq_flush_thread.start()
+        self.cleaner = StoreCleaner(self)
+        if self.settings.retention:
+            self.cleaner.start()
         self._started = True
 
     def _dispatch_guarded(self, dispatch: Callable[[DispatchRequest], None], request: DispatchRequest) -> None:
@@ -351,6 +362,8 @@ class DefaultMessageStore(StoreReads):
             return
         clean = True
         self._stopping.set()
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         if self.reput is not None:
             try:
                 self.reput.shutdown()
@@ -418,6 +431,9 @@ class DefaultMessageStore(StoreReads):
         if self.disk_full_error is not None:
             return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                           error=f"store not writeable: {self.disk_full_error}")
+        if self.cleaner is not None and self.cleaner.space_error is not None:
+            return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                          error=f"store not writeable: {self.cleaner.space_error}")
         out = []
         for msg in msgs:
             why = self._check(msg)
@@ -492,14 +508,18 @@ class DefaultMessageStore(StoreReads):
             self.wake_dispatch()
         return ok
 
-    def delete_expired_files(self, clean_immediately: bool = False) -> int:
-        """Delete commitlog files older than ``fileReservedTime`` hours, then their CQ/index."""
+    def delete_expired_files(self, clean_immediately: bool = False, now: float | None = None,
+                             max_delete: int = 10) -> int:
+        """Delete commitlog files older than ``fileReservedTime`` hours (any age when
+        ``clean_immediately``), then the ConsumeQueue and index files below the new min offset
+        (``broker.store.clean`` decides when)."""
         assert self.commitlog is not None and self.consume_queue_store is not None
-        n = self.commitlog.delete_expired_files(self.settings.file_reserved_time * 3600,
-                                                clean_immediately=clean_immediately)
+        n = self.commitlog.delete_expired_files(self.settings.file_reserved_time * 3600, max_delete,
+                                                clean_immediately=clean_immediately, now=now)
         if n:
             min_phy = self.commitlog.min_offset
             self.consume_queue_store.delete_expired_files(min_phy)
+            self.consume_queue_store.correct_min_offset(min_phy)
             if self.index_service is not None:
                 self.index_service.delete_expired_file(min_phy)
         return n

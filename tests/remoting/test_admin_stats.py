@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -44,7 +44,8 @@ def test_mqadmin_reads(tmp_path: Path) -> None:
         with b.client() as c:
             for i in range(5):
                 c.send("StatsTopic", f"m{i}", queue_id=1)
-            c.pull("StatsTopic", 1, 0, 32)
+            wait_until(lambda: c.topic_status("StatsTopic")["queues"][1]["maxOffset"] == 5, 10.0, "5 dispatched")
+            assert len(c.pull("StatsTopic", 1, 0, 32)["messages"]) == 5
         time.sleep(1.3)  # one runtime-stats sample after the sends
 
         async def talk() -> dict:

@@ -23,6 +23,8 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
   type, message model, consumeFromWhere); no live consumer: CONSUMER_NOT_ONLINE (206).
 - QUERY_TOPIC_CONSUME_BY_WHO (300) ``topic``: GroupList ``{"groupSet":[...]}``: groups online
   subscribing it and groups with committed offsets on it.
+- TRIGGER_DELETE_FILES (27, admin-only under ACL): retention deletes expired files at its next
+  rounds whatever the hour (``broker.store.clean``).
 
 Theory of operation: read-only views over the controller's store, metadata and consumer
 manager; :class:`RuntimeStats` samples the put/get counters once a second (a bounded deque)
@@ -125,6 +127,7 @@ class AdminStatsProcessor(Processor):
         server.register(RC.GET_CONSUME_STATS, self.get_consume_stats)
         server.register(RC.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         server.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
+        server.register(RC.TRIGGER_DELETE_FILES, self.trigger_delete_files)
 
     # ------------------------------------------------------------------ config and runtime
     async def get_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -277,3 +280,11 @@ class AdminStatsProcessor(Processor):
         offsets = self.c.metadata.managers["consumerOffset"]
         groups |= {k.rsplit("@", 1)[1] for k in list(offsets.offset_table) if k.rsplit("@", 1)[0] == topic}
         return cmd.response(R.SUCCESS, None, body=_json({"groupSet": sorted(groups)}).encode())
+
+    async def trigger_delete_files(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """TRIGGER_DELETE_FILES (27, admin): the next retention rounds delete expired files now."""
+        cleaner = getattr(self.c.store_access.store, "cleaner", None)
+        if cleaner is None:
+            return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
+        cleaner.trigger_manual()
+        return cmd.response(R.SUCCESS)
