@@ -31,11 +31,14 @@ def ensure_ali_ons() -> Path:
 
 
 class NodeProc:
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    """A client process speaking JSON lines: ali-ons (``e2e.js``) by default, or ``cmd``."""
+
+    def __init__(self, args: list[str], log_path: Path, cmd: Optional[list[str]] = None,
+                 cwd: Optional[Path] = None) -> None:
         self.log_path = log_path
         self._err = open(log_path, "ab")
-        self.proc = subprocess.Popen(["node", str(JS_DIR / "e2e.js"), *args], cwd=JS_DIR, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._err)
+        self.proc = subprocess.Popen([*(cmd or ["node", str(JS_DIR / "e2e.js")]), *args], cwd=cwd or JS_DIR,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
         self.lines: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
