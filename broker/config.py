@@ -115,6 +115,11 @@ class BrokerConfig:
     register_name_server_period: int = _key("registerNameServerPeriod", 30_000)
     register_broker_timeout_mills: int = _key("registerBrokerTimeoutMills", 6000)
     long_polling_enable: bool = _key("longPollingEnable", True)
+    # transactions (broker/transaction.py): check-back of half messages older than transactionTimeOut
+    transaction_timeout: int = _key("transactionTimeOut", 6000)
+    transaction_check_max: int = _key("transactionCheckMax", 15)
+    transaction_check_interval: int = _key("transactionCheckInterval", 60_000)
+    reject_transaction_message: bool = _key("rejectTransactionMessage", False)
     short_polling_time_mills: int = _key("shortPollingTimeMills", 1000)
     acl_enable: bool = _key("aclEnable", False)
     plain_acl_file: Optional[str] = _key("plainAclFile", ours=True)  # None: <rocketmqHome>/conf/plain_acl.yml

@@ -71,6 +71,7 @@ from broker.remoting.http_guard import install_middleware, start_http_listener
 from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
 from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import StoreLock, StoreLockedError
+from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
 
 log = logging.getLogger("broker.controller")
@@ -139,6 +140,7 @@ class BrokerController:
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
         self.schedule: Any = None  # broker.schedule.ScheduleMessageService (runs while master)
+        self.transactions: Any = None  # broker.transaction.TransactionService (check-back while master)
         self.acl_validator: Any = None  # PlainAccessValidator shared by remoting and HTTP (aclEnable=true)
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
@@ -211,6 +213,8 @@ class BrokerController:
         log.info("broker %s role changed %s/id %s -> %s/id 0", self.broker_name, old[0], old[1], role)
         if self.schedule is not None:
             self.schedule.start()  # delayed messages: the master delivers (from the synced delayOffset.json)
+        if self.transactions is not None:
+            self.transactions.start()  # half messages: the master checks back (from the synced check offsets)
         if self.remoting is not None:
             self.remoting.role_changed()  # re-register with the name servers at once, as brokerId 0
 
@@ -222,6 +226,8 @@ class BrokerController:
         self._master_api_address = master_api_address
         if self.schedule is not None and self.schedule.running:
             asyncio.get_running_loop().create_task(self.schedule.stop())
+        if self.transactions is not None and self.transactions.running:
+            asyncio.get_running_loop().create_task(self.transactions.stop())
         if self.slave_sync is None:
             self.slave_sync = self._make_slave_sync()
             if self.started_ms:
@@ -256,7 +262,8 @@ class BrokerController:
         self.store = self.store_access.store
         self.store_access.enable_dedup(self.broker_config.send_dedup_window_seconds, self.store_host)
         self.metadata.load()
-        self.schedule = self._make_schedule()
+        self.schedule = make_schedule(self)
+        self.transactions = make_transactions(self)
         if not self.dledger_enabled:
             await self._start_classic_ha()
         else:
@@ -294,6 +301,7 @@ class BrokerController:
         self.writable = True
         if not self.dledger_enabled and self.broker_role != SLAVE:
             self.schedule.start()
+            self.transactions.start()
         self.remoting.start_registrar()
         log.info(
             "broker %s (cluster %s) started as %s, brokerId %d, API http://%s, %s, store %s (%s recovery, max offset %d) in %.2fs",
@@ -400,20 +408,10 @@ class BrokerController:
             except Exception:  # noqa: BLE001 - retried next round
                 log.exception("persisting consumerOffset.json failed")
 
-    def _make_schedule(self) -> Any:
-        from broker.schedule import ScheduleMessageService  # noqa: WPS433
-
-        assert self.store_access is not None
-        service = ScheduleMessageService(
-            self.store, self.metadata.managers["delayOffset"], self.store_access.put_messages, self.store.delay_levels,
-            int(_cfg(self.store_config, "flush_delay_offset_interval", 10_000)))
-        self.metrics.register_gauge(
-            "rocketmq_broker_schedule_pending", "Delayed messages not yet delivered, per delay level",
-            lambda: [({"level": str(lv)}, n) for lv, n in service.pending().items() if n])
-        return service
-
     async def _teardown(self) -> None:
         self.writable = False
+        if self.transactions is not None:
+            await self.transactions.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self._housekeeping is not None:
@@ -516,6 +514,8 @@ class BrokerController:
         out["listen"] = self.listen_status()
         if self.schedule is not None:
             out["schedule"] = self.schedule.status()
+        if self.transactions is not None:
+            out["transactions"] = self.transactions.status()
         return out
 
     def listen_status(self) -> dict[str, Any]:

@@ -191,6 +191,10 @@ class StoreAccess:
                 fut.set_result(outcome)
             dedup.end(keys, fut)
 
+    async def put_internal(self, msgs: Sequence[MessageExt]) -> PutOutcome:
+        """A broker-made put (transaction bookkeeping): never answered from the dedup window."""
+        return await self._put_messages(msgs)
+
     async def _put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
         # put_messages_async awaits the SYNC_FLUSH group commit without blocking the loop; the
         # store's replica hook is left unset: the controller does the SYNC_MASTER wait itself.

@@ -41,7 +41,9 @@ MAX_PROPERTIES_BYTES = 32767
 DEFAULT_MAX_BATCH_MESSAGE_COUNT = 4096
 BATCH_MESSAGE_OVERHEAD = 20  # MessageBatch encoding: totalSize, magic, bodyCRC, flag, bodyLength (+ 2 props length)
 #: Property names the broker manages itself; a client may not set them.
-RESERVED_PROPERTIES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "REAL_TOPIC", "REAL_QID", "MSG_REGION", "TRACE_ON"})
+# TRAN_MSG/PGROUP: transactions are a remoting feature (END_TRANSACTION, check-back): not claimable over HTTP
+RESERVED_PROPERTIES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "REAL_TOPIC", "REAL_QID", "MSG_REGION", "TRACE_ON",
+                                 "TRAN_MSG", "PGROUP"})
 
 
 @dataclass(slots=True)

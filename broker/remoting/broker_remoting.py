@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 from broker.remoting.processors.admin import AdminBrokerProcessor
 from broker.remoting.processors.admin_stats import AdminStatsProcessor
+from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
 from broker.remoting.processors.send import SendMessageProcessor
@@ -56,7 +57,8 @@ class BrokerRemoting:
         self.client_manage = ClientManageProcessor(self)
         self.admin = AdminBrokerProcessor(self)
         self.admin_stats = AdminStatsProcessor(self)
-        for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats):
+        self.end_transaction = EndTransactionProcessor(self)
+        for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction):
             p.register(self.server)
         self.acl: Any = None
         if getattr(bc, "acl_enable", False):

@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
+from broker.transaction import half_message, is_half_send
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
@@ -128,6 +129,11 @@ class SendMessageProcessor(Processor):
             return api_error_response(cmd, exc)
         for m in msgs:
             m.topic, m.queue_id = topic, qid
+        if len(msgs) == 1 and is_half_send(msgs[0]):  # a transaction's prepare: a half message (broker.transaction)
+            if getattr(self.c.broker_config, "reject_transaction_message", False):
+                return cmd.response(R.NO_PERMISSION, f"the broker[{self.c.broker_ip}] sending transaction message "
+                                    "is forbidden (rejectTransactionMessage=true)")
+            msgs = [half_message(msgs[0])]
         t0 = time.perf_counter()
         try:
             r = await bp._put(msgs)  # noqa: SLF001
