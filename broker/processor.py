@@ -124,6 +124,8 @@ class BrokerProcessor:
             raise BrokerApiError(status, getattr(outcome, "detail", "") or _REPLICATION_MESSAGES.get(status, status),
                                  **result)
         m.put_bytes.inc(topic, amount=body_bytes)
+        if self.c.remoting is not None:  # mqadmin statsAll (VIEW_BROKER_STATS_DATA) counts HTTP puts too
+            self.c.remoting.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, count)
         result["status"] = "SEND_OK"
         return result
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 from broker.remoting.processors.admin import AdminBrokerProcessor
 from broker.remoting.processors.admin_stats import AdminStatsProcessor
+from broker.remoting.processors.broker_stats import BrokerStatsProcessor
 from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
@@ -58,7 +59,9 @@ class BrokerRemoting:
         self.admin = AdminBrokerProcessor(self)
         self.admin_stats = AdminStatsProcessor(self)
         self.end_transaction = EndTransactionProcessor(self)
-        for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction):
+        self.broker_stats = BrokerStatsProcessor(self)
+        for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction,
+                  self.broker_stats):
             p.register(self.server)
         self.acl: Any = None
         if getattr(bc, "acl_enable", False):
@@ -92,6 +95,7 @@ class BrokerRemoting:
         self.server.http_factory = http_factory
         await self.server.start(host, port)
         self._housekeeping = loop.create_task(self._housekeeping_loop(), name="remoting-housekeeping")
+        self.admin_stats.stats.hooks.append(self.broker_stats.counts.sample)
         self.admin_stats.stats.start()
 
     def start_registrar(self) -> None:

@@ -106,3 +106,38 @@ def test_mqadmin_reads(tmp_path: Path) -> None:
         assert json.loads(r[(300, "StatsTopic")].body)["groupSet"] == ["G1"]
     finally:
         kill_all([b])
+
+
+def test_stats_all_reads_topic_puts_and_group_gets(tmp_path: Path) -> None:
+    """VIEW_BROKER_STATS_DATA (315), what ``statsAll`` reads: TOPIC_PUT_NUMS and GROUP_GET_NUMS."""
+    conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")
+    b = BrokerProc(conf, port, "m", tmp_path)
+    try:
+        b.start()
+        with b.client() as c:
+            for i in range(7):
+                c.send("StatsAll", f"m{i}", queue_id=0)
+            wait_until(lambda: c.topic_status("StatsAll")["queues"][0]["maxOffset"] == 7, 10.0, "dispatched")
+
+        async def talk() -> dict:
+            cl = await RemotingClient.connect("127.0.0.1", port)
+            try:
+                pulled = await cl.request(11, {"consumerGroup": "GS", "topic": "StatsAll", "queueId": 0,
+                                               "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0,
+                                               "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+                await asyncio.sleep(1.2)  # one sample
+                return {"pull": pulled,
+                        "put": await cl.request(315, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "StatsAll"}),
+                        "get": await cl.request(315, {"statsName": "GROUP_GET_NUMS", "statsKey": "StatsAll@GS"}),
+                        "none": await cl.request(315, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "Nope"})}
+            finally:
+                await cl.close()
+
+        r = asyncio.run(talk())
+        assert r["pull"].code == 0, r["pull"].remark
+        put, get = json.loads(r["put"].body), json.loads(r["get"].body)
+        assert put["statsMinute"]["sum"] == 7 and put["statsDay"]["sum"] == 7 and put["statsMinute"]["tps"] > 0
+        assert get["statsMinute"]["sum"] == 7 and get["statsDay"]["sum"] == 7
+        assert r["none"].code == 1 and "not exist" in r["none"].remark
+    finally:
+        kill_all([b])

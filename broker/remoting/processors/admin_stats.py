@@ -65,6 +65,7 @@ class RuntimeStats:
         self.mornings: list[dict[str, float]] = []  # totals at the last midnights seen (newest last)
         self._day = time.localtime().tm_yday
         self._task: Optional[asyncio.Task[None]] = None
+        self.hooks: list[Any] = []  # also sampled each second (broker_stats.KeyedCounts.sample)
         self.sample()
 
     def totals(self) -> dict[str, float]:
@@ -73,6 +74,8 @@ class RuntimeStats:
     def sample(self) -> None:
         now = self.totals()
         self.samples.append((time.monotonic(), now))
+        for hook in self.hooks:
+            hook()
         day = time.localtime().tm_yday
         if day != self._day:
             self._day = day

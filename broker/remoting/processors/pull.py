@@ -183,4 +183,5 @@ class PullMessageProcessor(Processor):
         if code == R.SUCCESS:
             body = b"".join(bytes(b) for b in res.buffers)
             c.metrics.get_messages.inc(topic, amount=len(res.buffers))
+            self.ctx.broker_stats.counts.add("GROUP_GET_NUMS", f"{topic}@{group}", len(res.buffers))
         return cmd.response(code, status, header, body)

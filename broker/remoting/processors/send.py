@@ -153,6 +153,7 @@ class SendMessageProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}")
         if code == R.SUCCESS:
             metrics.put_bytes.inc(topic, amount=sum(len(m.body) for m in msgs))
+            self.ctx.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, len(msgs))
         return cmd.response(code, None, header)
 
     # ------------------------------------------------------------------ SEND_MESSAGE(_V2), batch
