@@ -59,26 +59,22 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferResult
-from broker.store.dledger_dispatch import (
-    DLEDGER_BODY_OFFSET, barrier_message_body, check_dledger_message_and_return_size,
-    dledger_entry_frame_size, explain_dledger_record,
-)
+from broker.store.commitlog import ASYNC_FLUSH, CommitLog
+from broker.store.dledger_dispatch import barrier_message_body
 from broker.store.dledger_put import append_on_loop, put_status_for  # noqa: F401 (put_status_for: API)
 from broker.store.errors import MessageFormatError
+from broker.store.dledger_reads import DLedgerReads
 from broker.store.message import (
-    DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt, PropertiesSizeExceeded,
-    decode_message, encode_batch, store_timestamp_position,
+    DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt, PropertiesSizeExceeded, encode_batch,
 )
 from broker.store.put_result import PutMessageResult, PutMessageStatus
-from broker.store.verify import CorruptRecordError, dledger_record_problem, fix_for_dledger, fix_for_old_region
+from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
 from dledger.core.codes import Role
 
 log = logging.getLogger(__name__)
 
 _Q = struct.Struct(">q")
-_I = struct.Struct(">i")
 SERVER_SHUTDOWN_TIMEOUT_S = 5.0
 
 class _NoFlushService:
@@ -98,7 +94,7 @@ BROKER_DLEDGER_KEYS = {"group": "dLegerGroup", "self_id": "dLegerSelfId", "broke
                        "index_file_size": "mappedFileSizeForEntryIndex (DLedger's default; same build on every member)"}
 
 
-class DLedgerCommitLog:
+class DLedgerCommitLog(DLedgerReads):
     """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore."""
 
     is_dledger = True  # DefaultMessageStore hands puts and recovery to this class
@@ -402,101 +398,6 @@ class DLedgerCommitLog:
 
     def roll_next_file(self, offset: int) -> int:
         return offset + self.mapped_file_size - offset % self.mapped_file_size
-
-    def _in_old(self, offset: int) -> bool:
-        return offset < self.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)
-
-    # --- reading ----------------------------------------------------------------------------
-    def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
-        return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
-
-    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
-        """Size of the DLedger entry at physical ``offset`` (``buf[pos:]``) whatever its body, or -1
-        (the old region, or not an entry frame): lets dispatch skip an entry whose body is not a
-        message instead of stopping there (``reput`` module rules)."""
-        if self._in_old(offset):
-            return -1
-        return dledger_entry_frame_size(buf, pos, offset)
-
-    def explain_record(self, buf: memoryview, pos: int) -> str:
-        return explain_dledger_record(buf, pos)
-
-    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
-        """Committed bytes from ``offset`` to the end of its file (old or DLedger)."""
-        if return_first_on_not_found is None:
-            return_first_on_not_found = offset == 0
-        if self._in_old(offset):
-            return self.old.get_data(offset, return_first_on_not_found)
-        dl = self.dledger_store
-        if dl is None:
-            return None
-        committed = dl.committed_pos
-        fl = dl.data_file_list
-        if offset < fl.min_offset and return_first_on_not_found:
-            offset = fl.min_offset
-        if offset >= committed:
-            return None
-        f = fl.find_file(offset)
-        if f is None or offset < f.from_offset + f.start:
-            return None
-        end = min(f.wrote, committed - f.from_offset)
-        rel = offset - f.from_offset
-        if rel >= end:
-            return None
-        return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)
-
-    def get_message(self, offset: int, size: int) -> memoryview | None:
-        """The ``size`` committed bytes of the message at ``offset`` (None if there is none)."""
-        if self._in_old(offset):
-            return self.old.get_message(offset, size)
-        return self._message_view(offset, size)
-
-    def get_record(self, offset: int) -> memoryview | None:
-        """The whole committed record at ``offset`` (size from its TOTALSIZE), verified; None if
-        no record starts there. Lookups by msgId and key read through here (issue 14.4)."""
-        if self._in_old(offset):
-            return self.old.get_record(offset)
-        return self._message_view(offset, None)
-
-    def _message_view(self, offset: int, size: int | None) -> memoryview | None:
-        dl = self.dledger_store
-        if dl is None:
-            return None
-        committed = dl.committed_pos
-        f = dl.data_file_list.find_file(offset)
-        if f is None or offset < f.from_offset + f.start + DLEDGER_BODY_OFFSET or offset + 4 > committed:
-            return None
-        rel = offset - f.from_offset
-        mm = f.mm
-        # the offset must be the body of an entry and the record as long as asked: a stale
-        # ConsumeQueue unit (kept when the DLedger dir was found empty, DESIGN §4.4) is never
-        # served as the bytes of another message
-        if _Q.unpack_from(mm, rel - DLEDGER_BODY_OFFSET + 24)[0] != offset - DLEDGER_BODY_OFFSET:
-            return None
-        total = _I.unpack_from(mm, rel)[0]
-        if size is None:
-            size = total
-        if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
-            return None
-        if self.verify_reads:
-            problem = dledger_record_problem(mm, rel - DLEDGER_BODY_OFFSET, size)
-            if problem is not None:
-                exc = CorruptRecordError(self.node_label, str(f.path), rel, offset, problem, self.corrupt_fix)
-                self.corruption.report(exc)
-                raise exc
-        return memoryview(mm)[rel:rel + size]
-
-    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
-        if self._in_old(offset):
-            return self.old.look_message_by_offset(offset, size)
-        buf = self._message_view(offset, size)
-        return decode_message(buf) if buf is not None else None
-
-    def pickup_store_timestamp(self, offset: int, size: int) -> int:
-        buf = self.get_message(offset, size)
-        if buf is None:
-            return -1
-        return _Q.unpack_from(buf, store_timestamp_position(int.from_bytes(buf[36:40], "big")))[0]
 
     # --- writing ----------------------------------------------------------------------------
     def put_message(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:

@@ -1,0 +1,135 @@
+"""The read side of DLedgerCommitLog: one physical offset space over two sets of files.
+
+Rules (``dledger_commitlog`` module rules): below ``divided_commitlog_offset`` reads go to the
+old, frozen classic commitlog; at or above it to the DLedger data files, committed bytes only.
+A message offset must be the body of an entry whose pos field names it, and a record is served
+only whole and as long as asked, after its CRC check (``broker.store.verify``); a record that
+fails is :class:`~broker.store.verify.CorruptRecordError`, never data.
+
+Theory of operation: a mixin of :class:`~broker.store.dledger_commitlog.DLedgerCommitLog` (split
+out to keep that module about the put path, roles and life cycle); it uses only its ``old``,
+``dledger_store``, ``divided_commitlog_offset``, ``delay_levels`` and read-guard attributes.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from broker.store.commitlog import SelectMappedBufferResult
+from broker.store.dledger_dispatch import (
+    DLEDGER_BODY_OFFSET, check_dledger_message_and_return_size, dledger_entry_frame_size, explain_dledger_record,
+)
+from broker.store.message import MessageExt, decode_message, store_timestamp_position
+from broker.store.verify import CorruptRecordError, dledger_record_problem
+
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+
+
+class DLedgerReads:
+    """Read methods of DLedgerCommitLog (see the module rules)."""
+
+    old: Any
+    dledger_store: Any
+    divided_commitlog_offset: int
+    delay_levels: tuple[int, ...]
+    verify_reads: bool
+    node_label: str
+    corrupt_fix: str
+    corruption: Any
+
+    def _in_old(self, offset: int) -> bool:
+        return offset < self.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)
+
+    # --- reading ----------------------------------------------------------------------------
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
+        return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
+        """Size of the DLedger entry at physical ``offset`` (``buf[pos:]``) whatever its body, or -1
+        (the old region, or not an entry frame): lets dispatch skip an entry whose body is not a
+        message instead of stopping there (``reput`` module rules)."""
+        if self._in_old(offset):
+            return -1
+        return dledger_entry_frame_size(buf, pos, offset)
+
+    def explain_record(self, buf: memoryview, pos: int) -> str:
+        return explain_dledger_record(buf, pos)
+
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
+        """Committed bytes from ``offset`` to the end of its file (old or DLedger)."""
+        if return_first_on_not_found is None:
+            return_first_on_not_found = offset == 0
+        if self._in_old(offset):
+            return self.old.get_data(offset, return_first_on_not_found)
+        dl = self.dledger_store
+        if dl is None:
+            return None
+        committed = dl.committed_pos
+        fl = dl.data_file_list
+        if offset < fl.min_offset and return_first_on_not_found:
+            offset = fl.min_offset
+        if offset >= committed:
+            return None
+        f = fl.find_file(offset)
+        if f is None or offset < f.from_offset + f.start:
+            return None
+        end = min(f.wrote, committed - f.from_offset)
+        rel = offset - f.from_offset
+        if rel >= end:
+            return None
+        return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        """The ``size`` committed bytes of the message at ``offset`` (None if there is none)."""
+        if self._in_old(offset):
+            return self.old.get_message(offset, size)
+        return self._message_view(offset, size)
+
+    def get_record(self, offset: int) -> memoryview | None:
+        """The whole committed record at ``offset`` (size from its TOTALSIZE), verified; None if
+        no record starts there. Lookups by msgId and key read through here (issue 14.4)."""
+        if self._in_old(offset):
+            return self.old.get_record(offset)
+        return self._message_view(offset, None)
+
+    def _message_view(self, offset: int, size: int | None) -> memoryview | None:
+        dl = self.dledger_store
+        if dl is None:
+            return None
+        committed = dl.committed_pos
+        f = dl.data_file_list.find_file(offset)
+        if f is None or offset < f.from_offset + f.start + DLEDGER_BODY_OFFSET or offset + 4 > committed:
+            return None
+        rel = offset - f.from_offset
+        mm = f.mm
+        # the offset must be the body of an entry and the record as long as asked: a stale
+        # ConsumeQueue unit (kept when the DLedger dir was found empty, DESIGN §4.4) is never
+        # served as the bytes of another message
+        if _Q.unpack_from(mm, rel - DLEDGER_BODY_OFFSET + 24)[0] != offset - DLEDGER_BODY_OFFSET:
+            return None
+        total = _I.unpack_from(mm, rel)[0]
+        if size is None:
+            size = total
+        if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
+            return None
+        if self.verify_reads:
+            problem = dledger_record_problem(mm, rel - DLEDGER_BODY_OFFSET, size)
+            if problem is not None:
+                exc = CorruptRecordError(self.node_label, str(f.path), rel, offset, problem, self.corrupt_fix)
+                self.corruption.report(exc)
+                raise exc
+        return memoryview(mm)[rel:rel + size]
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
+        if self._in_old(offset):
+            return self.old.look_message_by_offset(offset, size)
+        buf = self._message_view(offset, size)
+        return decode_message(buf) if buf is not None else None
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        buf = self.get_message(offset, size)
+        if buf is None:
+            return -1
+        return _Q.unpack_from(buf, store_timestamp_position(int.from_bytes(buf[36:40], "big")))[0]
+
