@@ -290,10 +290,12 @@ class ClassicPair(Cluster):
         self.roots = {"m": run_dir / "store-m", "s": run_dir / "store-s"}
         link_port = self.hub.add_link("s->m", ("127.0.0.1", ha_port), framed=False)
         common = {"mappedFileSizeCommitLog": file_size, **extra}
+        # ASYNC_FLUSH flushes every 64 pages or 60 s here, so a crash has an unflushed tail to tear
+        # (torn-write tears only past the checkpoint's flushed offset: below it bytes were fsync'ed)
         mconf = write_conf(REPO / "conf" / "classic" / "broker-a.conf", run_dir / "broker-m.conf",
                            {"brokerRole": role, "listenPort": self.http["m"], "haListenPort": ha_port,
                             "storePathRootDir": self.roots["m"], "storePathCommitLog": self.roots["m"] / "commitlog",
-                            **common})
+                            "flushCommitLogLeastPages": 64, "flushCommitLogThoroughInterval": 60_000, **common})
         sconf = write_conf(REPO / "conf" / "classic" / "broker-a-s.conf", run_dir / "broker-s.conf",
                            {"listenPort": self.http["s"], "haListenPort": free_ports(1)[0],
                             "haMasterAddress": f"127.0.0.1:{link_port}", "storePathRootDir": self.roots["s"],

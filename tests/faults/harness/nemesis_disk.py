@@ -8,8 +8,11 @@ Rules
   - ``torn-write``: the node is first cut off from its peers (DLedger: the leader; classic: the
     master's HA link), so what it appends next is not acknowledged; it is killed and the last
     record of its last data file is cut short (zeroed from a random point inside it). The torn
-    record must belong to an unacknowledged send (checked against the history; otherwise the
-    tear is skipped and noted, never faked). Recovery must drop it and rejoin.
+    record must belong to an unacknowledged send (checked against the history), and in classic
+    mode the tear starts at or past the checkpoint's flushed offset (bytes below it were fsync'ed
+    before the crash: a tear there is disk damage, the bitflip nemesis's job, and recovery rightly
+    refuses it); otherwise the tear is skipped and noted, never faked. Recovery must drop it and
+    rejoin.
   - ``bitflip``: one bit of a record inside the committed region of a closed data file that the
     recovery scan reads (the second-last file). The node must refuse to start with an error
     that names the file and the offset; the nemesis records what the log said, then restores
@@ -69,6 +72,23 @@ def key_in(data: bytes) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- torn write
+def unflushed_tail(files: list[Path], root: Path) -> bool:
+    """The last record of the last commitlog file ends past the checkpoint's flushed offset."""
+    files = [f for f in files if records(f, False)]
+    if not files:
+        return False
+    start, size = records(files[-1], False)[-1]
+    return int(files[-1].name) + start + size > flushed_offset(root)
+
+
+def flushed_offset(root: Path) -> int:
+    """The classic checkpoint's physicFlushedOffset (@40): what recovery treats as durable."""
+    try:
+        return struct.unpack_from(">q", (root / "checkpoint").read_bytes(), 40)[0]
+    except (OSError, struct.error):
+        return 0
+
+
 @nemesis("torn-write")
 async def torn_write(ctx: Ctx) -> dict[str, Any]:
     c, h = ctx.cluster, ctx.history
@@ -81,6 +101,8 @@ async def torn_write(ctx: Ctx) -> dict[str, Any]:
         for a, b in both_ways([[victim], others]):
             cut(ctx, a, b)
         await asyncio.sleep(min(ctx.fault_s, 1.5))
+        if not dl:  # wait (bounded) for an unflushed record to tear: the workload keeps putting
+            await wait_for(lambda: unflushed_tail(c.data_files(victim), c.roots[victim]), 5.0)
         await asyncio.to_thread(c.kill9, victim)
         files = [f for f in c.data_files(victim) if records(f, dl)]
         if files:
@@ -90,10 +112,16 @@ async def torn_write(ctx: Ctx) -> dict[str, Any]:
             key = key_in(data)
             acked = {e["op"] for e in h.events if e["type"] == "ok"}
             ops = {e["key"]: e["op"] for e in h.events if e["type"] == "invoke"}
+            # classic: bytes below the checkpoint's flushed offset (@40, published right after each
+            # fsync) were durable before the crash; only what lies past it can be torn by one
+            durable = 0 if dl else max(0, flushed_offset(c.roots[victim]) - int(f.name))
+            cut_at = max(start + ctx.rng.randrange(8, size), durable)
             if key is not None and ops.get(key) in acked:
                 detail["skipped"] = f"last record ({key}) was acknowledged; a tear there is not a real fault"
+            elif cut_at >= start + size:
+                detail["skipped"] = (f"last record ({key}) is below the flushed offset: durable, so a tear there "
+                                     "would be disk damage (bitflip's job), not a crash")
             else:
-                cut_at = start + ctx.rng.randrange(8, size)
                 with open(f, "r+b") as fh:
                     fh.seek(cut_at)
                     fh.write(bytes(start + size - cut_at))
