@@ -40,14 +40,21 @@ def _committed(ctx: Ctx, n: str) -> int:
 @nemesis("wipe-follower", dledger_only=True)
 async def wipe_follower(ctx: Ctx) -> dict[str, Any]:
     ld = await leader(ctx)
-    victim = ctx.rng.choice(await followers(ctx))
+    fs = await followers(ctx)
+    # a store root that is a tmpfs mount point (disk-full's node) cannot be moved away: another follower
+    victim = ctx.rng.choice([n for n in fs if n != ctx.tmpfs] or fs)
     root = ctx.cluster.roots[victim]
     moved = root.parent / f"{root.name}.wiped-{int(ctx.history.now() * 1000)}"
     ctx.history.nemesis("wipe-follower", "start", node=victim, leader=ld)
     detail: dict[str, Any] = {"node": victim, "leader": ld, "moved_to": str(moved)}
     try:
         await asyncio.to_thread(ctx.cluster.kill9, victim)
-        await asyncio.to_thread(shutil.move, str(root), str(moved))
+        if victim == ctx.tmpfs:  # only when no other follower exists: move what is in it, not the mount
+            moved.mkdir(parents=True)
+            for child in list(root.iterdir()):
+                await asyncio.to_thread(shutil.move, str(child), str(moved / child.name))
+        else:
+            await asyncio.to_thread(shutil.move, str(root), str(moved))
         r = await asyncio.to_thread(_reseed, ctx.cluster.roots[ld], root)
         detail["reseed_exit"] = r.returncode
         detail["reseed_out"] = (r.stdout + r.stderr).strip().splitlines()[-3:]
