@@ -57,6 +57,13 @@ class FaultProc(BrokerProc):
         return self
 
 
+# Retention on a full disk deletes the oldest files whatever their age (cleanFileForciblyEnable,
+# as Apache): right for a broker, but the checker demands every acknowledged message on every
+# replica, so disk-full's node must not drop history here. Retention has its own tests
+# (tests/broker/store/test_clean.py); puts are still refused on the full disk.
+NO_FORCED_CLEAN = {"cleanFileForciblyEnable": "false"}
+
+
 class Cluster:
     mode = "?"
 
@@ -214,7 +221,7 @@ class DLedgerCluster(Cluster):
             overrides = {"listenPort": self.http[n], "dLegerPeers": peers, "dLegerPeersHttp": http_peers,
                          "storePathRootDir": self.roots[n], "storePathCommitLog": self.roots[n] / "commitlog",
                          "mappedFileSizeCommitLog": file_size, "slaveSyncIntervalMs": 500,
-                         "dLegerElectionTimeoutMs": "500-1000", **extra}
+                         "dLegerElectionTimeoutMs": "500-1000", **NO_FORCED_CLEAN, **extra}
             conf = write_conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", run_dir / f"broker-{n}.conf", overrides)
             self.procs[n] = FaultProc(conf, self.http[n], n, run_dir)
 
@@ -289,7 +296,7 @@ class ClassicPair(Cluster):
         ha_port = ports[1]
         self.roots = {"m": run_dir / "store-m", "s": run_dir / "store-s"}
         link_port = self.hub.add_link("s->m", ("127.0.0.1", ha_port), framed=False)
-        common = {"mappedFileSizeCommitLog": file_size, **extra}
+        common = {"mappedFileSizeCommitLog": file_size, **NO_FORCED_CLEAN, **extra}
         # ASYNC_FLUSH flushes every 64 pages or 60 s here, so a crash has an unflushed tail to tear
         # (torn-write tears only past the checkpoint's flushed offset: below it bytes were fsync'ed)
         mconf = write_conf(REPO / "conf" / "classic" / "broker-a.conf", run_dir / "broker-m.conf",
