@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.client import MasterFollowingProducer, message_json
+from tests.broker.api.broker_procs import wait_until
 from tests.broker.test_dledger_group import IDS, TOPIC, DLedgerGroup
 
 pytestmark = pytest.mark.multiprocess
@@ -49,6 +50,7 @@ def test_retry_after_failover_is_answered_from_the_new_leaders_window(tmp_path: 
         assert again_batch["queueId"] == first_batch["queueId"] == 2
         assert fresh["uniqKey"] and fresh["uniqKey"] != key and fresh["commitLogOffset"] > first_batch["commitLogOffsets"][-1]
         with g.procs[new].client() as c:
+            wait_until(lambda: len(c.pull(TOPIC, 1, 0, 32)["messages"]) >= 2, 10, "fresh dispatched on the leader")
             q1 = c.pull(TOPIC, 1, 0, 32)
             q2 = c.pull(TOPIC, 2, 0, 32)
             q3 = c.pull(TOPIC, 3, 0, 32)

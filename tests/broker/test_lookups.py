@@ -85,7 +85,7 @@ def test_topics_longer_than_127_are_sent_pulled_and_written_with_v2_magic(tmp_pa
         b.start()
         with b.client() as c:
             r = c.send(topic, b"long topic", queue_id=0)
-            got = c.pull(topic, 0, 0, 8)["messages"]
+            got = wait_until(lambda: c.pull(topic, 0, 0, 8)["messages"], 10.0, "the message dispatched")
             assert [m["bodyText"] for m in got] == ["long topic"] and got[0]["topic"] == topic
             assert c.by_offset(r["commitLogOffset"])["topic"] == topic
             with pytest.raises(BrokerClientError) as ei:

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from broker.api.client import BrokerClientError, message_json
 from broker.put_dedup import RecentSends
 from broker.store.dispatch import DispatchRequest
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 
 
 def req(topic: str, uniq: str, qoff: int, phy: int) -> DispatchRequest:
@@ -69,12 +70,14 @@ def test_broker_answers_a_retried_send_once(tmp_path: Path) -> None:
             assert r1["commitLogOffsets"] == r2["commitLogOffsets"] and r1["queueOffsets"] == r2["queueOffsets"]
             fresh = c.send("Dedup", b"two")  # no uniqKey from the client: the broker's own, never equal
             assert fresh["commitLogOffset"] > r1["commitLogOffsets"][-1]
+            def total() -> int:  # autoCreate makes 4 queues; dispatch runs behind the answers
+                return sum(c.pull("Dedup", q, 0, 32).get("maxOffset", 0) for q in range(4))
+
+            wait_until(lambda: total() >= 4, 10.0, "the four stored messages dispatched")
+            time.sleep(0.3)
+            assert total() == 4  # one + the batch of two + two: nothing stored twice
             pulled = c.pull("Dedup", first["queueId"], 0, 32)
-            bodies = [m["body"] for m in pulled["messages"]]
-            assert len(bodies) == len(set(m["commitLogOffset"] for m in pulled["messages"]))
-            total = sum(c.pull("Dedup", q, 0, 32).get("maxOffset", 0) for q in range(8)
-                        if q < 4)  # autoCreate makes 4 queues
-            assert total == 4  # one + the batch of two + two: nothing stored twice
+            assert len(pulled["messages"]) == len({m["commitLogOffset"] for m in pulled["messages"]})
             with pytest.raises(BrokerClientError) as ei:
                 c.send("Dedup", b"bad", uniq_key="not-hex!")
             assert ei.value.code == "MESSAGE_ILLEGAL" and "uniqKey" in ei.value.message

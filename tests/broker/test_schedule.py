@@ -154,6 +154,9 @@ def test_upgraded_store_pending_delayed_messages_are_delivered(tmp_path: Path, s
             for r in pending:
                 props = r["properties"]
                 topic, qid = props["REAL_TOPIC"], int(props["REAL_QID"])
+                got = _wait(lambda: [m for m in c.pull(topic, qid, 0, 1024)["messages"]
+                                     if m["uniqKey"] == props["UNIQ_KEY"]], 10.0, f"delivery to {topic} dispatched")
+                time.sleep(0.2)
                 got = [m for m in c.pull(topic, qid, 0, 1024)["messages"] if m["uniqKey"] == props["UNIQ_KEY"]]
                 assert len(got) == 1, (topic, got)
                 assert got[0]["commitLogOffset"] > 10_957_773 and got[0]["properties"]["DELAY"] == props["DELAY"]

@@ -19,9 +19,15 @@ import time
 from rocketmq.client import Message, Producer, PushConsumer
 
 
+_OUT = threading.Lock()
+
+
 def out(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    """One JSON line; callbacks run on several client threads, so lines must not interleave."""
+    line = json.dumps(obj) + "\n"
+    with _OUT:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def produce(namesrv: str, topic: str, n: int, delay_level: int = 0) -> None:
