@@ -53,7 +53,8 @@ import random
 import time
 from typing import Any, Callable, Iterable, Optional, Union
 
-from .coalesce import AppendCoalescer, ClientReply, Proposal, Sink
+from .client_channel import ClientChannel
+from .coalesce import AppendCoalescer, Proposal, Sink
 from .config import DLedgerConfig
 from .core.codes import Code, Role
 from .core.ready import AppendDecision
@@ -87,7 +88,7 @@ class AppendFuture(asyncio.Future):
         return [(self.index + i, p) for i, p in enumerate(self.positions)]
 
 
-class DLedgerServer:
+class DLedgerServer(ClientChannel):
     def __init__(
         self,
         config: DLedgerConfig,
@@ -548,62 +549,3 @@ class DLedgerServer:
                 await self._state.checkpoint()  # type: ignore[union-attr]  # in the state writer's thread
             except OSError:
                 log.exception("%s: checkpoint write failed", self.config.self_id)
-
-    # ------------------------------------------------------------------ client channel
-    def _on_client_request(self, session: tp.ClientSession, req: dict) -> None:
-        rid = req.get("rid")
-        op = req.get("op")
-        try:
-            if op == "append":
-                bodies = req.get("bodies")
-                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
-                    session.reply(self._error(rid, Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes"))
-                    return
-                bad = self._check_request(bodies)
-                if bad is not None:
-                    self.counters["append_refused"] += 1
-                    session.reply(self._error(rid, *bad))
-                    return
-                self._enqueue(bodies, ClientReply(session.reply, rid))
-            elif op == "get":
-                session.reply(self._get(rid, req.get("index")))
-            elif op == "status":
-                session.reply({"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "status": self.status()})
-            elif op == "transfer":
-                to = req.get("to")
-                if not isinstance(to, str):
-                    session.reply(self._error(rid, Code.UNEXPECTED_ARGUMENT, "'to' must be a peer id"))
-                    return
-                task = self._loop.create_task(self.transfer_leadership(to))  # type: ignore[union-attr]
-                task.add_done_callback(lambda t: session.reply(self._transfer_reply(rid, to, t)))
-            else:
-                session.reply(self._error(rid, Code.UNSUPPORTED, f"unknown op {op!r}"))
-        except Exception as exc:  # never let a client kill the server
-            log.exception("%s: client request %r failed", self.config.self_id, op)
-            session.reply(self._error(rid, Code.INTERNAL_ERROR, str(exc)))
-
-    def _error(self, rid: Any, code: Code, msg: str, leader_id: Optional[str] = None) -> dict:
-        out = {"t": "resp", "rid": rid, "code": int(code), "error": msg}
-        if code is Code.NOT_LEADER or leader_id:
-            lid = leader_id or self.leader_id
-            out["leader_id"] = lid
-            out["leader_addr"] = self.config.address_of(lid)
-        return out
-
-    def _transfer_reply(self, rid: Any, to: str, task: asyncio.Task) -> dict:
-        if task.cancelled() or task.exception() is not None:
-            return self._error(rid, Code.INTERNAL_ERROR, "transfer failed")
-        code = task.result()
-        if code is Code.SUCCESS:
-            return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "leader": to}
-        return self._error(rid, code, f"transfer to {to} failed")
-
-    def _get(self, rid: Any, index: Any) -> dict:
-        if type(index) is not int:
-            return self._error(rid, Code.UNEXPECTED_ARGUMENT, "'index' must be an integer")
-        committed = self.core.status().committed_index
-        if index < self.log_view.ledger_begin_index or index > committed:
-            return self._error(rid, Code.INDEX_OUT_OF_RANGE,
-                               f"index {index} outside [{self.log_view.ledger_begin_index}, {committed}] (committed)")
-        return {"t": "resp", "rid": rid, "code": int(Code.SUCCESS), "entry": self.log_view.get_entry(index)}
-
