@@ -5,29 +5,34 @@ test runner with it.
     python -m tests.remoting.cpp_client produce <namesrv> <topic> <n> [delayLevel]
         -> {"ack": i, "msgId", "offset", "status"} per send, then {"done": n}
     python -m tests.remoting.cpp_client consume <namesrv> <topic> <group> <expr> [fail_first]
-        -> {"ready": true}, then {"msg": {...}} per delivery; with fail_first the callback raises
-           on each message's first delivery (the client asks for a redelivery); "close" on stdin
-           shuts it down -> {"closed": true}
+        -> {"ready": true}, then {"msg": {...}} per delivery; with fail_first the callback answers
+           RECONSUME_LATER to each message's first delivery (the client sends it back for a
+           redelivery); "close" on stdin shuts it down -> {"closed": true}
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
 
-from rocketmq.client import Message, Producer, PushConsumer
+from rocketmq.client import Message, Producer, PushConsumer, RecvMessage, _CConsumeStatus, dll, ffi_check
 
 
 _OUT = threading.Lock()
+# JSON lines go to a private copy of stdout; fd 1 itself goes to stderr (the log), so whatever the
+# native library prints cannot land inside one of our lines
+_LINES = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
 
 
 def out(obj: dict) -> None:
     """One JSON line; callbacks run on several client threads, so lines must not interleave."""
     line = json.dumps(obj) + "\n"
     with _OUT:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        _LINES.write(line)
+        _LINES.flush()
 
 
 def produce(namesrv: str, topic: str, n: int, delay_level: int = 0) -> None:
@@ -63,7 +68,7 @@ def consume(namesrv: str, topic: str, group: str, expr: str, fail_first: bool = 
     seen: set[str] = set()
     lock = threading.Lock()
 
-    def on_message(msg) -> None:  # noqa: ANN001 - RecvMessage
+    def on_message(msg) -> int:  # noqa: ANN001 - RecvMessage
         body = msg.body.decode("utf-8", "replace")
         first = False
         with lock:
@@ -76,9 +81,14 @@ def consume(namesrv: str, topic: str, group: str, expr: str, fail_first: bool = 
                      "storeTimestamp": msg.store_timestamp, "bornTimestamp": msg.born_timestamp,
                      "t": int(time.time() * 1000), "failed": fail_first and first}})
         if fail_first and first:
-            raise RuntimeError("first delivery fails on purpose")
+            return int(_CConsumeStatus.RECONSUME_LATER.value)  # ask for a redelivery
+        return int(_CConsumeStatus.CONSUME_SUCCESS.value)
 
-    c.subscribe(topic, on_message, expr)
+    # Not PushConsumer.subscribe's wrapper: in 0.4.4 a callback that raises is re-raised from the
+    # ctypes callback ("Exception ignored"), so the status the native client sees is undefined.
+    # The same native calls, with the status returned explicitly.
+    ffi_check(dll.Subscribe(c._handle, topic.encode(), expr.encode()))
+    c._register_callback(lambda _consumer, handle: on_message(RecvMessage(handle)))
     c.start()
     out({"ready": True})
     try:
