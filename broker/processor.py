@@ -129,9 +129,9 @@ class BrokerProcessor:
         result["status"] = "SEND_OK"
         return result
 
-    async def _put(self, inners: list[Any]) -> Any:
+    async def _put(self, inners: list[Any], producer_keys: bool = True) -> Any:
         try:
-            return await self.c.store_access.put_messages(inners)
+            return await self.c.store_access.put_messages(inners, producer_keys)
         except BrokerApiError as exc:
             if exc.code == E.SERVICE_NOT_AVAILABLE and self.c.dledger_enabled:
                 self.c.check_writable()  # leadership lost mid-put: NOT_MASTER with the new master's address
@@ -145,7 +145,7 @@ class BrokerProcessor:
         now = int(time.time() * 1000)
         inner = to_message_ext(msg, queue_id=queue_id, uniq_key=msg.uniq_key or self._uniq.next(now), born_host=born_host,
                                store_host=self.c.store_host, now_ms=now)
-        r = await self._put([inner])
+        r = await self._put([inner], producer_keys=bool(msg.uniq_key))
         result = {
             "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic,
             "queueId": queue_id if r.queue_id is None else r.queue_id,
@@ -162,7 +162,7 @@ class BrokerProcessor:
         now = int(time.time() * 1000)
         inners = [to_message_ext(m, queue_id=queue_id, uniq_key=m.uniq_key or self._uniq.next(now), born_host=born_host,
                                  store_host=self.c.store_host, now_ms=now) for m in msgs]
-        r = await self._put(inners)
+        r = await self._put(inners, producer_keys=all(m.uniq_key for m in msgs))
         result = {
             "topic": topic, "queueId": queue_id if r.queue_id is None else r.queue_id, "count": len(msgs),
             "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],

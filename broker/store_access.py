@@ -154,11 +154,13 @@ class StoreAccess:
             wake()
 
     # ------------------------------------------------------------------ writes
-    async def put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
+    async def put_messages(self, msgs: Sequence[MessageExt], producer_keys: bool = True) -> PutOutcome:
         """Store ``msgs``; a retry of a put this broker already stored (same topic and UNIQ_KEYs)
-        is answered from the dedup window, or waits for that put if it is still in flight."""
+        is answered from the dedup window, or waits for that put if it is still in flight.
+        ``producer_keys=False``: the UNIQ_KEYs were just made by this broker (an HTTP send without
+        ``uniqKey``), so the put cannot be a retry and skips the window's bookkeeping."""
         dedup = self.dedup
-        keys = dedup.keys_of(msgs) if dedup is not None and dedup.enabled else None
+        keys = dedup.keys_of(msgs) if dedup is not None and dedup.enabled and producer_keys else None
         if keys is None or dedup is None:
             return await self._put_messages(msgs)
         running = dedup.inflight(keys)
