@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-from broker.store.message import MessageExt, java_hashmap_order, properties_to_string
+from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
 from broker.store.message_const import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                                         RMQ_SYS_SCHEDULE_TOPIC)
 
@@ -59,7 +59,7 @@ def message_timeup(msg: MessageExt) -> MessageExt | None:
         return None
     # Java re-serialises the decoded HashMap: its iteration order, DELAY still in it
     raw = msg.properties_bytes if msg.properties_bytes is not None else properties_to_string(
-        {k: msg.properties[k] for k in java_hashmap_order(msg.properties)}).encode("utf-8")
+        java_hashmap_ordered(msg.properties)).encode("utf-8")
     props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     return MessageExt(
         topic=real_topic, body=msg.body, queue_id=int(real_qid), flag=msg.flag, properties=props,
@@ -226,9 +226,9 @@ class ScheduleMessageService:
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"running": self.running, "levels": {}}
+        pending_of = self.pending()
         for lv, st in self.levels.items():
-            cq = self.store.find_consume_queue(RMQ_SYS_SCHEDULE_TOPIC, lv - 1)
-            pending = max(0, cq.max_offset_in_queue - st.offset) if cq is not None else 0
+            pending = pending_of.get(lv, 0)
             if pending or st.delivered or st.stalled:
                 out["levels"][str(lv)] = {"delayMs": st.delay_ms, "offset": st.offset, "pending": pending,
                                           "delivered": st.delivered, "nextDueMs": st.next_due_ms,

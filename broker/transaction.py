@@ -39,7 +39,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from broker.store.message import MessageExt, java_hashmap_order, properties_to_string
+from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
 
 log = logging.getLogger("broker.transaction")
 
@@ -67,15 +67,14 @@ def half_message(msg: MessageExt) -> MessageExt:
     props = dict(msg.properties)
     props[REAL_TOPIC] = msg.topic
     props[REAL_QID] = str(msg.queue_id)
-    props = {k: props[k] for k in java_hashmap_order(props)}
     return dataclasses.replace(msg, topic=HALF_TOPIC, queue_id=0, sys_flag=msg.sys_flag & ~0xC,
-                               properties=props, properties_bytes=None)
+                               properties=java_hashmap_ordered(props), properties_bytes=None)
 
 
 def _raw_props(msg: MessageExt) -> bytes:
     if msg.properties_bytes is not None:
         return msg.properties_bytes
-    return properties_to_string({k: msg.properties[k] for k in java_hashmap_order(msg.properties)}).encode("utf-8")
+    return properties_to_string(java_hashmap_ordered(msg.properties)).encode("utf-8")
 
 
 class EndTransactionError(Exception):
@@ -274,8 +273,7 @@ class TransactionService:
     async def _put_back(self, msg: MessageExt, checks: int) -> MessageExt | None:
         props = dict(msg.properties)
         props[CHECK_TIMES] = str(checks)
-        props = {k: props[k] for k in java_hashmap_order(props)}
-        copy = dataclasses.replace(msg, properties=props, properties_bytes=None, store_timestamp=int(time.time() * 1000))
+        copy = dataclasses.replace(msg, properties=java_hashmap_ordered(props), properties_bytes=None, store_timestamp=int(time.time() * 1000))
         try:
             outcome = await self._put([copy])
         except Exception as exc:  # noqa: BLE001 - retried next round

@@ -154,7 +154,7 @@ def complete_put(cl: "DLedgerCommitLog", f: Any, ar: AppendMessageResult, out: "
     if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
         cl.counters["quorum_timeouts"] += 1
     else:
-        cl.counters["outcome_unknown"] = cl.counters.get("outcome_unknown", 0) + 1
+        cl.counters["outcome_unknown"] += 1
     out.set_result(PutMessageResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, ar,
                                     error=f"outcome unknown: the entries were proposed, then {exc}",
                                     extra={"outcome_unknown": True, "dledger_code": int(code)}))

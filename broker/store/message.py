@@ -173,6 +173,11 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(uniq))]
 
 
+def java_hashmap_ordered(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` re-inserted in HashMap iteration order: what Java writes when it re-serialises."""
+    return {k: props[k] for k in java_hashmap_order(props)}
+
+
 # --- tags code -----------------------------------------------------------------------------------
 def tags_code_for(topic: str, properties: Mapping[str, str], store_timestamp: int,
                   delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> int:

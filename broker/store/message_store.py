@@ -56,7 +56,7 @@ from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
-    MessageExt, decode_message, java_hashmap_order, parse_delay_levels,
+    MessageExt, decode_message, java_hashmap_ordered, parse_delay_levels,
     transaction_value,
 )
 from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_problem, topic_problem
@@ -419,7 +419,7 @@ class DefaultMessageStore(StoreReads):
             props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-        ordered = {k: props[k] for k in java_hashmap_order(props)}
+        ordered = java_hashmap_ordered(props)
         return dataclasses.replace(msg, topic=RMQ_SYS_SCHEDULE_TOPIC, queue_id=level - 1,
                                    properties=ordered, properties_bytes=None)
 

@@ -106,8 +106,8 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         next_offset = offset
-        missing = False
-        while result.message_count < max_num and next_offset < hi:
+        missing = corrupt = False
+        while result.message_count < max_num and next_offset < hi and not corrupt:
             units = cq.get_units(next_offset, max_num - result.message_count)
             if not units:
                 break
@@ -121,7 +121,7 @@ class StoreReads:
                     if not result.buffers:
                         raise  # never data: the pull is an error naming the record
                     next_offset -= 1  # serve the good records before it; the next pull fails on it
-                    hi = next_offset
+                    corrupt = True
                     break
                 if buf is None:
                     missing = True

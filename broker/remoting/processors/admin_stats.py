@@ -144,7 +144,8 @@ class AdminStatsProcessor(Processor):
     def runtime_table(self) -> dict[str, str]:
         c, sa, st = self.c, self.c.store_access, self.stats
         store = sa.store
-        put_total, get_total = st.totals()["put"], st.totals()["get"]
+        totals = st.totals()
+        put_total, get_total = totals["put"], totals["get"]
         table = {
             "brokerVersionDesc": "V4_9_8", "brokerVersion": "413", "brokerRole": c.broker_role,
             "brokerId": str(c.broker_id), "bootTimestamp": str(c.started_ms),
@@ -208,13 +209,12 @@ class AdminStatsProcessor(Processor):
         if queue_offset < 0:
             return 0
         store = self.c.store_access.store
-        phy = store.get_commitlog_offset_in_queue(topic, queue_id, queue_offset)
         cq = store.find_consume_queue(topic, queue_id)
         unit = cq.get(queue_offset) if cq is not None else None
         if unit is None:
             return 0
         try:
-            return max(0, store.commitlog.pickup_store_timestamp(phy, unit[1]))
+            return max(0, store.commitlog.pickup_store_timestamp(unit[0], unit[1]))
         except Exception:  # noqa: BLE001 - a damaged record has no timestamp to report
             return 0
 
