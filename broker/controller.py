@@ -486,17 +486,6 @@ class BrokerController:
                     "fix": member_stopped_fix(self.member_failure, self.root_dir)}
         return {"ok": True}
 
-    # ------------------------------------------------------------------ replication wait
-    async def wait_for_replication(self, next_offset: int) -> str:
-        """GroupTransferService: PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (SYNC_MASTER only)."""
-        if self.broker_role != "SYNC_MASTER" or self.ha_service is None:
-            return "PUT_OK"
-        if self.store_access is not None and self.store_access.store_waits_for_replica:
-            return "PUT_OK"  # the CommitLog's replica hook already waited inside the put
-        timeout_ms = float(_cfg(self.store_config, "sync_flush_timeout", 5000))
-        status = await self.ha_service.wait_for_slave_ack(next_offset, timeout_ms)
-        return getattr(status, "value", str(status))
-
     # ------------------------------------------------------------------ status and metadata
     def status(self) -> dict[str, Any]:
         sa = self.store_access

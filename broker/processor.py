@@ -8,9 +8,9 @@ Rules:
   ``defaultTopicQueueNums`` queues); an explicit ``queueId`` must be ``< writeQueueNums``;
   otherwise queues are chosen round-robin per topic. The broker sets ``UNIQ_KEY``/``TAGS``/
   ``KEYS``/``WAIT`` as the Java producer would (``views.to_message_ext``).
-- On a SYNC_MASTER the put waits for a slave ack (GroupTransferService) — inside the store put
-  when HAService is wired as the CommitLog's replica hook, else through
-  ``controller.wait_for_replication``. ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` (and
+- On a SYNC_MASTER the put waits for a slave ack (GroupTransferService) inside the store put:
+  HAService is the CommitLog's replica hook, and the put's future resolves with the replication
+  status (the one SYNC_MASTER wait). ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` (and
   ``FLUSH_DISK_TIMEOUT``) are returned as errors *with* the msgId and offsets, because the
   message is stored on the master (RocketMQ does not roll back either).
 - Pull never blocks (no long polling): ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG``,
@@ -114,9 +114,7 @@ class BrokerProcessor:
 
     async def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
                           result: dict[str, Any], outcome: Any) -> dict[str, Any]:
-        status = outcome.status
-        if status == "PUT_OK":
-            status = await self.c.wait_for_replication(outcome.next_offset)
+        status = outcome.status  # the store put already waited for the slave (SYNC_MASTER)
         m = self.c.metrics
         m.put_latency.observe(time.perf_counter() - t0, kind)
         m.put_messages.inc(topic, status, amount=count)

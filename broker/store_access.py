@@ -198,8 +198,8 @@ class StoreAccess:
         return await self._put_messages(msgs)
 
     async def _put_messages(self, msgs: Sequence[MessageExt]) -> PutOutcome:
-        # put_messages_async awaits the SYNC_FLUSH group commit without blocking the loop; the
-        # store's replica hook is left unset: the controller does the SYNC_MASTER wait itself.
+        # put_messages_async awaits the SYNC_FLUSH group commit and, on a SYNC_MASTER, the slave
+        # ack (HAService is the commitlog's replica hook): the one durability wait of a put.
         if self.coalescer is not None:
             result = await self.coalescer.put(msgs)
         else:
@@ -217,11 +217,6 @@ class StoreAccess:
         for hook in self._put_hooks:
             hook(outcome.next_offset)
         return outcome
-
-    @property
-    def store_waits_for_replica(self) -> bool:
-        """True when the CommitLog's replica hook (HAService) does the SYNC_MASTER wait in the put."""
-        return getattr(self.store.commitlog, "replica_hook", None) is not None
 
     # ------------------------------------------------------------------ reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:

@@ -83,7 +83,6 @@ class HAService:
         mapped_file_size: int | None = None,
         poll_interval_ms: float = 100.0,
         max_write_bytes: int = 1024 * 1024,
-        wire_replica_hook: bool = True,
         clock: Callable[[], float] = _now_ms,
         broker_name: str | None = None,
         auth_token: str | None = None,
@@ -99,7 +98,6 @@ class HAService:
         )
         self.poll_interval_ms = poll_interval_ms
         self.max_write_bytes = max_write_bytes
-        self.wire_replica_hook = wire_replica_hook
         self.clock = clock
         self.connections: list[HAConnection] = []  # admitted only
         self.pending: list[HAConnection] = []  # accepted, not (yet) admitted
@@ -120,7 +118,7 @@ class HAService:
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
-        if self.wire_replica_hook and getattr(self.commitlog, "replica_hook", False) is None:
+        if getattr(self.commitlog, "replica_hook", False) is None:
             self.commitlog.replica_hook = self.replica_hook
         log.info("HAService listening on %s:%d (%s, %s)", self.host, self.port, self.settings.broker_role,
                  "haAuthToken handshake" if self.settings.ha_auth_token else "open: no haAuthToken")

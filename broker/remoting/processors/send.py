@@ -137,9 +137,7 @@ class SendMessageProcessor(Processor):
         t0 = time.perf_counter()
         try:
             r = await bp._put(msgs)  # noqa: SLF001
-            status = r.status
-            if status == "PUT_OK":
-                status = await self.c.wait_for_replication(r.next_offset)
+            status = r.status  # the store put already waited for the slave (SYNC_MASTER)
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
         metrics = self.c.metrics
