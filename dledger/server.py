@@ -104,6 +104,7 @@ class DLedgerServer(ClientChannel):
         self.leader_barrier_body = leader_barrier_body
         self._rng = random.Random(seed)
         self._role_listeners: list[RoleListener] = []
+        self._commit_listeners: list[Callable[[int], None]] = []
         self._pending: dict[int, Union[AppendFuture, Proposal]] = {}  # first index -> waiter(s)
         self._transfers: dict[str, asyncio.Future] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -223,6 +224,11 @@ class DLedgerServer(ClientChannel):
 
     def add_role_change_listener(self, cb: RoleListener) -> None:
         self._role_listeners.append(cb)
+
+    def add_commit_listener(self, cb: Callable[[int], None]) -> None:
+        """``cb(committed_index)`` on this loop whenever the committed index moves (leader and
+        followers alike): what a state machine applying the log waits for, without polling."""
+        self._commit_listeners.append(cb)
 
     def add_append_hook(self, hook: AppendHook) -> None:
         self.log_view.add_append_hook(hook)
@@ -451,6 +457,11 @@ class DLedgerServer(ClientChannel):
         if rd.committed_index is not None:
             lv.update_committed_index(self.core.status().term if rd.role_change is None else rd.role_change.term,
                                       rd.committed_index)
+            for listener in self._commit_listeners:
+                try:
+                    listener(rd.committed_index)
+                except Exception:  # noqa: BLE001 - a listener must not stop the log
+                    log.exception("%s: commit listener failed", self.config.self_id)
         for c in rd.completions:
             self._complete(c)
         if rd.role_change is not None:

@@ -20,7 +20,8 @@ Rules (reference §4.5, DESIGN §5):
 
 Theory of operation: plain functions over a DLedgerCommitLog; the commitlog encodes in the
 caller's thread and schedules :func:`append_on_loop` with ``call_soon_threadsafe``; the result
-travels back through a ``concurrent.futures.Future`` that blocking and async callers share.
+travels back through a ``concurrent.futures.Future`` that blocking and async callers share. Dispatch is
+woken by the server's commit listener, not here.
 """
 from __future__ import annotations
 
@@ -138,8 +139,6 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
 
 def complete_put(cl: "DLedgerCommitLog", f: Any, ar: AppendMessageResult, out: "concurrent.futures.Future[PutMessageResult]") -> None:
     exc = f.exception() if not f.cancelled() else DLedgerError(Code.INTERNAL_ERROR, "append cancelled")
-    if cl.message_store is not None:
-        cl.message_store.wake_dispatch()
     if out.done():
         return
     if exc is None:

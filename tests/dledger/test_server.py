@@ -512,3 +512,26 @@ async def test_start_refuses_an_unauthenticated_door(tmp_path, cfg, message):
         assert not s.transport._server  # nothing listens
     finally:
         s.log_view.close()
+
+
+async def test_commit_listeners_report_every_commit_on_every_member(group):
+    """The commit listener is how a state machine (the broker's dispatch) learns of commits
+    without polling: every member reports its own committed index as it moves, in order, and
+    the last report is the index of the last entry."""
+    g = group()
+    await g.start_all()
+    seen: dict[str, list[int]] = {nid: [] for nid in g.ids}
+    for nid, s in g.servers.items():
+        s.add_commit_listener(lambda index, nid=nid: seen[nid].append(index))
+    leader = await g.leader()
+    futs = [leader.append(b"x-%d" % i) for i in range(50)]
+    await asyncio.gather(*futs)
+    end = await g.converged()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0
+    while not all(v and v[-1] == end for v in seen.values()):
+        assert loop.time() < deadline, {k: v[-3:] for k, v in seen.items()}
+        await asyncio.sleep(0.01)
+    for nid, v in seen.items():
+        assert v == sorted(v) and len(set(v)) == len(v), (nid, v)  # moves forward, once per change
+        assert all(i <= end for i in v)
