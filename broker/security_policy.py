@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from broker.java_properties import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.config import ParsedConf
+    from broker.conf_file import ParsedConf
 
 MIN_SECRET_LENGTH = 16
 #: Secrets printed in the shipped conf files: anyone who read the repository knows them.

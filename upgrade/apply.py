@@ -43,7 +43,7 @@ from upgrade import fileops
 from broker.store.freeze import FreezeError, freeze_commitlog
 from upgrade.inspect import inspect_store
 from upgrade.journal import Journal, plan_digest
-from upgrade.plan import Action, Plan
+from upgrade.plan_model import Action, Plan
 
 Echo = Callable[[str], None]
 

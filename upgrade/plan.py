@@ -26,108 +26,25 @@ Rules:
 
 Theory of operation: :func:`make_plan` parses the group, inspects the roots
 (:mod:`upgrade.inspect`), collects refusals, then emits :class:`Action` rows; the plan is JSON
-(:meth:`Plan.to_dict`) that ``apply`` executes step by step under its journal.
+(:meth:`Plan.to_dict`) that ``apply`` executes step by step under its journal. The plan's data
+model and file are :mod:`upgrade.plan_model`; each node's DLedger conf is :mod:`upgrade.node_conf`.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import secrets
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from broker.config import (
-    BrokerConfig, ConfigError, MessageStoreConfig, ParsedConf, load_conf, parse_conf,
-    parse_dleger_peers, to_conf,
-)
-from broker.security_policy import MIN_SECRET_LENGTH
+from broker.conf_file import ConfigError, ParsedConf, load_conf
+from broker.config import BrokerConfig, MessageStoreConfig, parse_dleger_peers
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
+from upgrade.node_conf import assign_ports, group_auth_token, http_peers_of, ports_of, render_conf
+from upgrade.plan_model import Action, Node, Plan, PlanError  # noqa: F401 - the plan's API (apply, tests)
 
 _NO_CONF = ParsedConf(BrokerConfig(), MessageStoreConfig())
-PLAN_VERSION = 1
 DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024
 DEFAULT_LISTEN_PORT = 10911
-
-
-class PlanError(Exception):
-    """A user mistake in the plan arguments: one line, no traceback."""
-
-
-@dataclass
-class Node:
-    self_id: str
-    root: str
-    state: str  # master | slave | new
-    host: str
-    dledger_port: int
-    listen_port: int
-    http_listen_port: int
-    commit_log_dir: str
-    conf_in: Optional[str]
-    conf_out: str
-    store_settings: dict[str, Any]
-
-
-@dataclass
-class Action:
-    id: str
-    kind: str
-    node: str
-    reason: str
-    params: dict[str, Any] = field(default_factory=dict)
-    optional: Optional[str] = None  # "freeze": only with ``apply --freeze``
-
-
-@dataclass
-class Plan:
-    group: str
-    peers: str
-    file_size: int
-    master: Optional[str]
-    master_max_offset: int
-    divided_commitlog_offset: int
-    nodes: list[Node]
-    actions: list[Action]
-    refusals: list[str]
-    warnings: list[str]
-    inspection: dict[str, Any]
-    version: int = PLAN_VERSION
-
-    @property
-    def ok(self) -> bool:
-        return not self.refusals
-
-    def node(self, self_id: str) -> Node:
-        return next(n for n in self.nodes if n.self_id == self_id)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
-        if d.get("version") != PLAN_VERSION:
-            raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
-        d = dict(d)
-        d["nodes"] = [Node(**n) for n in d["nodes"]]
-        d["actions"] = [Action(**a) for a in d["actions"]]
-        return cls(**d)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        from upgrade.fileops import atomic_write_text
-
-        # the plan carries the written confs, and so the group's dLegerAuthToken: owner-only
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", mode=0o600)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Plan":
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise PlanError(f"{path}: no such plan file") from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise PlanError(f"{path}: not a plan written by mqupgrade plan ({exc})") from None
 
 
 # ---- arguments ----------------------------------------------------------------------------------
@@ -164,103 +81,6 @@ def load_confs(paths: list[str]) -> dict[str, ParsedConf]:
             raise PlanError(f"--conf {p}: another conf already describes {root}")
         out[root] = conf
     return out
-
-
-# ---- conf files ---------------------------------------------------------------------------------
-def _ports(node: Node) -> list[int]:
-    ports = [node.listen_port, node.listen_port + 1, node.dledger_port]
-    if node.http_listen_port and node.http_listen_port != node.listen_port:
-        ports.append(node.http_listen_port)
-    return ports
-
-
-def _assign_ports(nodes: list[Node], base: int, http_base: int) -> None:
-    """Nodes without their own conf get ``base + 10k`` (first k free on their host)."""
-    for n in nodes:
-        if n.listen_port:
-            continue
-        taken = {p for m in nodes if m is not n and m.host == n.host and m.listen_port for p in _ports(m)}
-        taken |= {m.dledger_port for m in nodes if m.host == n.host}
-        k = 0
-        while True:
-            listen = base + 10 * k
-            http = http_base + 10 * k if http_base else 0
-            cand = {listen, listen + 1} | ({http} if http else set())
-            if not cand & taken:
-                n.listen_port, n.http_listen_port = listen, http
-                break
-            k += 1
-
-
-def http_peers_of(nodes: list[Node]) -> str:
-    """``dLegerPeersHttp`` of the group: each node's HTTP API (httpListenPort, else listenPort) on its
-    dLegerPeers host, so followers answer NOT_MASTER with the leader's address and sync metadata."""
-    return ";".join(f"{n.self_id}-{n.host}:{n.http_listen_port or n.listen_port}" for n in nodes)
-
-
-def group_auth_token(confs: dict[str, ParsedConf], given: Optional[str]) -> tuple[str, Optional[str]]:
-    """``(dLegerAuthToken, note)`` for the group: ``--auth-token``, else the one every ``--conf``
-    that has one agrees on, else a fresh random secret (``secrets.token_urlsafe(32)``); ``note``
-    says which, for the plan's warnings."""
-    if given is not None:
-        if len(given) < MIN_SECRET_LENGTH:
-            raise PlanError(f"--auth-token is {len(given)} characters; use at least {MIN_SECRET_LENGTH}")
-        return given, None
-    found = sorted({c.store.dleger_auth_token for c in confs.values() if c.store.dleger_auth_token})
-    if len(found) > 1:
-        raise PlanError("the --conf files carry different dLegerAuthToken values; pass --auth-token to choose one")
-    if found:
-        return found[0], None
-    return secrets.token_urlsafe(32), ("generated a new dLegerAuthToken for the group; it is in every written conf "
-                                       "(and in the plan file, written owner-only): keep them private")
-
-
-_CARRIED_SETTINGS = ("mapped_file_size_consume_queue", "max_hash_slot_num", "max_index_num", "message_index_enable")
-
-
-def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, peers: str, file_size: int,
-                broker_name: str, http_peers: Optional[str] = None, auth_token: Optional[str] = None) -> str:
-    """The DLedger conf of one node (validated by parsing it back).
-
-    Doors: the group's ``dLegerAuthToken`` is written into every conf; classic HA keys go (no HA
-    in DLedger mode); a base conf without ACL keeps its listenPort open *explicitly*
-    (``remotingAllowInsecure=true``, with a plan warning) so the upgrade does not change who may
-    connect, but nobody can miss it."""
-    broker = dataclasses.replace(base.broker) if base else BrokerConfig()
-    store = dataclasses.replace(base.store) if base else MessageStoreConfig()
-    fresh_b, fresh_s = BrokerConfig(), MessageStoreConfig()
-    store.store_path_root_dir = node.root
-    store.store_path_commit_log = node.commit_log_dir
-    if not own:
-        store.store_path_dledger_commit_log = None
-        store.read_only_commit_log_store_paths = None
-        broker.broker_ip1 = node.host if node.host not in ("localhost",) else fresh_b.broker_ip1
-    store.mapped_file_size_commit_log = file_size
-    # every store setting inspect found (conf, or inferred from the files: the IndexFile's
-    # slots/num, the ConsumeQueue file size) goes into the conf, or the upgraded store refuses
-    # to start on its own files (issue 14.4)
-    for key in _CARRIED_SETTINGS:
-        if node.store_settings.get(key) is not None:
-            setattr(store, key, node.store_settings[key])
-    store.enable_dleger_commit_log = True
-    store.dleger_group, store.dleger_peers, store.dleger_self_id = group, peers, node.self_id
-    store.dleger_peers_http = http_peers
-    store.broker_role = fresh_s.broker_role  # set at run time from the DLedger role
-    store.ha_master_address = None
-    broker.broker_id = fresh_b.broker_id
-    broker.broker_name = broker_name
-    broker.listen_port, broker.http_listen_port = node.listen_port, node.http_listen_port
-    store.ha_listen_port = node.listen_port + 1
-    store.ha_auth_token, store.ha_allow_insecure, store.ha_bind_address = None, False, None
-    store.dleger_auth_token = auth_token
-    store.dleger_allow_insecure = False
-    if not broker.acl_enable:
-        broker.remoting_allow_insecure = True
-    header = (f"Written by mqupgrade plan: DLedger group {group}, node {node.self_id} ({node.state}), store {node.root}.\n"
-              f"Derived from {node.conf_in if node.conf_in else 'the defaults'}; brokerRole/brokerId are set at run time.")
-    text = to_conf(broker, store, only_changed=True, header=header)
-    parse_conf(text, node.conf_out)  # raises ConfigError if we wrote something invalid
-    return text
 
 
 # ---- the plan -----------------------------------------------------------------------------------
@@ -350,12 +170,12 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
                           own.broker.listen_port if own else 0, own.broker.http_listen_port if own else 0,
                           cl_dir, own.source if own else None, str(conf_dir / f"broker-{sid}.conf"), settings))
     mconf = confs.get(m.root) if m else None
-    _assign_ports(nodes, mconf.broker.listen_port if mconf else DEFAULT_LISTEN_PORT,
+    assign_ports(nodes, mconf.broker.listen_port if mconf else DEFAULT_LISTEN_PORT,
                   mconf.broker.http_listen_port if mconf else 0)
     for host in {n.host for n in nodes}:
         seen: dict[int, str] = {}
         for n in (x for x in nodes if x.host == host):
-            for p in _ports(n):
+            for p in ports_of(n):
                 if p in seen and seen[p] != n.self_id:
                     refusals.append(f"port {p} on {host} is used by both {seen[p]} and {n.self_id} (listenPort, "
                                     "listenPort+1 for HA, httpListenPort and the dLegerPeers port must all differ)")

@@ -6,20 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import (
-    FIELD_BY_KEY,
-    BrokerConfig,
-    BrokerRole,
-    ConfigError,
-    FlushDiskType,
-    MessageStoreConfig,
-    escape_property,
-    key_of,
-    load_conf,
-    parse_conf,
-    parse_properties,
-    to_conf,
-)
+from broker.conf_file import ConfigError, load_conf, parse_conf, to_conf
+from broker.config import FIELD_BY_KEY, BrokerConfig, BrokerRole, FlushDiskType, MessageStoreConfig, key_of
+from broker.java_properties import escape_property, parse_properties
 from broker.config_keys import APACHE_KEYS, APACHE_KEYS_4_9
 
 REPO = Path(__file__).resolve().parents[2]

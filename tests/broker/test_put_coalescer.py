@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import parse_conf
+from broker.conf_file import parse_conf
 from broker.put_coalescer import PutCoalescer, coalescer_for
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore

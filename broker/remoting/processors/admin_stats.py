@@ -134,7 +134,7 @@ class AdminStatsProcessor(Processor):
 
     # ------------------------------------------------------------------ config and runtime
     async def get_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        from broker.config import to_properties  # noqa: WPS433
+        from broker.conf_file import to_properties  # noqa: WPS433
 
         props = to_properties(self.c.broker_config, self.c.store_config, only_changed=False)
         lines = [f"{k}={'******' if k in SECRET_KEYS and v else v}" for k, v in props.items()]
