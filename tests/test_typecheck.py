@@ -2,7 +2,8 @@
 
 Runs mypy as a subprocess with the project's ``[tool.mypy]`` settings (pyproject.toml), so a
 change that breaks a type contract fails CI with mypy's own report in the assertion message.
-``broker/store`` too (issue 15 asks for both).
+``broker/store`` too (issue 15 asks for both); the broker's configuration model and conf files, the
+put coalescer, and the upgrade plan modules were made clean when they were split, and stay so.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TYPED_PACKAGES = ["dledger", "broker/store"]
+TYPED_PACKAGES = ["dledger", "broker/store", "broker/config.py", "broker/conf_file.py", "broker/put_coalescer.py",
+                  "upgrade/plan.py", "upgrade/plan_model.py", "upgrade/node_conf.py"]
 
 
 @pytest.mark.timeout(600)

@@ -36,7 +36,7 @@ import sys
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from broker.conf_file import ParsedConf
 from broker.config import BrokerRole
@@ -45,6 +45,9 @@ from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.message import check_message_and_return_size, explain_invalid_record
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_CQ_FILE_SIZE = 300_000 * 20
@@ -512,7 +515,7 @@ def render(insp: Inspection) -> str:
 HELP = "show what each store holds and whether master and slaves agree (read-only)"
 
 
-def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
+def add_arguments(p: "argparse.ArgumentParser") -> None:
     p.add_argument("roots", nargs="+", metavar="STORE_ROOT", help="storePathRootDir of each store")
     p.add_argument("--conf", action="append", default=[], metavar="FILE",
                    help="a store's broker .conf (matched by its storePathRootDir; gives brokerRole and sizes)")
@@ -522,7 +525,7 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
 
-def run(args: "argparse.Namespace") -> int:  # noqa: F821
+def run(args: "argparse.Namespace") -> int:
     import json
 
     from upgrade.plan import PlanError, load_confs

@@ -34,13 +34,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from broker.conf_file import ConfigError, ParsedConf, load_conf
 from broker.config import BrokerConfig, MessageStoreConfig, parse_dleger_peers
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
 from upgrade.node_conf import assign_ports, group_auth_token, http_peers_of, ports_of, render_conf
 from upgrade.plan_model import Action, Node, Plan, PlanError  # noqa: F401 - the plan's API (apply, tests)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
 
 _NO_CONF = ParsedConf(BrokerConfig(), MessageStoreConfig())
 DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024
@@ -146,9 +149,9 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
     for r in roots or []:
         if str(Path(r).resolve()) not in by_root:
             raise PlanError(f"{r}: store root has no self id in --self-ids")
-    for r, c in confs.items():
+    for r, conf in confs.items():
         if r not in by_root:
-            raise PlanError(f"--conf {c.source}: its storePathRootDir {r} is not in --self-ids")
+            raise PlanError(f"--conf {conf.source}: its storePathRootDir {r} is not in --self-ids")
     order = [self_ids[sid] for sid in peer_map]
     insp = inspect_stores(order, confs, master, compare_last)
     refusals = _refusals(insp)
@@ -343,7 +346,7 @@ def parse_size(text: str) -> int:
         raise PlanError(f"--min-free: {text!r} is not a size (e.g. 500M, 2G)") from None
 
 
-def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
+def add_arguments(p: "argparse.ArgumentParser") -> None:
     p.add_argument("roots", nargs="*", metavar="STORE_ROOT", help="existing stores (each must be in --self-ids)")
     p.add_argument("--group", required=True, help="dLegerGroup (usually the brokerName)")
     p.add_argument("--peers", required=True, help='dLegerPeers, e.g. "n0-127.0.0.1:40911;n1-127.0.0.1:40912;..."')
@@ -364,7 +367,7 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
                    help="dLegerAuthToken of the group (default: the one in --conf files, else a fresh random secret)")
 
 
-def run(args: "argparse.Namespace") -> int:  # noqa: F821
+def run(args: "argparse.Namespace") -> int:
     import sys
 
     from upgrade.inspect import InspectError
