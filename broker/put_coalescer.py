@@ -32,10 +32,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any, Awaitable, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence, Union, cast
 
 from broker.store.message import PROPERTY_DELAY_TIME_LEVEL, MessageExt, encoded_length
 from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.dledger_commitlog import DLedgerCommitLog
+    from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("broker.store")
 
@@ -180,8 +184,8 @@ def _slice(result: PutMessageResult, i: int, msgs: list[MessageExt]) -> PutMessa
         return PutMessageResult(result.status, None, result.error, dict(result.extra))
     j = i + len(msgs)
     phys = list(ar.physical_offsets[i:j])
-    all_sizes = getattr(ar, "sizes", None)  # DLedger results carry them: no second encoding
-    sizes = all_sizes[i:j] if all_sizes else [encoded_length(m) for m in msgs]
+    # DLedger results carry each record's size: no second encoding
+    sizes = list(ar.sizes[i:j]) if ar.sizes else [encoded_length(m) for m in msgs]
     part = AppendMessageResult(
         wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=ar.store_timestamp,
         logics_offset=ar.queue_offsets[i], msg_num=len(msgs), physical_offsets=phys,
@@ -191,26 +195,24 @@ def _slice(result: PutMessageResult, i: int, msgs: list[MessageExt]) -> PutMessa
     return PutMessageResult(result.status, part, result.error, dict(result.extra))
 
 
-def coalescer_for(store: Any) -> PutCoalescer | None:
+def coalescer_for(store: "DefaultMessageStore") -> PutCoalescer | None:
     """A coalescer for a DLedger-mode store, None for the classic commitlog (it batches itself)."""
-    commitlog = getattr(store, "commitlog", None)
-    if not getattr(commitlog, "is_dledger", False):
+    commitlog = store.commitlog
+    if commitlog is None or not commitlog.is_dledger:
         return None
-    return PutCoalescer(lambda msgs: store.put_messages_async(msgs), submit=_dledger_submit(store, commitlog))
+    return PutCoalescer(lambda msgs: store.put_messages_async(msgs),
+                        submit=_dledger_submit(store, cast("DLedgerCommitLog", commitlog)))
 
 
-def _dledger_submit(store: Any, commitlog: Any) -> SubmitFn | None:
+def _dledger_submit(store: "DefaultMessageStore", commitlog: "DLedgerCommitLog") -> SubmitFn:
     """What ``DefaultMessageStore.put_messages_async`` does for a DLedger commitlog (the store's
     put checks, then ``submit_put``: encode here, append on the DLedger loop), without awaiting."""
-    prepare = getattr(store, "_prepare", None)  # seam: the store's per-put checks (role, disk, topic, delay)
-    submit_put = getattr(commitlog, "submit_put", None)
-    if prepare is None or submit_put is None:
-        return None
 
     def submit(msgs: list[MessageExt]) -> PutMessageResult | concurrent.futures.Future[PutMessageResult]:
-        prepared, error = prepare(msgs)
+        prepared, error = store.prepare_put(msgs)  # role, disk space, topic, delay rewrite
         if error is not None:
             return error
-        return submit_put(prepared)
+        assert prepared is not None
+        return commitlog.submit_put(prepared)
 
     return submit

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
@@ -37,6 +36,7 @@ from broker.store.message import MessageExt
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.controller import BrokerController
+    from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("broker.store")
 
@@ -75,12 +75,8 @@ def _refuse_if_member_stopped() -> Iterator[None]:
         raise BrokerApiError(E.SYSTEM_ERROR, str(exc)) from None
 
 
-def _value(x: Any) -> Any:
-    return x() if callable(x) else x
-
-
 class StoreAccess:
-    def __init__(self, store: Any, last_exit_ok: bool) -> None:
+    def __init__(self, store: "DefaultMessageStore", last_exit_ok: bool) -> None:
         self.store = store
         self.last_exit_ok = last_exit_ok
         self._put_hooks: list[Callable[[int], None]] = []
@@ -101,7 +97,7 @@ class StoreAccess:
         """Whether DefaultMessageStore takes ``lock`` itself (then the controller must not)."""
         from broker.store import message_store  # noqa: WPS433
 
-        return bool(getattr(message_store, "STORE_TAKES_LOCK", True))
+        return message_store.STORE_TAKES_LOCK
 
     @classmethod
     def open(cls, controller: "BrokerController") -> "StoreAccess":
@@ -113,7 +109,7 @@ class StoreAccess:
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
         store.start()
-        access = cls(store, bool(getattr(store, "last_exit_ok", True)))
+        access = cls(store, store.last_exit_ok)
         metrics = getattr(controller, "metrics", None)
         if metrics is not None:
             access.register_dispatch_gauges(metrics)
@@ -122,8 +118,7 @@ class StoreAccess:
 
     def dispatch_status(self) -> dict[str, Any]:
         """Records dispatch skipped (count, last few with file and offset) and a stall, if any."""
-        status = getattr(self.store, "dispatch_status", None)
-        return status() if status is not None else {}
+        return self.store.dispatch_status()
 
     def register_dispatch_gauges(self, metrics: Any) -> None:
         """``rocketmq_broker_dispatch_skipped_records_total`` and ``rocketmq_broker_dispatch_stalled``."""
@@ -136,22 +131,22 @@ class StoreAccess:
             lambda: [({}, 1 if self.dispatch_status().get("error") else 0)])
 
     async def shutdown(self) -> None:
-        result = self.store.shutdown()
-        if inspect.isawaitable(result):
-            await result
+        self.store.shutdown()
 
     # ------------------------------------------------------------------ hooks
     @property
     def commitlog(self) -> Any:
         return self.store.commitlog
 
+    @property
+    def store_is_dledger(self) -> bool:
+        return self.store.commitlog is not None and self.store.commitlog.is_dledger
+
     def on_put(self, hook: Callable[[int], None]) -> None:
         self._put_hooks.append(hook)
 
     def wake_dispatch(self, max_offset: int) -> None:
-        wake = getattr(self.store, "wake_dispatch", None)
-        if wake is not None:
-            wake()
+        self.store.wake_dispatch()
 
     # ------------------------------------------------------------------ writes
     async def put_messages(self, msgs: Sequence[MessageExt], producer_keys: bool = True) -> PutOutcome:
@@ -185,7 +180,7 @@ class StoreAccess:
         outcome: PutOutcome | None = None
         try:
             outcome = await self._put_messages(msgs)
-            if outcome.status == "PUT_OK" or not getattr(self.store.commitlog, "is_dledger", False):
+            if outcome.status == "PUT_OK" or not self.store_is_dledger:
                 dedup.remember(keys, dataclasses.replace(outcome, status="PUT_OK", detail="", queue_id=msgs[0].queue_id))
             return outcome
         finally:
@@ -204,7 +199,7 @@ class StoreAccess:
             result = await self.coalescer.put(msgs)
         else:
             result = await self.store.put_messages_async(list(msgs))
-        status = getattr(result.status, "value", str(result.status))
+        status = result.status.value
         ar = result.append_result
         if ar is None or status in _NOT_STORED_CODES or status == "UNKNOWN_ERROR":
             code = _NOT_STORED_CODES.get(status, E.SYSTEM_ERROR)
@@ -223,7 +218,7 @@ class StoreAccess:
         with _refuse_if_member_stopped():
             r = self.store.get_message(topic, queue_id, offset, max_count)
         return {
-            "status": getattr(r.status, "value", str(r.status)),
+            "status": r.status.value,
             "nextBeginOffset": r.next_begin_offset,
             "minOffset": r.min_offset,
             "maxOffset": r.max_offset,
@@ -251,13 +246,13 @@ class StoreAccess:
         return self.store.get_max_offset_in_queue(topic, queue_id)
 
     def max_phy_offset(self) -> int:
-        return int(_value(self.store.get_max_phy_offset))
+        return self.store.get_max_phy_offset()
 
     def min_phy_offset(self) -> int:
-        return int(_value(self.store.get_min_phy_offset))
+        return self.store.get_min_phy_offset()
 
     def dispatch_behind_bytes(self) -> int:
-        return int(_value(self.store.dispatch_behind_bytes))
+        return self.store.dispatch_behind_bytes()
 
     def status(self) -> dict[str, Any]:
         s = self.store
@@ -265,9 +260,9 @@ class StoreAccess:
             "commitLog": {
                 "minOffset": self.min_phy_offset(),
                 "maxOffset": self.max_phy_offset(),
-                "confirmOffset": int(_value(getattr(s, "get_confirm_offset", lambda: self.max_phy_offset()))),
-                "flushedOffset": int(_value(getattr(s, "get_flushed_where", lambda: -1))),
-                "path": str(getattr(s, "store_path_commitlog", "")),
+                "confirmOffset": s.get_confirm_offset(),
+                "flushedOffset": s.get_flushed_where(),
+                "path": str(s.store_path_commitlog),
             },
             "dispatchBehindBytes": self.dispatch_behind_bytes(),
             "dispatch": {k: v for k, v in self.dispatch_status().items() if k != "dispatchBehindBytes"},
@@ -275,18 +270,18 @@ class StoreAccess:
             **({"putCoalescer": {"mergedPuts": self.coalescer.merged_puts,
                                  "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
             "sendDedup": self.dedup.status() if self.dedup is not None else {"windowSeconds": 0},
-            "retention": s.cleaner.status() if getattr(s, "cleaner", None) is not None else None,
+            "retention": s.cleaner.status() if s.cleaner is not None else None,
             "verify": self.verify_status(),
         }
 
     def verify_status(self) -> dict[str, Any]:
         """Corrupt records met by reads and recovery (broker.store.verify) and the verified offset."""
         cl = self.store.commitlog
-        corruption = getattr(cl, "corruption", None)
-        out: dict[str, Any] = corruption.status() if corruption is not None else {"corruptRecords": 0}
-        cp = getattr(self.store, "checkpoint", None)
-        out["verifiedOffset"] = getattr(cp, "physic_verified_offset", None)
-        out["checkOnRead"] = bool(getattr(cl, "verify_reads", False))
+        assert cl is not None
+        out: dict[str, Any] = cl.corruption.status()
+        cp = self.store.checkpoint
+        out["verifiedOffset"] = cp.physic_verified_offset if cp is not None else None
+        out["checkOnRead"] = bool(cl.verify_reads)
         return out
 
     def register_verify_metrics(self, metrics: Any) -> None:
@@ -296,11 +291,11 @@ class StoreAccess:
             lambda: [({}, self.verify_status().get("corruptRecords", 0))], kind="counter")
         metrics.register_gauge(
             "rocketmq_broker_retention_deleted_files_total", "Commitlog files deleted by retention (broker.store.clean)",
-            lambda: [({}, c.deleted_total)] if (c := getattr(self.store, "cleaner", None)) is not None else [],
+            lambda: [({}, c.deleted_total)] if (c := self.store.cleaner) is not None else [],
             kind="counter")
         metrics.register_gauge(
             "rocketmq_broker_disk_space_refusing_puts", "1 while disk usage is above 90% and puts are refused",
-            lambda: [({}, int(c.space_error is not None))] if (c := getattr(self.store, "cleaner", None)) else [])
+            lambda: [({}, int(c.space_error is not None))] if (c := self.store.cleaner) is not None else [])
         metrics.register_gauge(
             "rocketmq_broker_send_dedup_hits_total", "Sends answered from the dedup window (a retried UNIQ_KEY)",
             lambda: [({}, self.dedup.hits if self.dedup is not None else 0)], kind="counter")

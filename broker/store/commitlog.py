@@ -79,6 +79,8 @@ class SelectMappedBufferResult:
 class CommitLog:
     """The classic commitlog: writes, reads, offsets; recovery in ``commitlog_recovery``."""
 
+    is_dledger = False  # DLedgerCommitLog: True (puts complete on a quorum commit, it recovers itself)
+
     def __init__(
         self,
         store_path: str | os.PathLike[str],

@@ -63,17 +63,6 @@ def put_status_for(code: int) -> PutMessageStatus:
 
 
 
-class DLedgerAppendResult(AppendMessageResult):
-    """An AppendMessageResult that also carries each record's size (``sizes``), so a merged put
-    can be sliced per request without encoding its messages again."""
-
-    __slots__ = ("sizes",)
-
-    def __init__(self, *args: Any, sizes: Sequence[int] = (), **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.sizes = sizes
-
-
 def not_leader(cl: "DLedgerCommitLog", why: str) -> PutMessageResult:
     s = cl.server
     leader = s.leader_id if s is not None else None
@@ -130,7 +119,7 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
     cl.counters["puts"] += 1
     cl.counters["put_messages"] += len(msgs)
     phys = [p + DLEDGER_BODY_OFFSET for p in fut.positions]
-    ar = DLedgerAppendResult(
+    ar = AppendMessageResult(
         wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=last_ts, logics_offset=qoffs[0],
         msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
         store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1], sizes=sizes,

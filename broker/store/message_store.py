@@ -423,7 +423,7 @@ class DefaultMessageStore(StoreReads):
         return dataclasses.replace(msg, topic=RMQ_SYS_SCHEDULE_TOPIC, queue_id=level - 1,
                                    properties=ordered, properties_bytes=None)
 
-    def _prepare(self, msgs: Sequence[MessageExt]) -> tuple[list[MessageExt] | None, PutMessageResult | None]:
+    def prepare_put(self, msgs: Sequence[MessageExt]) -> tuple[list[MessageExt] | None, PutMessageResult | None]:
         if self.commitlog is None or not self._started:
             return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not started")
         if self.settings.broker_role == "SLAVE":
@@ -447,11 +447,11 @@ class DefaultMessageStore(StoreReads):
 
     def put_messages(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
         """Store messages (an atomic run) and wait for the flush/replication policy."""
-        prepared, error = self._prepare(msgs)
+        prepared, error = self.prepare_put(msgs)
         if error is not None:
             return error
         assert self.commitlog is not None and prepared is not None
-        if getattr(self.commitlog, "is_dledger", False):  # seam: completes on DLedger quorum commit
+        if self.commitlog.is_dledger:  # completes on the DLedger quorum commit
             return self.commitlog.put_messages(prepared, keep_store_timestamp)
         result = self.commitlog.append_messages(prepared, keep_store_timestamp)
         if result.append_result is not None:
@@ -463,11 +463,11 @@ class DefaultMessageStore(StoreReads):
 
     async def put_messages_async(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
         """As :meth:`put_messages`, awaiting flush and replica futures instead of blocking."""
-        prepared, error = self._prepare(msgs)
+        prepared, error = self.prepare_put(msgs)
         if error is not None:
             return error
         assert self.commitlog is not None and prepared is not None
-        if getattr(self.commitlog, "is_dledger", False):  # seam: completes on DLedger quorum commit
+        if self.commitlog.is_dledger:  # completes on the DLedger quorum commit
             return await cast("DLedgerCommitLog", self.commitlog).put_messages_async(prepared, keep_store_timestamp)
         result = self.commitlog.append_messages(prepared, keep_store_timestamp)
         ar = result.append_result
