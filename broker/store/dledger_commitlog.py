@@ -240,7 +240,7 @@ class DLedgerCommitLog(DLedgerReads):
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
 
     def start(self) -> None:
-        """Start the DLedger server (election, replication) and the commit watcher."""
+        """Start the DLedger server (election, replication); its commit listener wakes dispatch."""
         if self._started:
             return
         assert self.server is not None, "recover first (DefaultMessageStore.load)"
