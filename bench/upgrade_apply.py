@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker.store.message import MessageExt, blank_record, encode_batch, iter_records, patch_offsets  # noqa: E402
+from broker.store.message import MessageExt, blank_record, encode_batch, patch_offsets  # noqa: E402
+from broker.store.record_walk import iter_records  # noqa: E402
 from broker.store.message_store import DefaultMessageStore  # noqa: E402
 from upgrade.apply import apply_plan  # noqa: E402
 from upgrade.inspect import inspect_store, inspect_stores  # noqa: E402

@@ -43,6 +43,7 @@ from broker.config import BrokerRole
 from broker.store.consume_queue import ConsumeQueueStore, is_consume_queue_dispatchable
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.message import check_message_and_return_size, explain_invalid_record
+from broker.store.record_walk import END, RECORD, ROLL, walk
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
 
@@ -225,14 +226,14 @@ class _Walker:
         dispatchable = 0
         while True:
             view = self.view(index)
-            req = check_message_and_return_size(view, pos, True)
-            if req.success and req.msg_size > 0:
-                dispatchable += is_consume_queue_dispatchable(req)
-                self.s.walked_bytes += req.msg_size
-                pos += req.msg_size
-                continue
+            kind = END
+            for kind, at, size, req, _ in walk(view, pos, len(view), check_message_and_return_size, check_crc=True):
+                pos = at + size
+                if kind == RECORD:
+                    dispatchable += is_consume_queue_dispatchable(req)
+                    self.s.walked_bytes += size
             f = self.s.files[index]
-            if req.success:  # end-of-file blank
+            if kind == ROLL:  # end-of-file blank
                 if index + 1 < len(self.s.files):
                     index, pos = index + 1, 0
                     continue

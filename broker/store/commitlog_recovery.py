@@ -42,6 +42,7 @@ from typing import Callable, Protocol
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreCorruptionError
 from broker.store.mapped_file import MappedFile
+from broker.store.record_walk import END, RECORD, ROLL, walk
 from broker.store.message import (
     BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, check_message_and_return_size,
     explain_invalid_record, record_store_timestamp,
@@ -174,27 +175,22 @@ def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispa
     # what this scan checks by CRC is verified: broker.store.verify skips it (issue 13.3)
     commitlog.recovery_checked_from = files[start_index].file_from_offset if check_crc else None  # type: ignore[attr-defined]
     index = start_index
-    mf = files[index]
-    view = mf.whole()
     pos = 0
     while True:
-        req = parse(view, pos, check_crc)
-        size = req.msg_size
-        if req.success and size > 0:
-            if dispatch is not None:
+        mf = files[index]
+        view = mf.whole()
+        kind = END
+        for kind, at, size, req, _ in walk(view, pos, len(view), parse, check_crc=check_crc):
+            pos = at + size
+            if kind == RECORD and dispatch is not None:
                 dispatch(req)
-            pos += req.buffer_size if req.buffer_size > 0 else size
-        elif req.success and size == 0:
-            if index + 1 >= len(files):
-                log.info("recovery met the end-of-file blank of the last file %s", mf.path)
-                break
-            index += 1
-            mf = files[index]
-            view = mf.whole()
-            pos = 0
-        else:
+        if kind != ROLL:  # a record that does not parse (or the file's end without a blank)
             _classify_failure(files, index, pos, physic_ts, flushed)
             break
+        if index + 1 >= len(files):
+            log.info("recovery met the end-of-file blank of the last file %s", mf.path)
+            break
+        index, pos = index + 1, 0
     return mf.file_from_offset + pos
 
 

@@ -48,7 +48,7 @@ from broker.store import commitlog_recovery
 from broker.store.dispatch import locate
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET, explain_dledger_record
 from broker.store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from broker.store.names import record_problem
+from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 from broker.store.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,24 +158,17 @@ def redispatch_after_crash(store: Any, cl: "DLedgerCommitLog") -> int:
             break
         buf, base, pos = res.buffer, res.start_offset, 0
         rolled = False
-        while pos < len(buf):
-            req = cl.parse_record(buf, pos, True)
-            if req.success and req.msg_size > 0:
-                problem = record_problem(req)
-                if problem is None:
-                    store.do_dispatch(req)
-                    count += 1
-                else:
-                    _report(store, res, base + pos, problem)
-                pos += req.buffer_size if req.buffer_size > 0 else req.msg_size
-            elif req.success:
+        for kind, at, size, req, why in walk(buf, 0, len(buf), cl.parse_record, check_crc=True, check_names=True,
+                                             entry_size_at=cl.entry_size_at, base=base):
+            pos = at + size
+            if kind == RECORD:
+                store.do_dispatch(req)
+                count += 1
+            elif kind == SKIP:
+                _report(store, res, base + at, why if req.success else f"{why}: {explain_dledger_record(buf, at)}")
+            elif kind == ROLL:
                 rolled = True
-                break
-            elif (framed := cl.entry_size_at(buf, pos, base + pos)) > 0:
-                _report(store, res, base + pos, "entry body is not a valid message: "
-                        + explain_dledger_record(buf, pos))
-                pos += framed
-            else:
+            elif kind == BAD:
                 raise_corrupt(cl, base + pos, buf, pos)
         offset = cl.roll_next_file(base + pos) if rolled else base + pos
         if not rolled and pos == 0:

@@ -592,13 +592,3 @@ def record_store_timestamp(buf: Buffer, offset: int) -> int | None:
         return None
     sys_flag = _I.unpack_from(buf, offset + SYSFLAG_POSITION)[0]
     return _QI.unpack_from(buf, offset + store_timestamp_position(sys_flag))[0]
-
-
-def iter_records(buf: Buffer, offset: int = 0, check_crc: bool = False) -> Iterable[tuple[int, DispatchRequest]]:
-    """(position, request) for each good record from ``offset`` until a blank or a bad record."""
-    while True:
-        req = check_message_and_return_size(buf, offset, check_crc)
-        if not req.success or req.msg_size == 0:
-            return
-        yield offset, req
-        offset += req.msg_size

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Protocol
 
 from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, locate
 from broker.store.message import explain_invalid_record
-from broker.store.names import record_problem
+from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 
 log = logging.getLogger(__name__)
 
@@ -115,32 +115,21 @@ class ReputMessageService:
             batch: list[DispatchRequest] = []
             rolled = False
             stalled: str | None = None
-            while pos < end:
-                req = parse(buf, pos, False)
-                size = req.buffer_size if req.buffer_size > 0 else req.msg_size
-                if req.success and req.msg_size > 0:
-                    problem = record_problem(req)
-                    if problem is None:
-                        for dispatch in dispatchers:
-                            dispatch(req)
-                        batch.append(req)
-                    else:
-                        self._skip(result, base + pos, problem)
-                    pos += size
-                elif req.success:
+            for kind, at, size, req, why in walk(buf, 0, end, parse, check_names=True, entry_size_at=entry_size_at,
+                                                 base=base):
+                pos = at + size
+                if kind == RECORD:
+                    for dispatch in dispatchers:
+                        dispatch(req)
+                    batch.append(req)
+                elif kind == SKIP:
+                    self._skip(result, base + at, why if req.success else f"{why}: {self._explain(buf, at)}")
+                elif kind == ROLL:
                     rolled = True
-                    break
-                elif (framed := entry_size_at(buf, pos, base + pos) if entry_size_at else -1) > 0:
-                    self._skip(result, base + pos, "entry body is not a valid message: "
-                               + self._explain(buf, pos))
-                    pos += framed
-                elif _incomplete(buf, pos, end):
-                    break  # an HA slave holds half a record until the next frame: wait for it
-                else:
+                elif kind == BAD and not _incomplete(buf, pos, end):  # else an HA slave holds half a record: wait
                     stalled = (f"cannot dispatch the record at commitlog offset {base + pos}: "
                                f"{self._explain(buf, pos)}; record boundaries are unknown here, "
                                "so dispatch waits at this offset")
-                    break
             moved = base + pos > self.reput_from_offset
             self.reput_from_offset = self.commitlog.roll_next_file(base + pos) if rolled else base + pos
             count += len(batch)
