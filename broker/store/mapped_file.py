@@ -47,6 +47,20 @@ _ZEROS = bytes(_WARM_CHUNK)
 
 
 _GRANULE = 1 << 20
+#: appends of at least this many bytes go through ``pwrite`` on the file descriptor instead of a
+#: copy into the mapping: the kernel fills the page cache (which the MAP_SHARED mapping shows at
+#: once) without a user-space page fault per fresh 4 KiB page, and the GIL is released while it
+#: copies. Measured (bench/store_append, 1 KiB x 256 batches, fresh files): the mapping copy ran
+#: at ~325 MB/s, a quarter of the raw write bandwidth, all of it first-touch page faults.
+_PWRITE_MIN = 16 * 1024
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, pos)
+        view = view[done:]
+        pos += done
 
 
 class DiskFullError(StoreError, OSError):
@@ -239,7 +253,10 @@ class MappedFile:
             raise ValueError(f"{self.path}: {n} bytes do not fit at {pos} (size {self.file_size})")
         if pos + n > self._reserve.ready_to:
             self._reserve.ensure(pos, pos + n)
-        self._view[pos:pos + n] = data
+        if n >= _PWRITE_MIN:
+            _pwrite_all(self._fd, data, pos)
+        else:
+            self._view[pos:pos + n] = data
         self.wrote_position = pos + n
         if publish:
             self.committed_position = pos + n
