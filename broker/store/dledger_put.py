@@ -105,29 +105,30 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
             _Q.pack_into(data, s + (68 if data[s + 39] & 0x10 else 56), now)
         qoffs[i] = qo
         bodies.append(view[s:s + n])
-    fut = cl.server.append_batch(bodies)
-    if fut.done() and fut.exception() is not None:
-        exc = fut.exception()
-        code = getattr(exc, "code", Code.UNKNOWN)
+    ar_box: list[AppendMessageResult] = []  # the sink may run only after the result exists
+    positions = cl.server.append_batch_then(bodies, lambda _results, error: complete_put(cl, error, ar_box[0], out))
+    if isinstance(positions, DLedgerError):
+        code = positions.code
         cl.counters["refused"] += 1
         if code == Code.NOT_LEADER:
-            out.set_result(not_leader(cl, str(exc)))
+            out.set_result(not_leader(cl, str(positions)))
         else:
-            out.set_result(PutMessageResult(put_status_for(code), error=str(exc)))
+            out.set_result(PutMessageResult(put_status_for(code), error=str(positions)))
         return
     table.update(local)
     cl.counters["puts"] += 1
     cl.counters["put_messages"] += len(msgs)
-    phys = [p + DLEDGER_BODY_OFFSET for p in fut.positions]
+    phys = [p + DLEDGER_BODY_OFFSET for p in positions]
     ar = AppendMessageResult(
         wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=last_ts, logics_offset=qoffs[0],
         msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
         store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1], sizes=sizes,
     )
-    fut.add_done_callback(lambda f: complete_put(cl, f, ar, out))
+    ar_box.append(ar)
 
-def complete_put(cl: "DLedgerCommitLog", f: Any, ar: AppendMessageResult, out: "concurrent.futures.Future[PutMessageResult]") -> None:
-    exc = f.exception() if not f.cancelled() else DLedgerError(Code.INTERNAL_ERROR, "append cancelled")
+def complete_put(cl: "DLedgerCommitLog", exc: DLedgerError | None, ar: AppendMessageResult,
+                 out: "concurrent.futures.Future[PutMessageResult]") -> None:
+    """The server's sink for a put's entries (DLedger loop, in the drive that decides them)."""
     if out.done():
         return
     if exc is None:

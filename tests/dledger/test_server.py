@@ -535,3 +535,35 @@ async def test_commit_listeners_report_every_commit_on_every_member(group):
     for nid, v in seen.items():
         assert v == sorted(v) and len(set(v)) == len(v), (nid, v)  # moves forward, once per change
         assert all(i <= end for i in v)
+
+
+async def test_append_batch_then_calls_the_sink_once_at_commit(group):
+    """The sink form of append_batch: positions now, one call at commit with (index, pos) of
+    every entry, never called for a refusal; a stop fails what is still pending."""
+    g = group()
+    await g.start_all()
+    leader = await g.leader()
+    calls: list[tuple] = []
+    positions = leader.append_batch_then([b"a", b"bb", b"ccc"], lambda res, err: calls.append((res, err)))
+    assert isinstance(positions, list) and len(positions) == 3 and not calls  # nothing before the commit
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0
+    while not calls:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    assert len(calls) == 1
+    results, err = calls[0]
+    assert err is None and [p for _, p in results] == positions
+    assert [i for i, _ in results] == list(range(results[0][0], results[0][0] + 3))
+    assert [bytes(leader.log_view.store.get(i).body) for i, _ in results] == [b"a", b"bb", b"ccc"]
+    follower = next(s for s in g.servers.values() if s is not leader)
+    refused = follower.append_batch_then([b"x"], lambda res, err: calls.append((res, err)))
+    assert isinstance(refused, DLedgerError) and refused.code == Code.NOT_LEADER and len(calls) == 1
+    # entries still pending when the leader stops (its shutdown ignores acks from its first
+    # step on, before anything is sent) fail: the sink hears it, once
+    pending = leader.append_batch_then([b"late"], lambda res, err: calls.append((res, err)))
+    assert isinstance(pending, list)
+    await g.stop(leader.config.self_id)
+    assert len(calls) == 2 and calls[1][0] is None and isinstance(calls[1][1], DLedgerError)
+    assert calls[1][1].code == Code.INTERNAL_ERROR
