@@ -253,7 +253,14 @@ def test_broker_hosted_member_serves_peers_only(tmp_path):
         with g.procs[master].client() as c:
             for i in range(3):
                 acked.append((c.send("TopicDoors", f"after-{i}", queue_id=0)["queueOffset"], f"after-{i}"))
-            got = {m["queueOffset"]: body_bytes(m).decode() for m in c.pull("TopicDoors", 0, 0, 64)["messages"]}
+            # an acknowledged send is committed; dispatch to the ConsumeQueue follows it (as in
+            # Apache): wait for it, bounded, instead of racing it
+            deadline = time.monotonic() + 10
+            while True:
+                got = {m["queueOffset"]: body_bytes(m).decode() for m in c.pull("TopicDoors", 0, 0, 64)["messages"]}
+                if all(off in got for off, _ in acked) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
         assert [got.get(off) for off, _ in acked] == [body for _, body in acked]
         assert len(got) == len(acked)  # nothing else was appended
         for n in ("n0", "n1", "n2"):
