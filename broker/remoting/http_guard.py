@@ -137,11 +137,14 @@ async def limits_middleware(request: web.Request,
                                          f"bodies to take {wanted} more bytes now; retry later")
                 reserved = wanted
             timeout = guard.limits.read_timeout_s
-            try:
-                await asyncio.wait_for(request.read(), timeout if timeout > 0 else None)
-            except asyncio.TimeoutError:
-                guard.read_timed_out(conn, "a request body")
-                raise web.HTTPRequestTimeout() from None
+            if request.content.is_eof():  # the whole body is already here: no wait, so no timer
+                await request.read()      # (wait_for's task per request was ~5% of an HTTP send)
+            else:
+                try:
+                    await asyncio.wait_for(request.read(), timeout if timeout > 0 else None)
+                except asyncio.TimeoutError:
+                    guard.read_timed_out(conn, "a request body")
+                    raise web.HTTPRequestTimeout() from None
         return await handler(request)
     finally:
         guard.budget.release(reserved)
