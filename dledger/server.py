@@ -247,19 +247,12 @@ class DLedgerServer(ClientChannel):
         that decides it (no future, no extra loop iteration: what a state machine embedding the
         server on its hot path wants). Returns the entries' positions, or the refusal (the
         entries were not appended; ``sink`` is never called then)."""
-        bad = self._check_request(bodies)
-        if bad is not None:
-            self.counters["append_refused"] += 1
-            return DLedgerError(bad[0], bad[1])
-        self.counters["append_requests"] += 1
-        out = self._propose_write(bodies)
+        out = self._admit(bodies)
         if isinstance(out, DLedgerError):
             self.counters["append_refused"] += 1
             return out
         d, positions = out
-        self._pending[d.first_index] = Proposal(d.first_index, positions, [(sink, 0, len(bodies))])
-        self._flusher.request()  # type: ignore[union-attr]
-        self._kick()
+        self._track(d.first_index, Proposal(d.first_index, positions, [(sink, 0, len(bodies))]))
         return positions
 
     def append_queued(self, bodies: Iterable[bytes]) -> AppendFuture:
@@ -349,20 +342,28 @@ class DLedgerServer(ClientChannel):
         loop = self._loop or asyncio.get_running_loop()
         fut = AppendFuture(loop=loop)
         fut.batch = batch
-        bad = self._check_request(bodies)
-        if bad is not None:
-            return self._refuse(fut, *bad)
-        self.counters["append_requests"] += 1
-        out = self._propose_write(bodies)
+        out = self._admit(bodies)
         if isinstance(out, DLedgerError):
             return self._refuse(fut, out.code, out.message, out.leader_id)
         d, positions = out
         fut.index, fut.last_index, fut.positions = d.first_index, d.last_index, positions
         fut.pos = positions[0]
-        self._pending[d.first_index] = fut
+        self._track(d.first_index, fut)
+        return fut
+
+    def _admit(self, bodies: list[bytes]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
+        """What every direct append shares: the per-request checks, then propose and write."""
+        bad = self._check_request(bodies)
+        if bad is not None:
+            return DLedgerError(bad[0], bad[1])
+        self.counters["append_requests"] += 1
+        return self._propose_write(bodies)
+
+    def _track(self, first_index: int, waiter: Union[AppendFuture, Proposal]) -> None:
+        """Wait for the commit of what was just written: flush it, drive it out."""
+        self._pending[first_index] = waiter
         self._flusher.request()  # type: ignore[union-attr]
         self._kick()
-        return fut
 
     def _refuse(self, fut: AppendFuture, code: "Code | int", msg: str, leader_id: Optional[str] = None) -> AppendFuture:
         self.counters["append_refused"] += 1

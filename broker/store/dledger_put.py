@@ -20,7 +20,8 @@ Rules (reference §4.5, DESIGN §5):
 
 Theory of operation: plain functions over a DLedgerCommitLog; the commitlog encodes in the
 caller's thread and schedules :func:`append_on_loop` with ``call_soon_threadsafe``; the result
-travels back through a ``concurrent.futures.Future`` that blocking and async callers share. Dispatch is
+travels back through a ``concurrent.futures.Future`` that blocking and async callers share; the
+server calls :func:`complete_put` in the drive that commits or fails the entries. Dispatch is
 woken by the server's commit listener, not here.
 """
 from __future__ import annotations
@@ -105,8 +106,8 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
             _Q.pack_into(data, s + (68 if data[s + 39] & 0x10 else 56), now)
         qoffs[i] = qo
         bodies.append(view[s:s + n])
-    ar_box: list[AppendMessageResult] = []  # the sink may run only after the result exists
-    positions = cl.server.append_batch_then(bodies, lambda _results, error: complete_put(cl, error, ar_box[0], out))
+    ar: AppendMessageResult  # the sink runs at commit, in a later drive: ``ar`` (bound below) exists by then
+    positions = cl.server.append_batch_then(bodies, lambda _results, error: complete_put(cl, error, ar, out))
     if isinstance(positions, DLedgerError):
         code = positions.code
         cl.counters["refused"] += 1
@@ -124,7 +125,7 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
         msg_num=len(msgs), physical_offsets=phys, queue_offsets=qoffs,
         store_hosts=[m.store_host for m in msgs], end_offset=phys[-1] + sizes[-1], sizes=sizes,
     )
-    ar_box.append(ar)
+
 
 def complete_put(cl: "DLedgerCommitLog", exc: DLedgerError | None, ar: AppendMessageResult,
                  out: "concurrent.futures.Future[PutMessageResult]") -> None:
@@ -139,7 +140,7 @@ def complete_put(cl: "DLedgerCommitLog", exc: DLedgerError | None, ar: AppendMes
     # leader commit them. Never "not stored" (SERVICE_NOT_AVAILABLE/NOT_MASTER would make the
     # producer retry into a duplicate): FLUSH_SLAVE_TIMEOUT, RocketMQ's "stored, replication not
     # confirmed" answer, with the ids and offsets they would have (issue 13.6).
-    code = getattr(exc, "code", Code.UNKNOWN)
+    code = exc.code
     if code == Code.WAIT_QUORUM_ACK_TIMEOUT:
         cl.counters["quorum_timeouts"] += 1
     else:
