@@ -71,7 +71,9 @@ def test_mapped_file_refuses_writes_then_recovers(small_fs: Path) -> None:
         MappedFile(small_fs / offset_to_file_name(2 << 20), 2 << 20)
     assert sorted(p.name for p in small_fs.iterdir()) == [offset_to_file_name(0), "filler"]
     (small_fs / "filler").unlink()
-    assert mf.append(b"c" * (1 << 20)) == 2000
+    assert mf.append(b"c" * (1 << 20)) == 2000  # a large append goes through pwrite, not the mapping
+    assert bytes(mf.select(2000, 1 << 20)) == b"c" * (1 << 20)  # and the mapping shows it at once
+    assert bytes(mf.select(0, 2000)) == b"a" * 1000 + b"b" * 1000
     mf.destroy()
 
 
