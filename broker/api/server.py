@@ -49,6 +49,7 @@ import json
 import logging
 from typing import Any, Awaitable, Callable
 
+import orjson
 from aiohttp import web
 
 from broker.api import errors as E
@@ -67,11 +68,12 @@ CONFIG_FILE_NAMES = ("topics", "consumerOffset", "delayOffset", "subscriptionGro
 MAX_PULL_BATCH = 1024
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps(separators=) builds one per call
+_OPTS = orjson.OPT_NON_STR_KEYS  # as json.dumps: int keys become strings
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=_ENCODE(data), status=status, content_type="application/json")
+    """``data`` as a JSON response (orjson: UTF-8, non-ASCII unescaped, ~10x the json module)."""
+    return web.Response(body=orjson.dumps(data, option=_OPTS), status=status, content_type="application/json")
 
 
 def _route_name(request: web.Request) -> str:
