@@ -12,7 +12,10 @@ then writes to the leader's ``listenPort``:
 
 - ``remoting_single_64`` / ``remoting_single_256``: SEND_MESSAGE_V2, one 1 KiB message per request,
   64 / 256 requests in flight (spread over ``--connections`` pipelined connections);
-- ``remoting_batch16``: SEND_BATCH_MESSAGE of 16 messages, ``--batch-inflight`` requests in flight;
+- ``remoting_batch16``: SEND_BATCH_MESSAGE of 16 messages, ``--batch-inflight`` (16) requests in
+  flight; ``remoting_batch16_x64`` the same with ``--batch-inflight-high`` (64) in flight: at 16 the
+  rate is bound by latency (16 x 16 messages / p50), at 64 by the leader process (its threads
+  share one GIL: ~0.7 cores busy there while the machine has idle CPU);
 - ``http_single``: the HTTP API, ``--http-clients`` concurrent requests (bench.dledger_broker_produce).
 
 Reported per case: messages/s, latency p50/p95/p99/max (ms), errors by code, the CPU cores each
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=4, help="remoting connections for the single cases")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--batch-inflight", type=int, default=16, help="batch requests in flight (over 2 connections)")
+    p.add_argument("--batch-inflight-high", type=int, default=64,
+                   help="batch requests in flight for the second batch row (0: skip it)")
     p.add_argument("--http-clients", type=int, default=64)
     p.add_argument("--size", type=int, default=1024, help="body bytes")
     p.add_argument("--file-size", type=int, default=64 << 20, help="mappedFileSizeCommitLog (DLedger data files)")
@@ -97,10 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             (f"remoting_batch{args.batch}", lambda: remoting_case(port, "BenchRemotingBatch", "batch", 2,
                                                                   max(1, args.batch_inflight // 2), args.duration,
                                                                   args.batch, args.size)),
+            (f"remoting_batch{args.batch}_x{args.batch_inflight_high}",
+             lambda: remoting_case(port, "BenchRemotingBatch", "batch", 2, max(1, args.batch_inflight_high // 2),
+                                   args.duration, args.batch, args.size)),
             ("http_single", lambda: _throughput([group.address(leader)], "single", args.http_clients,
                                                 args.duration, args.batch, args.size, "raw")),
         ]
         for name, run in cases:
+            if name.endswith("_x0"):
+                continue
             if group.master() != leader:
                 raise RuntimeError(f"leadership moved from {leader} during the run; see {work}/*.log")
             res = _measure(group, run)
