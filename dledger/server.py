@@ -51,7 +51,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .client_channel import ClientChannel
 from .coalesce import AppendCoalescer, Proposal, ReplySink, Sink
@@ -61,7 +61,7 @@ from .core.ready import AppendDecision
 from .core.messages import MessageError, from_dict
 from .errors import DLedgerError
 from .rpc import transport as tp
-from .entry import BODY_OFFSET
+from .entry import BODY_OFFSET, Buffer
 from .store.file_store import MAX_ENTRY_SIZE
 from .statewriter import StateWriter
 from .storelog import GroupFlusher, StoreLog, open_store
@@ -241,7 +241,7 @@ class DLedgerServer(ClientChannel):
         """Append many entries, each its own entry; completes when the last one commits."""
         return self._append(list(bodies), batch=True)
 
-    def append_batch_then(self, bodies: list[bytes], sink: "ReplySink") -> Union[list[int], DLedgerError]:
+    def append_batch_then(self, bodies: Sequence[Buffer], sink: "ReplySink") -> Union[list[int], DLedgerError]:
         """Append many entries now, as :meth:`append_batch`, and call ``sink(results, None)``
         when the last one commits, or ``sink(None, error)`` when they fail, from inside the drive
         that decides it (no future, no extra loop iteration: what a state machine embedding the
@@ -271,7 +271,7 @@ class DLedgerServer(ClientChannel):
         self._enqueue(bodies, fut)
         return fut
 
-    def _check_request(self, bodies: list[bytes]) -> Optional[tuple[Code, str]]:
+    def _check_request(self, bodies: Sequence[Buffer]) -> Optional[tuple[Code, str]]:
         """Per-request checks (no state): empty request, oversize entry."""
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS, "no bodies"
@@ -286,7 +286,7 @@ class DLedgerServer(ClientChannel):
         self.counters["coalesced_requests"] += 1
         self.coalescer.submit(bodies, sum(map(len, bodies)), sink)
 
-    def _propose_write(self, bodies: list[bytes]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
+    def _propose_write(self, bodies: Sequence[Buffer]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
         """Reserve indexes in the core and write the entries (hooks run); or the refusal."""
         if not self._started or self._stopping or self.fatal_error:
             return DLedgerError(Code.LEADER_NOT_READY, "server not running")
@@ -351,7 +351,7 @@ class DLedgerServer(ClientChannel):
         self._track(d.first_index, fut)
         return fut
 
-    def _admit(self, bodies: list[bytes]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
+    def _admit(self, bodies: Sequence[Buffer]) -> Union[tuple[AppendDecision, list[int]], DLedgerError]:
         """What every direct append shares: the per-request checks, then propose and write."""
         bad = self._check_request(bodies)
         if bad is not None:

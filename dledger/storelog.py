@@ -42,7 +42,7 @@ from .core.config import Config as CoreConfig
 from .core.messages import Entry
 from .core.raft import RaftCore
 from .core.ready import HardState
-from .entry import DLedgerEntry
+from .entry import Buffer, DLedgerEntry
 from .store.identity import StoreIdentityFile
 from .store.file_store import DLedgerMmapFileStore
 
@@ -133,7 +133,7 @@ class StoreLog:
     def add_append_hook(self, hook: Callable[[DLedgerEntry, memoryview, int], None]) -> None:
         self.store.add_append_hook(hook)
 
-    def append_as_leader(self, bodies: Sequence[bytes], first_index: int, term: int) -> list[int]:
+    def append_as_leader(self, bodies: Sequence[Buffer], first_index: int, term: int) -> list[int]:
         entries = self.store.append_batch_as_leader(bodies, term)
         if entries[0].index != first_index:
             raise AssertionError(f"store appended index {entries[0].index}, core reserved {first_index}")

@@ -34,14 +34,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from broker.store.dispatch import DispatchRequest
+from broker.store.dispatch import DispatchRequest, StoreFile
 from broker.store.errors import MessageFormatError
 from broker.store.flush import FlushRealTimeService, FlushService, GroupCommitService
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import AllocateMappedFileService, MappedFileQueue
 from broker.store.message import (
     DEFAULT_DELAY_LEVELS, END_FILE_MIN_BLANK_LENGTH, MessageExt, PropertiesSizeExceeded,
-    blank_record, check_message_and_return_size, decode_message, encode_batch,
+    blank_record, check_message_and_return_size, decode_message, encode_batch, explain_invalid_record,
     store_timestamp_position,
 )
 from broker.store.verify import CorruptionLog, CorruptRecordError, fix_for_classic, record_problem_at
@@ -69,7 +69,7 @@ class SelectMappedBufferResult:
 
     start_offset: int
     buffer: memoryview
-    mapped_file: MappedFile
+    mapped_file: StoreFile  # a classic MappedFile, or a DLedger MmapFile above the divide
 
     @property
     def size(self) -> int:
@@ -104,6 +104,7 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.flush_disk_type = flush_disk_type
         self.check_crc_on_recover = check_crc_on_recover
+        self.recovery_checked_from: int | None = None  # set by commitlog_recovery.scan (CRC-checked from here)
         self.delay_levels = tuple(delay_levels)
         self.checkpoint = checkpoint
         self.allocate_service = AllocateMappedFileService(warm=warm_mapped_file)
@@ -186,6 +187,19 @@ class CommitLog:
     def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest:
         """Describe the record at ``pos`` of ``buf`` (``checkMessageAndReturnSize``)."""
         return check_message_and_return_size(buf, pos, check_crc, self.delay_levels)
+
+    @property
+    def member_stopped_reason(self) -> str | None:
+        """Why this commitlog's replication member stopped itself: never, for a classic one."""
+        return None
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
+        """-1: classic records have no outer frame to skip a bad one by (dispatch stops there)."""
+        return -1
+
+    def explain_record(self, buf: memoryview, pos: int) -> str:
+        """Why the bytes at ``pos`` are not a record (stall and skip reports)."""
+        return explain_invalid_record(buf, pos)
 
     # --- writing ----------------------------------------------------------------------------
     def put_message(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:

@@ -37,12 +37,14 @@ just after the last valid record.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreCorruptionError
 from broker.store.mapped_file import MappedFile
 from broker.store.record_walk import END, RECORD, ROLL, walk
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import CommitLog
 from broker.store.message import (
     BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, check_message_and_return_size,
     explain_invalid_record, record_store_timestamp,
@@ -167,13 +169,13 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
     log.warning("truncating torn tail of %s at file offset %d: %s", mf.path, pos, reason)
 
 
-def scan(commitlog: "object", start_index: int, check_crc: bool, dispatch: Dispatch | None,
+def scan(commitlog: CommitLog, start_index: int, check_crc: bool, dispatch: Dispatch | None,
          physic_ts: int, flushed: int = 0) -> int:
     """Scan from ``files[start_index]``; returns the offset just after the last valid record."""
-    files: list[MappedFile] = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
-    parse = commitlog.parse_record  # type: ignore[attr-defined]
+    files: list[MappedFile] = commitlog.mapped_file_queue.mapped_files
+    parse = commitlog.parse_record
     # what this scan checks by CRC is verified: broker.store.verify skips it (issue 13.3)
-    commitlog.recovery_checked_from = files[start_index].file_from_offset if check_crc else None  # type: ignore[attr-defined]
+    commitlog.recovery_checked_from = files[start_index].file_from_offset if check_crc else None
     index = start_index
     pos = 0
     while True:
@@ -199,28 +201,26 @@ def _flushed(checkpoint: _Checkpoint | None) -> int:
     return int(getattr(checkpoint, "physic_flushed_offset", 0) or 0) if checkpoint is not None else 0
 
 
-def _apply(commitlog: "object", process_offset: int, start_index: int = 0) -> None:
-    mfq = commitlog.mapped_file_queue  # type: ignore[attr-defined]
+def _apply(commitlog: CommitLog, process_offset: int, start_index: int = 0) -> None:
+    mfq = commitlog.mapped_file_queue
     mfq.flushed_where = process_offset
     mfq.committed_where = process_offset
     mfq.truncate_dirty_files(process_offset)
     # what a killed process left in the page cache is "flushed" from now on: make it so (issue 13.5)
     for mf in mfq.mapped_files[start_index:]:
         mf.force()
-    service = getattr(commitlog, "flush_service", None)
-    if service is not None:
-        service.recovered = True  # positions are real now: flushes may publish the flushed offset
+    commitlog.flush_service.recovered = True  # positions are real now: flushes may publish the flushed offset
 
 
-def recover_normally(commitlog: "object", checkpoint: _Checkpoint | None = None) -> int:
+def recover_normally(commitlog: CommitLog, checkpoint: _Checkpoint | None = None) -> int:
     """Recover after a clean shutdown; returns the recovered max offset (0 if no files)."""
-    files = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
+    files = commitlog.mapped_file_queue.mapped_files
     if not files:
         _apply(commitlog, 0)
         return 0
     physic_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
     start = max(0, len(files) - 3)
-    offset = scan(commitlog, start, commitlog.check_crc_on_recover,  # type: ignore[attr-defined]
+    offset = scan(commitlog, start, commitlog.check_crc_on_recover,
                   None, physic_ts, _flushed(checkpoint))
     _apply(commitlog, offset, start)
     return offset
@@ -241,10 +241,10 @@ def is_mapped_file_matched_recover(mf: MappedFile, checkpoint: _Checkpoint, inde
     return store_ts <= limit
 
 
-def recover_abnormally(commitlog: "object", checkpoint: _Checkpoint, dispatch: Dispatch | None,
+def recover_abnormally(commitlog: CommitLog, checkpoint: _Checkpoint, dispatch: Dispatch | None,
                        index_safe: bool = False) -> int:
     """Recover after a crash, re-dispatching from the last file known to be safe."""
-    files = commitlog.mapped_file_queue.mapped_files  # type: ignore[attr-defined]
+    files = commitlog.mapped_file_queue.mapped_files
     if not files:
         _apply(commitlog, 0)
         return 0
@@ -253,7 +253,7 @@ def recover_abnormally(commitlog: "object", checkpoint: _Checkpoint, dispatch: D
         index -= 1
     index = max(index, 0)
     log.info("abnormal recovery starts at %s", files[index].path)
-    offset = scan(commitlog, index, commitlog.check_crc_on_recover, dispatch,  # type: ignore[attr-defined]
+    offset = scan(commitlog, index, commitlog.check_crc_on_recover, dispatch,
                   checkpoint.physic_msg_timestamp, _flushed(checkpoint))
     _apply(commitlog, offset, index)
     return offset

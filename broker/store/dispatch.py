@@ -22,6 +22,7 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -81,11 +82,19 @@ class SkippedRecords:
             return {"skippedRecords": self.count, "lastSkipped": list(self.recent)}
 
 
-def locate(mapped_file: Any, offset: int, default_path: str = "?") -> tuple[str, int]:
+class StoreFile(Protocol):
+    """A file of either address space: a classic ``MappedFile`` or a DLedger ``MmapFile``."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def from_offset(self) -> int: ...
+
+
+def locate(mapped_file: StoreFile | None, offset: int, default_path: str = "?") -> tuple[str, int]:
     """(file path, position in it) of physical ``offset`` in a classic MappedFile or a DLedger
-    MmapFile (``file_from_offset`` / ``from_offset``); ``(default_path, -1)`` when unknown."""
+    MmapFile; ``(default_path, -1)`` when unknown."""
     if mapped_file is None:
         return default_path, -1
-    start = getattr(mapped_file, "file_from_offset", getattr(mapped_file, "from_offset", None))
-    path = getattr(mapped_file, "path", None)
-    return (str(path) if path is not None else default_path), (offset - start if start is not None else -1)
+    return str(mapped_file.path), offset - mapped_file.from_offset

@@ -68,7 +68,7 @@ import os
 import struct
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.dledger_dispatch import barrier_message_body
@@ -82,6 +82,11 @@ from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
 from dledger.core.codes import Role
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.message_store import DefaultMessageStore
+    from dledger.server import DLedgerServer
+    from dledger.store.file_store import DLedgerMmapFileStore
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +119,7 @@ class DLedgerCommitLog(DLedgerReads):
                  dledger_config: DLedgerConfig, *, max_message_size: int = 4 * 1024 * 1024,
                  checkpoint: object | None = None, check_crc_on_recover: bool = True,
                  delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
-                 store_host: HostAddr = ("127.0.0.1", 10911), message_store: Any = None) -> None:
+                 store_host: HostAddr = ("127.0.0.1", 10911), message_store: DefaultMessageStore | None = None) -> None:
         if dledger_config.mapped_file_size_for_entry_data != mapped_file_size:
             raise ValueError("DLedger data files must have mappedFileSizeCommitLog bytes "
                              f"({dledger_config.mapped_file_size_for_entry_data} != {mapped_file_size})")
@@ -144,8 +149,8 @@ class DLedgerCommitLog(DLedgerReads):
         self.freeze_point: Any = None  # broker.store.freeze.FreezePoint of the first start, if any
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.replica_hook = None  # classic HA only; DLedger puts wait for the quorum themselves
-        self.server: Any = None  # dledger.server.DLedgerServer
-        self.dledger_store: Any = None  # dledger.store.file_store.DLedgerMmapFileStore
+        self.server: DLedgerServer | None = None
+        self.dledger_store: DLedgerMmapFileStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._progress: asyncio.Event | None = None  # set on commit/dispatch while a leader gets ready
@@ -158,20 +163,20 @@ class DLedgerCommitLog(DLedgerReads):
         self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0, "outcome_unknown": 0}
 
     @classmethod
-    def for_store(cls, store: Any) -> "DLedgerCommitLog":
+    def for_store(cls, store: DefaultMessageStore) -> "DLedgerCommitLog":
         """Build from a DefaultMessageStore's settings (``dledger_settings`` = DLedgerConfig kwargs)."""
         s = store.settings
         kw = dict(s.dledger_settings or {})
         kw.setdefault("store_base_dir", str(store.root))
         kw.setdefault("mapped_file_size_for_entry_data", s.mapped_file_size_commit_log)
         # issue 13.7: the store's identity file and the handshake carry the brokerName; errors name broker keys
-        kw.setdefault("broker_name", getattr(store.broker_config, "broker_name", None))
+        bc = store.broker_config
+        kw.setdefault("broker_name", bc.broker_name if bc is not None else None)
         kw.setdefault("conf_keys", BROKER_DLEDGER_KEYS)
         cfg = DLedgerConfig(**{k: v for k, v in kw.items() if v is not None})
         host: HostAddr = ("127.0.0.1", 10911)
-        bc = store.broker_config
-        if bc is not None and getattr(bc, "broker_ip1", None):
-            host = (bc.broker_ip1, int(getattr(bc, "listen_port", 10911)))
+        if bc is not None and bc.broker_ip1:
+            host = (bc.broker_ip1, int(bc.listen_port))
         return cls(store.store_path_commitlog, s.mapped_file_size_commit_log, cfg,
                    max_message_size=s.max_message_size, checkpoint=store.checkpoint,
                    check_crc_on_recover=s.check_crc_on_recover, delay_levels=store.delay_levels,
@@ -181,7 +186,7 @@ class DLedgerCommitLog(DLedgerReads):
     def load(self) -> None:
         self.old.load()
 
-    def recover_with_store(self, store: Any) -> None:
+    def recover_with_store(self, store: DefaultMessageStore) -> None:
         """Recover both address spaces and the store's ConsumeQueues (``dledger_recovery``)."""
         from broker.store.dledger_recovery import recover_dledger_commitlog
 
@@ -206,6 +211,17 @@ class DLedgerCommitLog(DLedgerReads):
         self.server.add_commit_listener(self._on_commit)
         if self.message_store is not None:
             self.message_store.arrival_listeners.append(self._on_dispatched)
+
+    @property
+    def member_stopped_reason(self) -> str | None:
+        """The DLedger member's fatal error once it stopped itself (reads are refused then)."""
+        return self.server.fatal_error if self.server is not None else None
+
+    def opened_store(self) -> DLedgerMmapFileStore:
+        """The DLedger file store, which :meth:`open_dledger` has opened (recovery, reads)."""
+        if self.dledger_store is None:
+            raise RuntimeError("the DLedger store is not open yet (open_dledger runs in recovery)")
+        return self.dledger_store
 
     def _start_loop(self) -> None:
         if self._loop is not None:
@@ -340,13 +356,14 @@ class DLedgerCommitLog(DLedgerReads):
             if self._progress is progress:
                 self._progress = None
 
-    async def _wait_ready(self, term: int, ms: Any, progress: asyncio.Event) -> None:
+    async def _wait_ready(self, term: int, ms: DefaultMessageStore | None, progress: asyncio.Event) -> None:
         while self._still_leader(term):
             progress.clear()
             dl = self.dledger_store
+            assert dl is not None  # set in open_dledger, before any role change can be reported
             caught_up = dl.ledger_end_index == dl.committed_index
             if caught_up and ms is not None:
-                if getattr(ms, "reput", None) is None:
+                if ms.reput is None:
                     caught_up = False
                 else:
                     ms.wake_dispatch()
@@ -536,5 +553,6 @@ class DLedgerCommitLog(DLedgerReads):
         out["peers"] = {p: {k: v[k] for k in keys if k in v} for p, v in st["peers"].items()}
         out["begin_resets"] = st["counters"].get("begin_resets", 0)
         dl = self.dledger_store
-        out.update({"committed_pos": dl.committed_pos, "write_pos": dl.write_pos, "flushed_pos": dl.flush_pos})
+        if dl is not None:
+            out.update({"committed_pos": dl.committed_pos, "write_pos": dl.write_pos, "flushed_pos": dl.flush_pos})
         return out

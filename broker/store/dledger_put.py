@@ -77,8 +77,9 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
     """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
     if out.done():
         return
-    if not cl._leader_ready.is_set():
-        role = cl.server.role.value if cl.server is not None else "stopped"
+    server = cl.server
+    if server is None or not cl._leader_ready.is_set():
+        role = server.role.value if server is not None else "stopped"
         out.set_result(not_leader(cl, f"not a ready DLedger leader (role {role})"))
         return
     data, starts, sizes = batch.data, batch.starts, batch.sizes
@@ -107,7 +108,7 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
         qoffs[i] = qo
         bodies.append(view[s:s + n])
     ar: AppendMessageResult  # the sink runs at commit, in a later drive: ``ar`` (bound below) exists by then
-    positions = cl.server.append_batch_then(bodies, lambda _results, error: complete_put(cl, error, ar, out))
+    positions = server.append_batch_then(bodies, lambda _results, error: complete_put(cl, error, ar, out))
     if isinstance(positions, DLedgerError):
         code = positions.code
         cl.counters["refused"] += 1

@@ -13,14 +13,17 @@ out to keep that module about the put path, roles and life cycle); it uses only 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.store.commitlog import SelectMappedBufferResult
+from broker.store.commitlog import CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import (
     DLEDGER_BODY_OFFSET, check_dledger_message_and_return_size, dledger_entry_frame_size, explain_dledger_record,
 )
 from broker.store.message import MessageExt, decode_message, store_timestamp_position
 from broker.store.verify import CorruptRecordError, dledger_record_problem
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dledger.store.file_store import DLedgerMmapFileStore
 
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
@@ -29,8 +32,8 @@ _Q = struct.Struct(">q")
 class DLedgerReads:
     """Read methods of DLedgerCommitLog (see the module rules)."""
 
-    old: Any
-    dledger_store: Any
+    old: CommitLog
+    dledger_store: DLedgerMmapFileStore | None
     divided_commitlog_offset: int
     delay_levels: tuple[int, ...]
     verify_reads: bool

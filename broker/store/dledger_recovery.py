@@ -52,7 +52,9 @@ from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 from broker.store.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import SelectMappedBufferResult
     from broker.store.dledger_commitlog import DLedgerCommitLog
+    from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +69,16 @@ def has_dledger_data_files(data_dir: str | Path) -> bool:
                               for p in d.iterdir())
 
 
-def recover_dledger_commitlog(store: Any, cl: "DLedgerCommitLog") -> None:
+def recover_dledger_commitlog(store: DefaultMessageStore, cl: DLedgerCommitLog) -> None:
     """Recover ``cl`` (already loaded) and ``store``'s ConsumeQueues; see the module rules."""
     cqs = store.consume_queue_store
+    assert cqs is not None  # DefaultMessageStore.load made it
     cqs.update_physic_timestamp_on_dispatch = True  # the DLedger commitlog never updates it itself
     max_phy_of_cq = cqs.recover()
     old_files = cl.old.mapped_file_queue.mapped_files
     if has_dledger_data_files(cl.dledger_config.data_dir):
         cl.open_dledger(-1)
-        dl = cl.dledger_store
+        dl = cl.opened_store()
         first = dl.data_file_list.first_file
         cl.divided_commitlog_offset = first.from_offset if first is not None else -1
         max_wrote = dl.data_file_list.max_wrote_position
@@ -93,6 +96,7 @@ def recover_dledger_commitlog(store: Any, cl: "DLedgerCommitLog") -> None:
         if store.last_exit_ok:
             end = commitlog_recovery.recover_normally(cl.old, store.checkpoint)
         else:
+            assert store.checkpoint is not None
             end = commitlog_recovery.recover_abnormally(cl.old, store.checkpoint, store.do_dispatch,
                                                         store.settings.message_index_safe)
         if max_phy_of_cq >= end:
@@ -111,7 +115,7 @@ def recover_dledger_commitlog(store: Any, cl: "DLedgerCommitLog") -> None:
                  "found" if point.blank_present else "written", point.wrote_position, last.path.name,
                  point.divided_commitlog_offset)
         cl.open_dledger(point.divided_commitlog_offset)
-        cl.dledger_store.data_file_list.get_last_mapped_file(point.divided_commitlog_offset)
+        cl.opened_store().data_file_list.get_last_mapped_file(point.divided_commitlog_offset)
         return
     cl.divided_commitlog_offset = -1
     cl.open_dledger(-1)
@@ -136,9 +140,9 @@ def _file_matches(mm: Any, start: int, limit: int, index_safe: bool, checkpoint:
     return store_ts <= safe
 
 
-def redispatch_after_crash(store: Any, cl: "DLedgerCommitLog") -> int:
+def redispatch_after_crash(store: DefaultMessageStore, cl: DLedgerCommitLog) -> int:
     """Re-dispatch committed DLedger entries from the last safe data file; returns the count."""
-    dl = cl.dledger_store
+    dl = cl.opened_store()
     files = dl.data_file_list.files
     committed = dl.committed_pos
     if not files or committed <= 0:
@@ -176,15 +180,15 @@ def redispatch_after_crash(store: Any, cl: "DLedgerCommitLog") -> int:
     return count
 
 
-def _report(store: Any, res: Any, offset: int, reason: str) -> None:
-    path, file_pos = locate(getattr(res, "mapped_file", None), offset)
+def _report(store: DefaultMessageStore, res: SelectMappedBufferResult | None, offset: int, reason: str) -> None:
+    path, file_pos = locate(res.mapped_file if res is not None else None, offset)
     store.skipped.report(path, file_pos, offset, reason)
 
 
 def raise_corrupt(cl: "DLedgerCommitLog", offset: int, buf: Any, pos: int) -> None:
     from broker.store.errors import StoreCorruptionError
 
-    f = cl.dledger_store.data_file_list.find_file(offset)
+    f = cl.opened_store().data_file_list.find_file(offset)
     path = str(f.path) if f is not None else str(cl.dledger_config.data_dir)
     file_pos = offset - f.from_offset if f is not None else -1
     raise StoreCorruptionError(path, file_pos, offset,

@@ -217,6 +217,11 @@ class MappedFile:
 
     # --- positions --------------------------------------------------------------------------
     @property
+    def from_offset(self) -> int:
+        """``file_from_offset`` under the name DLedger's ``MmapFile`` uses (``dispatch.StoreFile``)."""
+        return self.file_from_offset
+
+    @property
     def read_position(self) -> int:
         return self.committed_position
 

@@ -50,7 +50,7 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import StoreCleaner
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
-from broker.store.dispatch import DispatchRequest, SkippedRecords
+from broker.store.dispatch import DispatchRequest, SkippedRecords, StoreFile
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
@@ -65,6 +65,7 @@ from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
+    from broker.config import BrokerConfig
     from broker.store.dledger_commitlog import DLedgerCommitLog
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class StoreSettings:
 class DefaultMessageStore(StoreReads):
     """RocketMQ's DefaultMessageStore for the classic commitlog."""
 
-    def __init__(self, config: Any = None, *, broker_config: Any = None, **overrides: Any) -> None:
+    def __init__(self, config: Any = None, *, broker_config: BrokerConfig | None = None, **overrides: Any) -> None:
         self.settings = s = StoreSettings.from_config(config, **overrides)
         self.broker_config = broker_config
         self.root = Path(s.store_path_root_dir)
@@ -141,7 +142,7 @@ class DefaultMessageStore(StoreReads):
         self.abort_file = AbortFile(self.root)
         self.last_exit_ok = True
         self.checkpoint: StoreCheckpoint | None = None
-        self.commitlog: CommitLog | None = None
+        self.commitlog: CommitLog | DLedgerCommitLog | None = None
         self.consume_queue_store: ConsumeQueueStore | None = None
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
@@ -155,12 +156,12 @@ class DefaultMessageStore(StoreReads):
         self._loaded = self._started = False
 
     # --- wiring (overridable by a DLedger store) --------------------------------------------
-    def _make_commitlog(self) -> CommitLog:
+    def _make_commitlog(self) -> CommitLog | DLedgerCommitLog:
         s = self.settings
         if s.enable_dleger_commit_log:  # seam: DLedger mode (imported lazily: classic never loads dledger)
             from broker.store.dledger_commitlog import DLedgerCommitLog
 
-            return DLedgerCommitLog.for_store(self)  # type: ignore[return-value]
+            return DLedgerCommitLog.for_store(self)
         return CommitLog(
             self.store_path_commitlog, s.mapped_file_size_commit_log,
             max_message_size=s.max_message_size, flush_disk_type=s.flush_disk_type,
@@ -196,12 +197,12 @@ class DefaultMessageStore(StoreReads):
         """(file, position) of a physical offset, for reports ("?", -1 if unknown)."""
         from broker.store.dispatch import locate
 
-        mf = None
+        mf: StoreFile | None = None
         cl = self.commitlog
         try:
-            dl = getattr(cl, "dledger_store", None)
-            if dl is not None and offset >= max(getattr(cl, "divided_commitlog_offset", -1), 0):
-                mf = dl.data_file_list.find_file(offset)
+            if cl is not None and not isinstance(cl, CommitLog) and cl.dledger_store is not None \
+                    and offset >= max(cl.divided_commitlog_offset, 0):
+                mf = cl.dledger_store.data_file_list.find_file(offset)
             elif cl is not None and offset >= 0:
                 mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
         except Exception:  # noqa: BLE001 - only for a report: never fail dispatch over it
@@ -256,24 +257,23 @@ class DefaultMessageStore(StoreReads):
 
     def recover(self) -> None:
         assert self.commitlog is not None and self.consume_queue_store is not None
-        own_recovery = getattr(self.commitlog, "recover_with_store", None)
-        if own_recovery is not None:  # seam: DLedgerCommitLog recovers both address spaces and the CQs
-            own_recovery(self)
+        if not isinstance(self.commitlog, CommitLog):  # DLedgerCommitLog recovers both address spaces and the CQs
+            self.commitlog.recover_with_store(self)
             verify.verify_after_recovery(self)
             self.recover_topic_queue_table()
             return
-        cqs = self.consume_queue_store
+        cl, cqs = self.commitlog, self.consume_queue_store
         max_phy_of_cq = cqs.recover()
-        if not self.commitlog.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
+        if not cl.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
             log.warning("the commitlog files are deleted; deleting the consume queues too")
             cqs.destroy()
             max_phy_of_cq = -1
         if self.last_exit_ok:
-            end = commitlog_recovery.recover_normally(self.commitlog, self.checkpoint)
+            end = commitlog_recovery.recover_normally(cl, self.checkpoint)
         else:
             assert self.checkpoint is not None
             end = commitlog_recovery.recover_abnormally(
-                self.commitlog, self.checkpoint, self.do_dispatch, self.settings.message_index_safe)
+                cl, self.checkpoint, self.do_dispatch, self.settings.message_index_safe)
         if max_phy_of_cq >= end:  # RocketMQ's condition; equality (a clean stop) truncates nothing
             if max_phy_of_cq > end:
                 log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
@@ -450,13 +450,14 @@ class DefaultMessageStore(StoreReads):
         prepared, error = self.prepare_put(msgs)
         if error is not None:
             return error
-        assert self.commitlog is not None and prepared is not None
-        if self.commitlog.is_dledger:  # completes on the DLedger quorum commit
-            return self.commitlog.put_messages(prepared, keep_store_timestamp)
-        result = self.commitlog.append_messages(prepared, keep_store_timestamp)
+        cl = self.commitlog
+        assert cl is not None and prepared is not None
+        if not isinstance(cl, CommitLog):  # DLedgerCommitLog: completes on the DLedger quorum commit
+            return cl.put_messages(prepared, keep_store_timestamp)
+        result = cl.append_messages(prepared, keep_store_timestamp)
         if result.append_result is not None:
             self.wake_dispatch()
-            status = self.commitlog.wait_for_durability(result.append_result, prepared)
+            status = cl.wait_for_durability(result.append_result, prepared)
             if status is not PutMessageStatus.PUT_OK:
                 result.status = status
         return result
@@ -466,22 +467,23 @@ class DefaultMessageStore(StoreReads):
         prepared, error = self.prepare_put(msgs)
         if error is not None:
             return error
-        assert self.commitlog is not None and prepared is not None
-        if self.commitlog.is_dledger:  # completes on the DLedger quorum commit
-            return await cast("DLedgerCommitLog", self.commitlog).put_messages_async(prepared, keep_store_timestamp)
-        result = self.commitlog.append_messages(prepared, keep_store_timestamp)
+        cl = self.commitlog
+        assert cl is not None and prepared is not None
+        if not isinstance(cl, CommitLog):  # DLedgerCommitLog: completes on the DLedger quorum commit
+            return await cl.put_messages_async(prepared, keep_store_timestamp)
+        result = cl.append_messages(prepared, keep_store_timestamp)
         ar = result.append_result
         if ar is None:
             return result
         self.wake_dispatch()
         status = PutMessageStatus.PUT_OK
-        fut = self.commitlog.submit_flush_request(ar, prepared)
+        fut = cl.submit_flush_request(ar, prepared)
         if fut is not None:
             try:
                 status = await asyncio.wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
             except asyncio.TimeoutError:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        rep = self.commitlog.submit_replica_request(ar)
+        rep = cl.submit_replica_request(ar)
         if rep is not None:
             rstatus = await asyncio.wrap_future(rep)
             if rstatus is not PutMessageStatus.PUT_OK:

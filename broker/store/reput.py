@@ -32,22 +32,33 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, locate
-from broker.store.message import explain_invalid_record
 from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import SelectMappedBufferResult
 
 log = logging.getLogger(__name__)
 
 
 class _CommitLogReader(Protocol):
+    """What dispatch reads: the classic ``CommitLog`` and ``DLedgerCommitLog`` both are one."""
+
     @property
     def max_offset(self) -> int: ...
 
-    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> object: ...
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None
+                 ) -> SelectMappedBufferResult | None: ...
 
     def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest: ...
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
+        """Size of the outer frame at ``offset`` whatever its payload, -1 if there is none."""
+        ...
+
+    def explain_record(self, buf: memoryview, pos: int) -> str: ...
 
     def roll_next_file(self, offset: int) -> int: ...
 
@@ -96,7 +107,7 @@ class ReputMessageService:
         count = 0
         dispatchers = [d.dispatch for d in self.dispatchers]
         parse = self.commitlog.parse_record
-        entry_size_at = getattr(self.commitlog, "entry_size_at", None)
+        entry_size_at = self.commitlog.entry_size_at
         while True:
             limit = self.limit_offset()
             if self.reput_from_offset >= limit:
@@ -104,8 +115,8 @@ class ReputMessageService:
             result = self.commitlog.get_data(self.reput_from_offset)
             if result is None:
                 break
-            base = result.start_offset  # type: ignore[attr-defined]
-            buf = result.buffer  # type: ignore[attr-defined]
+            base = result.start_offset
+            buf = result.buffer
             if base != self.reput_from_offset:
                 log.warning("reput offset %d not readable, moved to %d", self.reput_from_offset, base)
                 self.reput_from_offset = base
@@ -149,13 +160,12 @@ class ReputMessageService:
         self.dispatched += count
         return count
 
-    def _skip(self, result: object, offset: int, reason: str) -> None:
-        path, file_pos = locate(getattr(result, "mapped_file", None), offset)
+    def _skip(self, result: SelectMappedBufferResult, offset: int, reason: str) -> None:
+        path, file_pos = locate(result.mapped_file, offset)
         self.skipped.report(path, file_pos, offset, reason)
 
     def _explain(self, buf: memoryview, pos: int) -> str:
-        explain = getattr(self.commitlog, "explain_record", None)
-        return explain(buf, pos) if explain is not None else explain_invalid_record(buf, pos)
+        return self.commitlog.explain_record(buf, pos)
 
     # --- thread -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -24,19 +24,24 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.message import MessageExt, decode_message, decode_message_id
 from broker.store.verify import CorruptRecordError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import CommitLog
+    from broker.store.dledger_commitlog import DLedgerCommitLog
+    from broker.store.index_file import IndexService
 
 
 class MemberStoppedError(RuntimeError):
     """The DLedger member of this store stopped itself: reads are refused, not answered empty."""
 
 
-def check_member_running(commitlog: Any) -> None:
-    reason = getattr(getattr(commitlog, "server", None), "fatal_error", None)
+def check_member_running(commitlog: CommitLog | DLedgerCommitLog) -> None:
+    reason = commitlog.member_stopped_reason
     if reason is not None:
         raise MemberStoppedError(f"DLedger member stopped itself ({reason}); its reads are refused")
 
@@ -74,9 +79,9 @@ class GetMessageResult:
 class StoreReads:
     """Read methods of DefaultMessageStore (see the module rules)."""
 
-    commitlog: Any
+    commitlog: CommitLog | DLedgerCommitLog | None
     consume_queue_store: ConsumeQueueStore | None
-    index_service: Any
+    index_service: IndexService | None
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         assert self.consume_queue_store is not None

@@ -35,9 +35,12 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from broker.store.errors import StoreCorruptionError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.message_store import DefaultMessageStore
 from broker.store.message import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
                                   STOREHOSTADDRESS_V6_FLAG, explain_invalid_record)
 
@@ -236,29 +239,36 @@ class _Progress:
             log.info("verifying records: %s (offset %d of %d)", getattr(path, "name", path), offset, self.end)
 
 
-def configure_read_guard(store: Any) -> None:
+def configure_read_guard(store: DefaultMessageStore) -> None:
     """Give ``store.commitlog`` (and a DLedger one's old region) the node's name and the flag."""
+    from broker.store.commitlog import CommitLog  # here: commitlog imports this module
+
     cl, s, bc = store.commitlog, store.settings, store.broker_config
+    assert cl is not None
     cl.verify_reads = bool(s.check_crc_on_read)
-    old = getattr(cl, "old", None)
-    if old is not None:
+    if not isinstance(cl, CommitLog):  # DLedgerCommitLog: its old region reads as this node too
+        old = cl.old
         old.verify_reads = cl.verify_reads
         old.node_label = cl.node_label
-    elif bc is not None and getattr(bc, "broker_name", None):
-        cl.node_label = f"{bc.broker_name} (brokerId {getattr(bc, 'broker_id', 0)}, {store.root})"
+    elif bc is not None and bc.broker_name:
+        cl.node_label = f"{bc.broker_name} (brokerId {bc.broker_id}, {store.root})"
     else:
         cl.node_label = str(store.root)
 
 
-def verify_after_recovery(store: Any) -> int:
+def verify_after_recovery(store: DefaultMessageStore) -> int:
     """Scan what recovery has not verified yet (module rules); returns the records checked."""
+    from broker.store.commitlog import CommitLog  # here: commitlog imports this module
+
     cp, cl = store.checkpoint, store.commitlog
     if cp is None or cl is None:
         return 0
-    dl = getattr(cl, "dledger_store", None)
-    old = getattr(cl, "old", None)
+    if isinstance(cl, CommitLog):
+        dl, classic, divided = None, cl, -1
+    else:
+        dl, classic, divided = cl.dledger_store, cl.old, cl.divided_commitlog_offset
     if dl is not None:
-        end = dl.committed_pos if dl.data_file_list.files else max(cl.divided_commitlog_offset, 0)
+        end = dl.committed_pos if dl.data_file_list.files else max(divided, 0)
         end = max(end, 0)
     else:
         end = cl.max_offset
@@ -271,10 +281,9 @@ def verify_after_recovery(store: Any) -> int:
     started = time.monotonic()
     progress = _Progress(end)
     count = 0
-    classic = old if dl is not None else cl
-    classic_end = min(end, cl.divided_commitlog_offset) if dl is not None else end
-    if classic is not None and classic.mapped_file_queue.mapped_files and verified < classic_end:
-        checked_from = getattr(classic, "recovery_checked_from", None)
+    classic_end = min(end, divided) if dl is not None else end
+    if classic.mapped_file_queue.mapped_files and verified < classic_end:
+        checked_from = classic.recovery_checked_from
         stop = classic_end if checked_from is None else min(classic_end, max(checked_from, verified))
         count += verify_classic_range(classic, verified, stop, classic.node_label, classic.corrupt_fix, progress)
     if dl is not None and verified < end and dl.data_file_list.files:

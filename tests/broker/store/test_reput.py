@@ -94,6 +94,12 @@ class EntryLog:
             req.buffer_size = req.msg_size + 48
         return req
 
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:  # pragma: no cover - no bad entries
+        return -1
+
+    def explain_record(self, buf: memoryview, pos: int) -> str:  # pragma: no cover - no bad entries
+        return "not a record"
+
     def roll_next_file(self, offset: int) -> int:  # pragma: no cover - single file
         raise AssertionError("no blanks here")
 
