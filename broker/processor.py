@@ -32,6 +32,8 @@ from broker.api.errors import BrokerApiError
 from broker.api.validation import ProduceMessage
 from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.store.message import MessageFormatError, decode_message_id
+from broker.store.put_result import PutMessageStatus
+from broker.store_access import PutOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.controller import BrokerController
@@ -113,21 +115,20 @@ class BrokerProcessor:
         return n % write_queue_nums
 
     async def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
-                          result: dict[str, Any], outcome: Any) -> dict[str, Any]:
-        status = outcome.status  # the store put already waited for the slave (SYNC_MASTER)
+                          result: dict[str, Any], outcome: PutOutcome) -> dict[str, Any]:
+        status = outcome.status.value  # the store put already waited for the slave (SYNC_MASTER)
         m = self.c.metrics
         m.put_latency.observe(time.perf_counter() - t0, kind)
         m.put_messages.inc(topic, status, amount=count)
-        if status != "PUT_OK":
-            raise BrokerApiError(status, getattr(outcome, "detail", "") or _REPLICATION_MESSAGES.get(status, status),
-                                 **result)
+        if outcome.status is not PutMessageStatus.PUT_OK:
+            raise BrokerApiError(status, outcome.detail or _REPLICATION_MESSAGES.get(status, status), **result)
         m.put_bytes.inc(topic, amount=body_bytes)
         if self.c.remoting is not None:  # mqadmin statsAll (VIEW_BROKER_STATS_DATA) counts HTTP puts too
             self.c.remoting.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, count)
         result["status"] = "SEND_OK"
         return result
 
-    async def _put(self, inners: list[Any], producer_keys: bool = True) -> Any:
+    async def _put(self, inners: list[Any], producer_keys: bool = True) -> PutOutcome:
         try:
             return await self.c.store_access.put_messages(inners, producer_keys)
         except BrokerApiError as exc:

@@ -201,7 +201,7 @@ class ScheduleMessageService:
             outcome = await self._put([inner])
         except Exception as exc:  # noqa: BLE001 - a refused put (BrokerApiError) is retried later
             return getattr(exc, "code", type(exc).__name__)
-        return str(getattr(outcome, "status", "PUT_OK"))
+        return outcome.status.value
 
     def _advance(self, st: LevelState, offset: int) -> None:
         st.offset = offset

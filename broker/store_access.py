@@ -33,6 +33,7 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.put_dedup import RecentSends
 from broker.store.message import MessageExt
+from broker.store.put_result import PutMessageStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.controller import BrokerController
@@ -41,11 +42,11 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("broker.store")
 
 _NOT_STORED_CODES = {
-    "SERVICE_NOT_AVAILABLE": E.SERVICE_NOT_AVAILABLE,
-    "CREATE_MAPPED_FILE_FAILED": E.SERVICE_NOT_AVAILABLE,
-    "MESSAGE_ILLEGAL": E.MESSAGE_ILLEGAL,
-    "PROPERTIES_SIZE_EXCEEDED": E.PROPERTIES_SIZE_EXCEEDED,
-    "OS_PAGECACHE_BUSY": E.OS_PAGECACHE_BUSY,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: E.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: E.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: E.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: E.PROPERTIES_SIZE_EXCEEDED,
+    PutMessageStatus.OS_PAGECACHE_BUSY: E.OS_PAGECACHE_BUSY,
 }
 
 
@@ -56,7 +57,7 @@ class PutOutcome:
     physical_offsets: list[int]
     wrote_bytes: int
     next_offset: int
-    status: str = "PUT_OK"  # or a stored-but-not-durable status (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, ...)
+    status: PutMessageStatus = PutMessageStatus.PUT_OK  # or stored but not durable (FLUSH_*_TIMEOUT, ...)
     queue_id: int | None = None  # set when a retry was answered from the dedup window (its queue)
     detail: str = ""  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
 
@@ -180,8 +181,9 @@ class StoreAccess:
         outcome: PutOutcome | None = None
         try:
             outcome = await self._put_messages(msgs)
-            if outcome.status == "PUT_OK" or not self.store_is_dledger:
-                dedup.remember(keys, dataclasses.replace(outcome, status="PUT_OK", detail="", queue_id=msgs[0].queue_id))
+            if outcome.status is PutMessageStatus.PUT_OK or not self.store_is_dledger:
+                dedup.remember(keys, dataclasses.replace(outcome, status=PutMessageStatus.PUT_OK, detail="",
+                                                         queue_id=msgs[0].queue_id))
             return outcome
         finally:
             if not fut.done():
@@ -199,15 +201,15 @@ class StoreAccess:
             result = await self.coalescer.put(msgs)
         else:
             result = await self.store.put_messages_async(list(msgs))
-        status = result.status.value
+        status = result.status
         ar = result.append_result
-        if ar is None or status in _NOT_STORED_CODES or status == "UNKNOWN_ERROR":
+        if ar is None or not status.stored:
             code = _NOT_STORED_CODES.get(status, E.SYSTEM_ERROR)
-            raise BrokerApiError(code, result.error or f"store refused the put: {status}")
+            raise BrokerApiError(code, result.error or f"store refused the put: {status.value}")
         outcome = PutOutcome(
             msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
             wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,
-            status=status, detail=result.error if status != "PUT_OK" else "",
+            status=status, detail=result.error if status is not PutMessageStatus.PUT_OK else "",
         )
         for hook in self._put_hooks:
             hook(outcome.next_offset)

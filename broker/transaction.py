@@ -125,9 +125,8 @@ class TransactionService:
         if commit_or_rollback == COMMIT:
             final = self._final_message(half)
             outcome = await self._put([final])
-            status = str(getattr(outcome, "status", "PUT_OK"))
-            if status not in ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"):
-                raise EndTransactionError("SYSTEM_ERROR", f"commit of the half message failed: {status}")
+            if not outcome.status.stored:  # never: StoreAccess raises for a put that stored nothing
+                raise EndTransactionError("SYSTEM_ERROR", f"commit of the half message failed: {outcome.status.value}")
             self.counters["committed"] += 1
         else:
             self.counters["rolledBack"] += 1

@@ -40,6 +40,7 @@ from broker.remoting.processors.common import (FAQ, HeaderError, Processor, api_
                                                field_str)
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt, string_to_properties
+from broker.store.put_result import PutMessageStatus
 
 V2_ALIASES = dict(zip("abcdefghijklm", (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -47,6 +48,10 @@ V2_ALIASES = dict(zip("abcdefghijklm", (
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 PERM_RW = 6
 _BATCH_HEAD = struct.Struct(">iiiii")
+#: SendMessageProcessor's answer per stored status (the store refuses the others before here)
+_SEND_CODES = {PutMessageStatus.PUT_OK: R.SUCCESS, PutMessageStatus.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT,
+               PutMessageStatus.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
+               PutMessageStatus.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE}
 
 
 def v1_header(cmd: RemotingCommand) -> RemotingCommand:
@@ -136,19 +141,17 @@ class SendMessageProcessor(Processor):
             msgs = [half_message(msgs[0])]
         t0 = time.perf_counter()
         try:
-            r = await bp._put(msgs)  # noqa: SLF001
-            status = r.status  # the store put already waited for the slave (SYNC_MASTER)
+            r = await bp._put(msgs)  # noqa: SLF001 - the store put already waited for the slave (SYNC_MASTER)
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
         metrics = self.c.metrics
         metrics.put_latency.observe(time.perf_counter() - t0, "remoting")
-        metrics.put_messages.inc(topic, status, amount=len(msgs))
+        metrics.put_messages.inc(topic, r.status.value, amount=len(msgs))
         header = {"msgId": ",".join(r.msg_ids), "queueId": qid if r.queue_id is None else r.queue_id,
                   "queueOffset": r.queue_offsets[0], **header_extra}
-        code = {"PUT_OK": R.SUCCESS, "FLUSH_DISK_TIMEOUT": R.FLUSH_DISK_TIMEOUT,
-                "FLUSH_SLAVE_TIMEOUT": R.FLUSH_SLAVE_TIMEOUT, "SLAVE_NOT_AVAILABLE": R.SLAVE_NOT_AVAILABLE}.get(status)
-        if code is None:
-            return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}")
+        code = _SEND_CODES.get(r.status)
+        if code is None:  # never: StoreAccess raises for a put that stored nothing
+            return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {r.status.value}")
         if code == R.SUCCESS:
             metrics.put_bytes.inc(topic, amount=sum(len(m.body) for m in msgs))
             self.ctx.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, len(msgs))
