@@ -51,6 +51,7 @@ request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -132,7 +133,7 @@ class BrokerController:
         self.store_host = (self.broker_ip, self.listen_port)
         self.started_ms = 0
         self.store: Any = None
-        self.store_access: StoreAccess | None = None  # type: ignore[assignment]
+        self.store_access: StoreAccess | None = None
         self.metadata = MetadataAccessor(self.root_dir, broker_config, store_config)
         self.processor = BrokerProcessor(self)
         self.ha_service: Any = None
@@ -274,14 +275,15 @@ class BrokerController:
                         acl=http_acl_for(self.broker_config, self.acl_validator),
                         max_batch_message_count=int(_cfg(self.broker_config, "max_batch_message_count", 4096)))
         install_middleware(app)  # slow bodies, body budget, busy/idle clock of every HTTP connection
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
-        await self._runner.setup()
+        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        assert runner.server is not None  # setup() made it
         host = self.bind_address
         shared = self.http_port == self.listen_port  # one port, remoting + HTTP told apart by the first byte
         if not shared:
             self.http_guard = PortGuard(f"httpListenPort {self.http_port}", self.listen_limits, self.pending_budget)
             try:
-                self._http_server = await start_http_listener(self.http_guard, self._runner.server, host, self.http_port)
+                self._http_server = await start_http_listener(self.http_guard, runner.server, host, self.http_port)
             except OSError as exc:
                 raise BrokerStartError(f"cannot listen on {host}:{self.http_port} (httpListenPort, bindAddress): "
                                        f"{exc.strerror}") from None
@@ -350,7 +352,9 @@ class BrokerController:
         from broker.ha.client import HAClient  # noqa: WPS433
         from broker.ha.service import HAService  # noqa: WPS433
 
-        commitlog = self.store_access.commitlog
+        sa = self.store_access
+        assert sa is not None  # opened in start() before the HA services
+        commitlog = sa.commitlog
         token = _cfg(self.store_config, "ha_auth_token", None) or None  # None: classic open protocol
         if self.broker_role in MASTER_ROLES:
             ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
@@ -362,12 +366,12 @@ class BrokerController:
                 self.ha_service = None
                 raise BrokerStartError(f"cannot listen on HA port {ha_host}:{self.ha_listen_port} (haListenPort): "
                                        f"{exc.strerror}") from None
-            self.store_access.on_put(self.ha_service.notify_put)
+            sa.on_put(self.ha_service.notify_put)
         else:
             if not self.ha_master_address:
                 raise BrokerStartError("brokerRole=SLAVE needs haMasterAddress=<master host>:<master haListenPort>")
             self.ha_client = HAClient(commitlog, self.ha_master_address, self.store_config,
-                                      on_append=self.store_access.wake_dispatch, broker_name=self.broker_name,
+                                      on_append=sa.wake_dispatch, broker_name=self.broker_name,
                                       auth_token=token)
             await self.ha_client.start()
 
@@ -576,7 +580,7 @@ class BrokerController:
                 ("closedReadTimeout", "closed_read_timeout", "Connections closed: frame/head/body not done in serverReadTimeoutMillis"),
                 ("refusedByPendingBudget", "refused_by_pending_budget", "Frames/bodies refused: serverMaxPendingBytes full")):
             m.register_gauge(f"rocketmq_broker_listen_{name}_total", help_text,
-                             lambda key=key: self._listen_samples(key), kind="counter")
+                             functools.partial(self._listen_samples, key), kind="counter")
 
     def _listen_samples(self, key: str) -> list[tuple[dict[str, str], float]]:
         return [({"port": port}, st[key]) for port, st in self.listen_status()["ports"].items()]

@@ -33,9 +33,10 @@ from broker.api.validation import ProduceMessage
 from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.store.message import MessageFormatError, decode_message_id
 from broker.store.put_result import PutMessageStatus
-from broker.store_access import PutOutcome
+from broker.store_access import PutOutcome, StoreAccess
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.api.metrics import BrokerMetrics
     from broker.controller import BrokerController
 
 PERM_READ, PERM_WRITE = 4, 2
@@ -47,10 +48,20 @@ class BrokerProcessor:
         self._rr: dict[str, int] = {}
         self._uniq = UniqKeyGenerator(controller.broker_ip)
 
+    @property
+    def _store(self) -> StoreAccess:
+        sa = self.c.store_access
+        if sa is None:  # the HTTP API starts after the store: only a request racing a stop gets here
+            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
+        return sa
+
     # ------------------------------------------------------------------ controller pass-through
     @property
-    def metrics(self) -> Any:
+    def metrics(self) -> BrokerMetrics:
         return self.c.metrics
+
+    def health(self) -> dict[str, Any]:
+        return self.c.health()
 
     async def status(self) -> dict[str, Any]:
         out = self.c.status()
@@ -130,7 +141,7 @@ class BrokerProcessor:
 
     async def _put(self, inners: list[Any], producer_keys: bool = True) -> PutOutcome:
         try:
-            return await self.c.store_access.put_messages(inners, producer_keys)
+            return await self._store.put_messages(inners, producer_keys)
         except BrokerApiError as exc:
             if exc.code == E.SERVICE_NOT_AVAILABLE and self.c.dledger_enabled:
                 self.c.check_writable()  # leadership lost mid-put: NOT_MASTER with the new master's address
@@ -172,21 +183,21 @@ class BrokerProcessor:
     # ------------------------------------------------------------------ pull and lookups
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
         tc = self.c.metadata.topic(topic)
-        if tc is None and not self.c.store_access.has_queue(topic, queue_id):
+        if tc is None and not self._store.has_queue(topic, queue_id):
             raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if tc is not None:
             if not tc.perm & PERM_READ:
                 raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden (perm {tc.perm})")
-            if queue_id >= tc.read_queue_nums and not self.c.store_access.has_queue(topic, queue_id):
+            if queue_id >= tc.read_queue_nums and not self._store.has_queue(topic, queue_id):
                 raise BrokerApiError(E.BAD_REQUEST, f"queueId[{queue_id}] is illegal, topic[{topic}] readQueueNums {tc.read_queue_nums}")
-        res = self.c.store_access.get_messages(topic, queue_id, offset, max_count)
+        res = self._store.get_messages(topic, queue_id, offset, max_count)
         msgs = [message_to_json(m) for m in res["messages"]]
         self.c.metrics.get_messages.inc(topic, amount=len(msgs))
         res["messages"] = msgs
         return res
 
     def view_message_by_offset(self, offset: int) -> dict[str, Any]:
-        m = self.c.store_access.message_at(offset)
+        m = self._store.message_at(offset)
         if m is None:
             raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message at commitlog offset {offset}")
         return message_to_json(m)
@@ -199,16 +210,16 @@ class BrokerProcessor:
                 raise BrokerApiError(E.BAD_REQUEST, f"{msg_id!r} is not an offset msgId (32 or 56 hex chars); pass ?topic= to look up a uniq key") from None
             offset = None
         if offset is not None:
-            m = self.c.store_access.message_at(offset)
+            m = self._store.message_at(offset)
             if m is not None:
                 return message_to_json(m)
         if topic is not None:  # a uniq key (client msgId) is indexed as topic#UNIQ_KEY
-            for m in self.c.store_access.query_by_key(topic, msg_id, 1):
+            for m in self._store.query_by_key(topic, msg_id, 1):
                 return message_to_json(m)
         raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
 
     def query_message_by_key(self, topic: str, key: str, max_num: int) -> dict[str, Any]:
-        msgs = self.c.store_access.query_by_key(topic, key, max_num)
+        msgs = self._store.query_by_key(topic, key, max_num)
         return {"topic": topic, "key": key, "messages": [message_to_json(m) for m in msgs]}
 
     # ------------------------------------------------------------------ topics and offsets
@@ -222,11 +233,11 @@ class BrokerProcessor:
 
     def topic_status(self, topic: str) -> dict[str, Any]:
         tc = self.c.metadata.topic(topic)
-        if tc is None and not self.c.store_access.has_queue(topic, 0):
+        if tc is None and not self._store.has_queue(topic, 0):
             raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        n = tc.read_queue_nums if tc is not None else self.c.store_access.queue_count(topic)
-        queues = [{"queueId": q, "minOffset": self.c.store_access.min_offset_in_queue(topic, q),
-                   "maxOffset": self.c.store_access.max_offset_in_queue(topic, q)} for q in range(n)]
+        n = tc.read_queue_nums if tc is not None else self._store.queue_count(topic)
+        queues = [{"queueId": q, "minOffset": self._store.min_offset_in_queue(topic, q),
+                   "maxOffset": self._store.max_offset_in_queue(topic, q)} for q in range(n)]
         return {"topic": topic, "topicConfig": tc.to_json() if tc is not None else None, "queues": queues}
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:

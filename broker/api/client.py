@@ -464,7 +464,9 @@ class MasterFollowingProducer:
                                                   connector=aiohttp.TCPConnector(limit=0))
         c = self._clients.get(address)
         if c is None:
-            c = self._clients[address] = BrokerClient(address, session=self._session, **self._keys)
+            c = self._clients[address] = BrokerClient(address, session=self._session,
+                                                      access_key=self._keys["access_key"],
+                                                      secret_key=self._keys["secret_key"])
         return c
 
     def _retarget(self, address: str, exc: BrokerClientError) -> None:
@@ -486,9 +488,9 @@ class MasterFollowingProducer:
             self._retarget(address, exc)
             raise
         except asyncio.TimeoutError:
-            exc = BrokerClientError("TIMEOUT", f"no answer from {address} in {self._timeout}s")
-            self._retarget(address, exc)
-            raise exc from None
+            timeout = BrokerClientError("TIMEOUT", f"no answer from {address} in {self._timeout}s")
+            self._retarget(address, timeout)
+            raise timeout from None
         result["brokerAddress"] = address
         return result
 

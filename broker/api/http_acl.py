@@ -60,8 +60,9 @@ from broker.remoting.acl import ANY, PUB, RETRY_PREFIX, SUB, AclRefusal, PlainAc
 
 log = logging.getLogger("broker.api.acl")
 
-ACCOUNT_KEY = web.RequestKey("rmq_acl_account", object)  # the authenticated PlainAccount, or None (white address)
-ACL_ON_KEY = web.RequestKey("rmq_acl", object)
+# the authenticated PlainAccount, or None (a white address or the metrics token)
+ACCOUNT_KEY: web.RequestKey[Optional[PlainAccount]] = web.RequestKey("rmq_acl_account")
+ACL_ON_KEY: web.RequestKey[HttpAcl] = web.RequestKey("rmq_acl")
 Resources = dict[str, int]
 
 
@@ -268,7 +269,7 @@ def http_acl_for(broker_config: Any, validator: Optional[PlainAccessValidator] =
 
 def require(request: web.Request, *, admin_for: Optional[str] = None, resources: Optional[Resources] = None) -> None:
     """A handler's check for what it only knows after a lookup; a no-op with ACL off."""
-    acl: Optional[HttpAcl] = request.get(ACL_ON_KEY)  # type: ignore[assignment]
+    acl = request.get(ACL_ON_KEY)
     if acl is not None:
         acl.require(request, admin_for=admin_for, resources=resources)
 

@@ -53,6 +53,7 @@ import orjson
 from aiohttp import web
 
 from broker.api import errors as E
+from broker.api.backend import ApiBackend
 from broker.api.errors import BrokerApiError
 from broker.api.http_acl import HttpAcl, group_topic_sub, require, topic_sub
 from broker.api.validation import DEFAULT_MAX_BATCH_MESSAGE_COUNT, check_name, int_field, parse_batch, parse_json, \
@@ -60,7 +61,7 @@ from broker.api.validation import DEFAULT_MAX_BATCH_MESSAGE_COUNT, check_name, i
 
 log = logging.getLogger("broker.api")
 
-CONTROLLER_KEY = web.AppKey("controller", object)
+CONTROLLER_KEY = web.AppKey("controller", ApiBackend)  # broker.processor.BrokerProcessor
 ACL_KEY = web.AppKey("http_acl", object)  # HttpAcl when aclEnable=true
 MAX_BATCH_KEY = web.AppKey("max_batch_message_count", int)
 _JSON_KEY = web.RequestKey("rmq_json", object)
@@ -222,17 +223,21 @@ async def commit_offset(request: web.Request) -> web.Response:
         raise BrokerApiError(E.BAD_REQUEST, "request body must be a JSON object")
     group = check_name(body.get("group"), "group")
     topic = check_name(body.get("topic"), "topic")
-    queue_id = body.get("queueId")
-    offset = body.get("offset")
-    for name, value in (("queueId", queue_id), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise BrokerApiError(E.BAD_REQUEST, f"{name} must be an integer >= 0")
+    queue_id = _non_negative(body, "queueId")
+    offset = _non_negative(body, "offset")
     if ACL_KEY in request.app and offset < _committed_offset(c, group, topic, queue_id):  # moving back is a reset: admin (http_acl rules)
         require(request, admin_for="resetting a consumer offset backwards", resources=group_topic_sub(group, topic))
     return json_response(c.commit_consumer_offset(group, topic, queue_id, offset))
 
 
-def _committed_offset(c: Any, group: str, topic: str, queue_id: int) -> int:
+def _non_negative(body: dict[str, Any], name: str) -> int:
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BrokerApiError(E.BAD_REQUEST, f"{name} must be an integer >= 0")
+    return value
+
+
+def _committed_offset(c: ApiBackend, group: str, topic: str, queue_id: int) -> int:
     try:
         table = c.query_consumer_offsets(group, topic).get("offsets", {}).get(f"{topic}@{group}", {})
         return int(table.get(str(queue_id), table.get(queue_id, -1)))
@@ -279,12 +284,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    ctrl = getattr(request.app[CONTROLLER_KEY], "c", None)  # issue 13.1: not ok once the DLedger member died
-    body = ctrl.health() if hasattr(ctrl, "health") else {"ok": True}
+    body = request.app[CONTROLLER_KEY].health()  # issue 13.1: not ok once the DLedger member died
     return json_response(body, status=200 if body["ok"] else 503)
 
 
-def build_app(controller: Any, client_max_size: int, *, acl: HttpAcl | None = None,
+def build_app(controller: ApiBackend, client_max_size: int, *, acl: HttpAcl | None = None,
               max_batch_message_count: int = DEFAULT_MAX_BATCH_MESSAGE_COUNT) -> web.Application:
     """The API application; ``acl`` (``aclEnable=true``) puts every route but ``/health`` behind it."""
     middlewares = [error_middleware] + ([acl_middleware] if acl is not None else [])

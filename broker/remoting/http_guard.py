@@ -76,7 +76,7 @@ class HttpGuardProtocol(asyncio.Protocol):
     def eof_received(self) -> Optional[bool]:
         return self.inner.eof_received() if self.inner is not None else None
 
-    def connection_lost(self, exc: Optional[BaseException]) -> None:
+    def connection_lost(self, exc: Optional[Exception]) -> None:
         self.closed = True
         if self.transport is not None:
             _BY_TRANSPORT.pop(self.transport, None)

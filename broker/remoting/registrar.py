@@ -130,9 +130,9 @@ class BrokerRegistrar:
                 log.warning("register broker %s (id %s) to name server %s:%d failed: %s", self.broker_addr,
                             fields["brokerId"], addr[0], addr[1], exc or type(exc).__name__)
             self._failing[addr] = True
-            cl = self._clients.pop(addr, None)
-            if cl is not None:
-                await cl.close()
+            stale = self._clients.pop(addr) if addr in self._clients else None
+            if stale is not None:
+                await stale.close()
             return False
         if self._failing.get(addr, True):
             log.info("registered broker %s (%s id %s) to name server %s:%d", self.broker_addr, self.c.broker_name,
