@@ -29,6 +29,7 @@ raise :class:`ApplyError` (one line) when the world does not match the plan.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -239,11 +240,11 @@ class _Applier:
         frozen = {s.frozen for s in insp}
         if len(frozen) != 1:
             raise ApplyError("verify: some nodes are frozen and some are not")
-        tail = ref.tail_file
+        tail = ref.tail_file  # None: no commitlog file anywhere (the name lists agree), no bytes to compare
         pos = ref.tail_position
         lo, hi = max(0, pos - fileops.CHUNK), min(ref.file_size, pos + 8)
         for s in insp:
-            if s is ref:
+            if s is ref or tail is None:
                 continue
             diff, _ = fileops.first_difference(ref.file_path(tail), s.file_path(tail), lo, hi)
             if diff is not None:
@@ -306,7 +307,7 @@ def apply_plan(plan_path: str | os.PathLike[str], *, freeze: bool = False, journ
 HELP = "execute a plan (idempotent, resumable after a crash; --freeze writes the tail blank now)"
 
 
-def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", help="plan file written by mqupgrade plan")
     p.add_argument("--freeze", action="store_true",
                    help="also write the old commitlog's tail blank now (as the first DLedger start would)")
@@ -315,7 +316,7 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:  # noqa: F821
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
 
-def run(args: "argparse.Namespace") -> int:  # noqa: F821
+def run(args: argparse.Namespace) -> int:
     from upgrade.journal import JournalError
     from upgrade.plan import PlanError, render
 

@@ -280,20 +280,21 @@ class Demo:
                  f"({', '.join(f'{n}={p.address}' for n, p in nodes.items())})")
         st = {n: (p.status() or {}).get("dledger", {}) for n, p in nodes.items()}
         self.facts["divided_live"] = {n: s.get("dividedCommitlogOffset") for n, s in st.items()}
-        p = self.produce(Phase("dledger", self.a.dledger_messages), [seeds[(IDS.index(leader) + 1) % 3]] + seeds, names)
-        self.say(f"[3/5] produced through a follower (NOT_MASTER redirects to the leader): {self.rate(p)}")
+        ph = self.produce(Phase("dledger", self.a.dledger_messages), [seeds[(IDS.index(leader) + 1) % 3]] + seeds, names)
+        self.say(f"[3/5] produced through a follower (NOT_MASTER redirects to the leader): {self.rate(ph)}")
         killed = self.wait_leader()
         t_kill = time.monotonic()
         nodes[killed].kill9()
-        self.say(f"[3/5] kill -9 of the leader {killed} (pid {nodes[killed].proc.pid if nodes[killed].proc else '?'})")
+        proc = nodes[killed].proc
+        self.say(f"[3/5] kill -9 of the leader {killed} (pid {proc.pid if proc is not None else '?'})")
         live = [nodes[n].address for n in IDS if n != killed]
-        p = self.produce(Phase("after-failover", self.a.after_failover_messages), [nodes[killed].address] + live, names)
-        failover = (p.first_ack_at - t_kill) if p.first_ack_at else None
+        ph = self.produce(Phase("after-failover", self.a.after_failover_messages), [nodes[killed].address] + live, names)
+        failover = (ph.first_ack_at - t_kill) if ph.first_ack_at else None
         self.facts["failover_s"] = failover
         new_leader = self.wait_leader()
         self.facts["leaders"] = (killed, new_leader)
         self.say(f"[3/5] failover: first write acknowledged by {new_leader} {failover:.2f}s after the kill; "
-                 f"{self.rate(p)}" if failover is not None else "[3/5] no write acknowledged after the kill")
+                 f"{self.rate(ph)}" if failover is not None else "[3/5] no write acknowledged after the kill")
         t = time.monotonic()
         nodes[killed].start().wait_ready()
         index = wait_until(self.in_sync, 120, "the restarted node to catch up", 0.1, self.check_group)
@@ -472,9 +473,10 @@ def check_node(root: Path, self_id: str, acks: Sequence[Ack], divided: int) -> l
                 if files is new:
                     if rel < BODY_OFFSET:
                         raise ValueError("no DLedger entry header before the record")
-                    check_header(buf, rel - BODY_OFFSET, verify_crc=True)
-                    if read_header(buf, rel - BODY_OFFSET).pos != a.offset - BODY_OFFSET:
-                        raise ValueError("DLedger entry pos is not offset - 48")
+                    with memoryview(buf) as view:  # released here: the mmap is closed later
+                        check_header(view, rel - BODY_OFFSET, verify_crc=True)
+                        if read_header(view, rel - BODY_OFFSET).pos != a.offset - BODY_OFFSET:
+                            raise ValueError("DLedger entry pos is not offset - 48")
                 m = decode_message(buf, rel, check_crc=True)
             except ValueError as exc:  # MessageFormatError, EntryCorruptionError
                 problems.append(f"{where} ({path}): {exc}")
@@ -505,7 +507,10 @@ def first_dledger_pos(root: Path, self_id: str) -> Optional[int]:
         if not files.files:
             return None
         buf, _rel, _path = files.at(files.files[0][0])
-        return int(read_header(buf, 0).pos) if buf is not None and len(buf) >= BODY_OFFSET else None
+        if buf is None or len(buf) < BODY_OFFSET:
+            return None
+        with memoryview(buf) as view:  # released here: the mmap is closed below
+            return int(read_header(view, 0).pos)
     finally:
         files.close()
 

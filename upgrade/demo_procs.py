@@ -52,7 +52,7 @@ def read_conf_value(path: Path, key: str) -> Optional[str]:
     return None
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+def wait_until(predicate: Callable[[], Optional[T]], timeout: float, what: str, interval: float = 0.05,
                check: Optional[Callable[[], None]] = None) -> T:
     """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""
     return devprocs.wait_until(predicate, timeout, what, interval, check, error=DemoError)

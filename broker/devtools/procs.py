@@ -93,7 +93,7 @@ def write_conf(template: Path, out: Path, overrides: dict[str, Any], header: Opt
 
 
 # ---- waiting ------------------------------------------------------------------------------------
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+def wait_until(predicate: Callable[[], Optional[T]], timeout: float, what: str, interval: float = 0.05,
                check: Optional[Callable[[], None]] = None,
                error: Callable[[str], Exception] = TimeoutError) -> T:
     """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""

@@ -207,10 +207,10 @@ def _dledger_region(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_sums: 
               f"committed entries missing: data holds entries up to index {last_index}, "
               f"checkpoint committedIndex is {dl.committed_index} (committed prefix ends at {dl.committed_pos})", fo)
     idx_live = sorted((s for s in idx_sums if s["first_index"] is not None), key=lambda s: s["start"])
-    for a, b in zip(idx_live, idx_live[1:]):
-        if b["first_term"] < a["last_term"]:
-            f.add("dledger_continuity", node, b["file"], b["start"], "index unit term went backwards", b["start"] - b["file_start"],
-                  space="index")
+    for before, after in zip(idx_live, idx_live[1:]):
+        if after["first_term"] < before["last_term"]:
+            f.add("dledger_continuity", node, after["file"], after["start"], "index unit term went backwards",
+                  after["start"] - after["file_start"], space="index")
     info["first_index"] = entries[0]["first_index"] if entries else None
     info["last_index"] = last_index
 
@@ -233,11 +233,12 @@ def _divide(f: Findings, lay: StoreLayout, sums_by_file: dict, dl_by_file: dict,
               None if pos is None else pos - last.start)
     else:
         info["blank_at"] = pos
-    first = lay.dledger.data[0] if lay.dledger and lay.dledger.data else None  # none yet right after the freeze
-    if first is not None:
+    dlay = lay.dledger
+    first = dlay.data[0] if dlay and dlay.data else None  # none yet right after the freeze
+    if dlay is not None and first is not None:
         heads = [s for s in dl_by_file.get((node, first.path), []) if s["start"] == first.start]
         if not heads or heads[0]["first"] != div:
-            if lay.dledger.committed_index >= 0:
+            if dlay.committed_index >= 0:
                 f.add("divide", node, first.name, div, f"the first DLedger data file does not start with an entry at {div}", 0)
 
 

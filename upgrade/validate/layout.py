@@ -155,7 +155,7 @@ def _dledger(root: Path) -> DLedgerLayout | None:
     if committed_index >= 0:
         unit = read_index_unit(index, committed_index)
         ok = unit is not None and unit[0] == 1 and unit[3] == committed_index and unit[2] > 48
-        if ok:
+        if ok and unit is not None:
             committed_pos = unit[1] + unit[2]
         elif data:
             committed_pos = data[-1].end  # unknown: scan everything, check 4 reports the unit

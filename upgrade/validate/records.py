@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -299,7 +299,7 @@ def message_fields(a: np.ndarray, pos: np.ndarray, limit: np.ndarray | int, chec
     ok &= expect == total
     parsed = ok.copy()
     if check_crc and n:
-        view = memoryview(mm if mm is not None else a)
+        view = memoryview(cast(Any, mm if mm is not None else a))  # an mmap or an ndarray: both buffers
         rows = np.flatnonzero(ok & (body_len > 0))
         crc32 = zlib.crc32
         bad = [i for i, o, e, c in zip(rows.tolist(), body_off[rows].tolist(), (body_off + body_len)[rows].tolist(),
@@ -433,7 +433,7 @@ def entry_fields(a: np.ndarray, pos: np.ndarray, limit: int, check_crc: bool = T
     body_size = be(b, 44, 4)
     ok &= (magic >= 1) & (magic <= DL_MAGIC) & (body_size >= 0) & (size == DL_HEADER + body_size) & (pos + size <= limit)
     if check_crc:
-        view = memoryview(mm if mm is not None else a)
+        view = memoryview(cast(Any, mm if mm is not None else a))  # an mmap or an ndarray: both buffers
         crc32 = zlib.crc32
         rows = np.flatnonzero(ok & (body_crc != 0))
         bad = [i for i, o, e, c in zip(rows.tolist(), (pos[rows] + DL_HEADER).tolist(), (pos + size)[rows].tolist(),

@@ -58,7 +58,7 @@ def _hash(m: Mapped, r: ScanRange, s: Summary) -> None:
     s["hash"] = [r.abs_start, r.abs_start + (hi - lo), h.hexdigest()]
 
 
-def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray,
+def _messages(m: Mapped, r: ScanRange, s: Summary, starts: np.ndarray, ends: np.ndarray | int,
               phy_expect: np.ndarray, phy_check: str, abs_of: Any, head: np.ndarray | None = None) -> None:
     """Screen the messages at buffer positions ``starts``; count, run-summarise, report."""
     if len(starts) == 0:
@@ -192,6 +192,7 @@ def _scan_old(r: ScanRange) -> Summary:
     try:
         abs0 = r.file_start + m.base
         lo, hi = r.start - m.base, r.end - m.base
+        p: int | None
         if r.forced_start is not None:
             p = r.forced_start - m.base
         elif r.start == 0:
