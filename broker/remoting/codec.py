@@ -163,6 +163,9 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 
 # ---------------------------------------------------------------------------------- decode
+_JAVA_INT_MIN, _JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def _decode_header_json(raw: bytes) -> RemotingCommand:
     try:
         head = orjson.loads(raw)
@@ -175,8 +178,11 @@ def _decode_header_json(raw: bytes) -> RemotingCommand:
         opaque = int(head.get("opaque", 0) or 0)
         flag = int(head.get("flag", 0) or 0)
         version = int(head.get("version", 0) or 0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise RemotingCommandError("JSON header code/opaque/flag/version are not integers") from None
+    for name, value in (("code", code), ("opaque", opaque), ("flag", flag), ("version", version)):
+        if not _JAVA_INT_MIN <= value <= _JAVA_INT_MAX:  # Java ints; orjson reads a huge number as a float
+            raise RemotingCommandError(f"JSON header {name} {value} is outside a Java int")
     ext = head.get("extFields") or {}
     if not isinstance(ext, dict):
         raise RemotingCommandError("JSON header extFields is not an object")

@@ -84,6 +84,23 @@ def test_bad_frames() -> None:
         decode_frame(struct.pack(">i", (1 << 24) | len(h)) + h)
 
 
+@pytest.mark.parametrize("header", [
+    b'{"code":1e400}',                                       # infinity
+    b'{"code":310,"opaque":99999999999999999999999}',        # beyond a Java int (orjson: a float)
+    b'{"code":310,"opaque":2147483648}',                     # one past a Java int
+    b'{"code":1,"remark":"\\ud800"}',                        # a lone surrogate
+    b'{"code":1,"extFields":{"a":"\xff"}}',                  # not UTF-8
+    b'{"code":NaN}',
+    b'[1,2]',
+    b'{"code":1,"extFields":' + b"[" * 2000 + b"]" * 2000 + b"}",  # nested past the parser's depth limit
+])
+def test_hostile_json_headers_are_refused_as_header_errors(header: bytes) -> None:
+    """Every malformed header is a RemotingCommandError (the connection answers or closes), never
+    another exception type and never a command with a wrapped or rounded opaque."""
+    with pytest.raises(RemotingCommandError):
+        decode_frame(struct.pack(">i", len(header)) + header)
+
+
 def test_pending_frame_length_announces_the_incomplete_frame() -> None:
     """The server reserves this against serverMaxPendingBytes before buffering a big frame's body."""
     dec = FrameDecoder()

@@ -65,6 +65,11 @@ def _post(broker: BrokerProc, path: str, raw: bytes) -> tuple[int, dict]:
     ("/topics", b'{"topic":"T2","readQueueNums":0}', "BAD_REQUEST"),
     ("/consumer-offsets", b'{"group":"g","topic":"T1","queueId":0,"offset":-5}', "BAD_REQUEST"),
     ("/consumer-offsets", b'{"group":"g h","topic":"T1","queueId":0,"offset":5}', "BAD_REQUEST"),
+    ("/messages", b'{"topic":"T1","body":"\xff\xfe"}', "BAD_REQUEST"),             # not UTF-8
+    ("/messages", b'{"topic":"T1","body":"\\ud800"}', "BAD_REQUEST"),               # a lone surrogate
+    ("/messages", b'{"topic":"T1","body":"x","queueId":1e400}', "BAD_REQUEST"),    # infinity
+    ("/consumer-offsets", b'{"group":"g","topic":"T1","queueId":0,"offset":99999999999999999999999}',
+     "BAD_REQUEST"),                                                                # past a Java long
 ])
 def test_bad_requests_get_json_errors(broker: BrokerProc, path: str, raw: bytes, code: str) -> None:
     status, body = _post(broker, path, raw)
