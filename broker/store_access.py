@@ -37,6 +37,8 @@ from broker.store.put_result import PutMessageStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.controller import BrokerController
+    from broker.store.commitlog import CommitLog
+    from broker.store.dledger_commitlog import DLedgerCommitLog
     from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger("broker.store")
@@ -136,7 +138,7 @@ class StoreAccess:
 
     # ------------------------------------------------------------------ hooks
     @property
-    def commitlog(self) -> Any:
+    def commitlog(self) -> CommitLog | DLedgerCommitLog | None:
         return self.store.commitlog
 
     @property

@@ -45,7 +45,6 @@ body is parsed once (:func:`read_json` caches it) whether the ACL or the handler
 """
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Awaitable, Callable
 

@@ -43,12 +43,13 @@ from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreCorruptionError
 from broker.store.mapped_file import MappedFile
 from broker.store.record_walk import END, RECORD, ROLL, walk
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.commitlog import CommitLog
 from broker.store.message import (
     BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, check_message_and_return_size,
     explain_invalid_record, record_store_timestamp,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 

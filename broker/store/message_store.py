@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from broker.store import commitlog_recovery, verify
 from broker.store.checkpoint import StoreCheckpoint
@@ -130,7 +130,7 @@ class StoreSettings:
 
 
 class DefaultMessageStore(StoreReads):
-    """RocketMQ's DefaultMessageStore for the classic commitlog."""
+    """RocketMQ's DefaultMessageStore over the classic commitlog or a DLedgerCommitLog (``enableDLegerCommitLog``)."""
 
     def __init__(self, config: Any = None, *, broker_config: BrokerConfig | None = None, **overrides: Any) -> None:
         self.settings = s = StoreSettings.from_config(config, **overrides)
@@ -155,7 +155,7 @@ class DefaultMessageStore(StoreReads):
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
 
-    # --- wiring (overridable by a DLedger store) --------------------------------------------
+    # --- wiring: the commitlog of the configured mode --------------------------------------
     def _make_commitlog(self) -> CommitLog | DLedgerCommitLog:
         s = self.settings
         if s.enable_dleger_commit_log:  # seam: DLedger mode (imported lazily: classic never loads dledger)
