@@ -119,7 +119,13 @@ async def test_three_members_elect_one_leader_and_replicate(group):
     for f, i in zip(futs, range(200)):
         e = leader.log_view.store.get(f.index)
         assert (e.pos, bytes(e.body)) == (f.pos, b"body-%d" % i)
+    # A follower learns the commit index from the leader and acks its own append only after its
+    # flush, so the leader's match_index for it may trail a converged log for a moment: wait (bounded).
+    deadline = loop.time() + 5.0
     st = leader.status()
+    while not all(p["match_index"] == end for p in st["peers"].values()) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+        st = leader.status()
     assert st["role"] == "LEADER" and st["committed_index"] == end
     assert set(st["peers"]) == {s.config.self_id for s in followers}
     assert all(p["match_index"] == end for p in st["peers"].values())
