@@ -44,8 +44,8 @@ from broker.store.errors import StoreCorruptionError
 from broker.store.mapped_file import MappedFile
 from broker.store.record_walk import END, RECORD, ROLL, walk
 from broker.store.message import (
-    BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, check_message_and_return_size,
-    explain_invalid_record, record_store_timestamp,
+    BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MESSAGE_PHYSIC_OFFSET_POSITION,
+    check_message_and_return_size, explain_invalid_record, record_store_timestamp,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +82,22 @@ def _nonzero_from(mf: MappedFile, start: int) -> int:
 
 
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big", signed=True))
+
+
+def _head_missing(view: memoryview, pos: int, physical: int) -> bool:
+    """The record at ``pos`` is whole except its first 4-7 bytes, still zero: a copy that ran back
+    to front (glibc's memmove ends with the unaligned head) and stopped just short of the start.
+    TOTALSIZE reads 0, which no record has; proof that the rest landed: the PHYSICALOFFSET field
+    holds the record's own offset and the part of the magic code that landed is the tail of a real
+    one. (Eight missing bytes are a zero head; fewer than four cannot be told from a TOTALSIZE's own
+    high zero bytes, and up to two of them leave a small record whole.)"""
+    head = bytes(view[pos:pos + MESSAGE_PHYSIC_OFFSET_POSITION + 8])
+    if len(head) < MESSAGE_PHYSIC_OFFSET_POSITION + 8 or head[:4] != b"\x00\x00\x00\x00":
+        return False
+    if int.from_bytes(head[MESSAGE_PHYSIC_OFFSET_POSITION:], "big", signed=True) != physical:
+        return False
+    missing = 8 - len(head[:8].lstrip(b"\x00"))  # 4..8
+    return missing < 8 and any(head[missing:8] == magic[missing - 4:] for magic in _MAGICS)
 
 
 def _valid_record_after(mf: MappedFile, start: int) -> int:
@@ -141,7 +157,7 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
         return
     total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
     skip = total if 8 <= total <= len(view) - pos else 8
-    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos):
+    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos) or _head_missing(view, pos, physical):
         # the head of the copy never landed: what follows may be the copy's own tail, even whole
         # records of the batch (glibc's memmove stores the last bytes first)
         after = _valid_record_after(mf, pos + 8)

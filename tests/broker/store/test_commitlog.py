@@ -225,6 +225,40 @@ def test_torn_batch_with_its_tail_written_first_is_a_torn_tail(tmp_path: Path) -
     cl.shutdown()
 
 
+@pytest.mark.parametrize("missing", [4, 5, 7])
+def test_torn_batch_missing_only_its_first_bytes_is_a_torn_tail(tmp_path: Path, missing: int) -> None:
+    """The back-to-front copy can stop inside the record's first 8 bytes (its last store is the
+    unaligned head): TOTALSIZE still zero, the magic code whole or cut. Seen in the kill -9 crash
+    test (bad magic 0x00A320A7, 5 bytes missing): a torn tail, not corruption. The same bytes with a
+    wrong PHYSICALOFFSET stay corruption (test_flip_in_last_flushed_message_caught_by_checkpoint
+    keeps a body bit flip, whose TOTALSIZE is whole, corruption too)."""
+    path = tmp_path / "cl"
+    cl = open_log(path)
+    assert cl.put_messages([msg(i) for i in range(20)], keep_store_timestamp=True).ok
+    end = cl.max_offset
+    ar = cl.append_messages([msg(20 + i) for i in range(3)], True).append_result
+    first = ar.physical_offsets[0]
+    cl.shutdown()
+    f = path / f"{first - first % SIZE:020d}"
+    data = bytearray(f.read_bytes())
+    pristine = bytes(data)
+    lo = first % SIZE
+    data[lo:lo + missing] = bytes(missing)
+    f.write_bytes(data)
+    cl = open_log(path)
+    assert recovery.recover_normally(cl) == end == cl.max_offset
+    cl.shutdown()
+    # the same cut head on a record whose PHYSICALOFFSET is not its own offset: damage
+    data = bytearray(pristine)
+    data[lo:lo + missing] = bytes(missing)
+    data[lo + 28:lo + 36] = (first + 1).to_bytes(8, "big")
+    f.write_bytes(data)
+    cl = open_log(path)
+    with pytest.raises(StoreCorruptionError, match="not a torn tail"):
+        recovery.recover_normally(cl)
+    cl.shutdown()
+
+
 def test_bit_flip_in_committed_message_names_file_and_offset(tmp_path: Path) -> None:
     path = tmp_path / "cl"
     cl = open_log(path)
