@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from broker.tasks import cancel_and_wait
+from broker.tasks import cancel_and_wait, wait_for
 from dledger.core.codes import Code, Role
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -239,7 +239,7 @@ class DLedgerRoleChangeHandler:
                 continue
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), self.poll_s * 10)
+                await wait_for(self._ready.wait(), self.poll_s * 10)
             except asyncio.TimeoutError:
                 pass
         waited = (time.monotonic() - t0) * 1000
@@ -257,7 +257,7 @@ class DLedgerRoleChangeHandler:
             out = fn()
             return await out if asyncio.iscoroutine(out) else out
 
-        return await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), dl_loop)), timeout)
+        return await wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), dl_loop)), timeout)
 
     async def _hand_over(self) -> None:
         st = await self._on_dledger_loop(self.server.status)

@@ -41,6 +41,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
 from broker.store.message_const import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                                         RMQ_SYS_SCHEDULE_TOPIC)
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.schedule")
 
@@ -148,7 +149,7 @@ class ScheduleMessageService:
             st.wake.clear()
             if wait > 0:
                 try:
-                    await asyncio.wait_for(st.wake.wait(), wait)
+                    await wait_for(st.wake.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
 

@@ -52,7 +52,7 @@ from broker.api.signing import sign_headers
 from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
-from broker.tasks import cancel_and_wait
+from broker.tasks import cancel_and_wait, wait_for
 
 log = logging.getLogger("broker.slave_sync")
 
@@ -156,7 +156,7 @@ class SlaveSynchronize:
 
     async def _sleep(self, seconds: float) -> None:
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+            await wait_for(self._wake.wait(), timeout=seconds)
         except asyncio.TimeoutError:
             pass
         self._wake.clear()
@@ -260,7 +260,7 @@ class SlaveSynchronize:
             if not port.isdigit():
                 raise ValueError(f"master address {master!r} is not host:port")
             hook = signer(*self._credentials) if self._credentials else None
-            client = await asyncio.wait_for(RemotingClient.connect(host, int(port), rpc_hook=hook), REQUEST_TIMEOUT)
+            client = await wait_for(RemotingClient.connect(host, int(port), rpc_hook=hook), REQUEST_TIMEOUT)
             self._client, self._client_master = client, master
         self.remoting_requests += 1
         try:

@@ -1,18 +1,10 @@
-"""Small asyncio task helpers shared by the broker's background services."""
+"""Small asyncio task helpers shared by the broker's background services.
+
+They are ``dledger.aio``'s (the lower layer): bounded waits and cancellation that a service loop
+cannot lose on Python 3.10/3.11 (see that module for why ``asyncio.wait_for`` is not used).
+"""
 from __future__ import annotations
 
-import asyncio
-from typing import Optional
+from dledger.aio import cancel_and_wait, wait_event, wait_for
 
-
-async def cancel_and_wait(task: Optional["asyncio.Task[object]"]) -> None:
-    """Cancel ``task`` (if any) and wait until it has ended; its CancelledError is swallowed.
-
-    Any other exception the task ends with propagates (a service's loop failing is not hidden)."""
-    if task is None:
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+__all__ = ["cancel_and_wait", "wait_event", "wait_for"]

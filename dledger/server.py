@@ -53,6 +53,7 @@ import random
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+from .aio import wait_for
 from .client_channel import ClientChannel
 from .coalesce import AppendCoalescer, Proposal, ReplySink, Sink
 from .config import DLedgerConfig
@@ -393,7 +394,7 @@ class DLedgerServer(ClientChannel):
         wait = timeout if timeout is not None else 3 * (self.config.election_timeout_max_ms +
                                                         self.config.leadership_transfer_wait_timeout_ms) / 1000
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), wait)
+            return await wait_for(asyncio.shield(fut), wait)
         except asyncio.TimeoutError:
             return Code.TAKE_LEADERSHIP_FAILED
 

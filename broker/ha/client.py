@@ -37,6 +37,7 @@ from typing import Any, Callable
 from broker.ha.handshake import SessionMac, SlaveHandshake
 from broker.ha.protocol import DataFrame, HAError, SlaveConnection
 from broker.ha.service import commitlog_max_offset, settings_with
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.ha")
 
@@ -153,7 +154,7 @@ class HAClient:
                 continue
             host, port = parse_address(address)
             try:
-                reader, writer = await asyncio.wait_for(
+                reader, writer = await wait_for(
                     asyncio.open_connection(host, port, limit=READ_CHUNK), self.connect_timeout_ms / 1000.0
                 )
             except (OSError, asyncio.TimeoutError) as exc:
@@ -177,7 +178,7 @@ class HAClient:
                 if not writer.is_closing():
                     writer.close()
                 try:
-                    await asyncio.wait_for(writer.wait_closed(), 1.0)
+                    await wait_for(writer.wait_closed(), 1.0)
                 except (OSError, asyncio.TimeoutError):
                     pass
             if self._stopping:
@@ -191,7 +192,7 @@ class HAClient:
     async def _sleep_or_address_change(self, ms: float) -> None:
         self._address_changed.clear()
         try:
-            await asyncio.wait_for(self._address_changed.wait(), ms / 1000.0)
+            await wait_for(self._address_changed.wait(), ms / 1000.0)
         except asyncio.TimeoutError:
             pass
 
@@ -208,7 +209,7 @@ class HAClient:
             try:
                 if remaining <= 0:
                     raise asyncio.TimeoutError
-                data = await asyncio.wait_for(reader.read(4096), remaining)
+                data = await wait_for(reader.read(4096), remaining)
             except asyncio.TimeoutError:
                 return self._handshake_failed(address, f"no complete HA handshake within {s.ha_handshake_timeout} ms")
             except (ConnectionError, OSError) as exc:

@@ -36,6 +36,7 @@ from broker.ha.protocol import (
     TransferStarted,
 )
 from broker.ha.settings import HASettings
+from broker.tasks import wait_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.ha.service import HAService
@@ -180,7 +181,7 @@ class HAConnection:
             try:
                 if remaining <= 0:
                     raise asyncio.TimeoutError
-                data = await asyncio.wait_for(self.reader.read(HANDSHAKE_READ_CHUNK), remaining)
+                data = await wait_for(self.reader.read(HANDSHAKE_READ_CHUNK), remaining)
             except asyncio.TimeoutError:
                 what = "HA handshake" if hs is not None else "first report"
                 self.refuse(f"no complete {what} within {timeout_ms:.0f} ms")
@@ -267,7 +268,7 @@ class HAConnection:
         if not self.writer.is_closing():
             self.writer.close()
         try:
-            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+            await wait_for(self.writer.wait_closed(), 1.0)
         except asyncio.TimeoutError:
             self.writer.transport.abort()  # a peer that does not read gets no more time
         except (OSError, asyncio.CancelledError):
@@ -280,7 +281,7 @@ class HAConnection:
         while not self._closed.is_set():
             delay = (machine.last_read_ms + machine.housekeeping_interval_ms - clock()) / 1000.0
             try:
-                await asyncio.wait_for(self._closed.wait(), max(delay, 0) + 0.01)
+                await wait_for(self._closed.wait(), max(delay, 0) + 0.01)
             except asyncio.TimeoutError:
                 expired = machine.check_expired(clock())
                 if expired is not None:

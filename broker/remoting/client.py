@@ -22,6 +22,7 @@ import itertools
 from typing import Any, Callable, Mapping, Optional
 
 from broker.remoting.codec import FrameDecoder, RemotingCommand, RemotingCommandError, decode_frame, encode
+from broker.tasks import wait_for
 
 
 class RemotingClient(asyncio.Protocol):
@@ -117,7 +118,7 @@ class RemotingClient(asyncio.Protocol):
         try:
             self._send(cmd)
             await self.drain()
-            return await asyncio.wait_for(fut, timeout)
+            return await wait_for(fut, timeout)
         finally:
             self.pending.pop(cmd.opaque, None)
 
@@ -140,7 +141,7 @@ class RemotingClient(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         try:
-            await asyncio.wait_for(self.closed.wait(), 2.0)
+            await wait_for(self.closed.wait(), 2.0)
         except asyncio.TimeoutError:
             if self.transport is not None:
                 self.transport.abort()

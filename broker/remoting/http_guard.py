@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Optional
 from aiohttp import web
 
 from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, PortGuard
+from broker.tasks import wait_for
 
 #: transport -> its guard protocol (entries removed on connection_lost).
 _BY_TRANSPORT: dict[Any, "HttpGuardProtocol"] = {}
@@ -141,7 +142,7 @@ async def limits_middleware(request: web.Request,
                 await request.read()      # (wait_for's task per request was ~5% of an HTTP send)
             else:
                 try:
-                    await asyncio.wait_for(request.read(), timeout if timeout > 0 else None)
+                    await wait_for(request.read(), timeout if timeout > 0 else None)
                 except asyncio.TimeoutError:
                     guard.read_timed_out(conn, "a request body")
                     raise web.HTTPRequestTimeout() from None

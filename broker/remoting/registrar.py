@@ -30,7 +30,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.tasks import cancel_and_wait
+from broker.tasks import cancel_and_wait, wait_for
 
 log = logging.getLogger("broker.registrar")
 
@@ -91,14 +91,14 @@ class BrokerRegistrar:
                 next_due = now + (self.period_s if ok else min(self.period_s, 1.0))
             self._event.clear()
             try:
-                await asyncio.wait_for(self._event.wait(), self.poll_s)
+                await wait_for(self._event.wait(), self.poll_s)
             except asyncio.TimeoutError:
                 pass
 
     async def _client(self, addr: tuple[str, int]) -> RemotingClient:
         cl = self._clients.get(addr)
         if cl is None or cl.is_closed:
-            cl = await asyncio.wait_for(RemotingClient.connect(*addr), self.timeout_s)
+            cl = await wait_for(RemotingClient.connect(*addr), self.timeout_s)
             self._clients[addr] = cl
         return cl
 

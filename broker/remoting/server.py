@@ -38,6 +38,7 @@ from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingComman
 from broker.remoting.codes import ResponseCode, request_name
 from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, ListenLimits, PendingBudget, PortGuard
 from broker.store.errors import StoreError
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.remoting")
 
@@ -269,7 +270,7 @@ class RemotingServer:
                 if conn.transport is not None:
                     conn.transport.close()
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+                await wait_for(self._server.wait_closed(), 5.0)
             except asyncio.TimeoutError:
                 pass
             self._server = None

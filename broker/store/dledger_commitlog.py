@@ -82,6 +82,7 @@ from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
 from dledger.core.codes import Role
+from broker.tasks import wait_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.store.message_store import DefaultMessageStore
@@ -383,7 +384,7 @@ class DLedgerCommitLog(DLedgerReads):
                         log.exception("leader ready listener failed")
                 return
             try:
-                await asyncio.wait_for(progress.wait(), 0.01)
+                await wait_for(progress.wait(), 0.01)
             except asyncio.TimeoutError:
                 pass
 

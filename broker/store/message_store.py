@@ -63,6 +63,7 @@ from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_proble
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
+from broker.tasks import wait_for
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -480,7 +481,7 @@ class DefaultMessageStore(StoreReads):
         fut = cl.submit_flush_request(ar, prepared)
         if fut is not None:
             try:
-                status = await asyncio.wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
+                status = await wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
             except asyncio.TimeoutError:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         rep = cl.submit_replica_request(ar)

@@ -43,6 +43,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from ..aio import wait_for
 from ..core.codes import Code
 from ..errors import DLedgerError
 from . import framing as fr
@@ -72,11 +73,11 @@ class RpcConnection(asyncio.Protocol):
     ) -> "RpcConnection":
         loop = asyncio.get_running_loop()
         cid = client_id or f"client-{os.getpid()}"
-        _, conn = await asyncio.wait_for(
+        _, conn = await wait_for(
             loop.create_connection(lambda: cls(group, cid, secret, max_frame_size), host, port), timeout
         )
         try:
-            await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
+            await wait_for(asyncio.shield(conn.ready), timeout)
         except BaseException:
             conn.close()
             raise
@@ -244,7 +245,7 @@ class DLedgerClient:
             try:
                 conn = self._conns.get(target)
                 if conn is None or not conn.is_open:
-                    conn = await asyncio.wait_for(self.connection(target), remaining)
+                    conn = await wait_for(self.connection(target), remaining)
                 fut = conn.request_nowait(op, timeout=max(deadline - loop.time(), 0.001), **fields)
                 sent = True
                 resp = await fut

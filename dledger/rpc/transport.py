@@ -53,6 +53,7 @@ import random
 from collections import deque
 from typing import Any, Callable, Optional
 
+from ..aio import wait_for
 from . import framing as fr
 
 log = logging.getLogger("dledger.rpc")
@@ -385,12 +386,12 @@ class _PeerLink:
         while not self.closing:
             conn: Optional[_DialledConn] = None
             try:
-                _, dialled = await asyncio.wait_for(
+                _, dialled = await wait_for(
                     loop.create_connection(lambda: _DialledConn(self.owner, self), host, port),
                     self.owner.handshake_timeout_s,
                 )
                 conn = dialled
-                await asyncio.wait_for(asyncio.shield(dialled.handshake_done), self.owner.handshake_timeout_s)
+                await wait_for(asyncio.shield(dialled.handshake_done), self.owner.handshake_timeout_s)
                 if self.closing:
                     dialled.abort()
                     return

@@ -37,6 +37,7 @@ from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import FAQ, HeaderError, Processor, field_int, field_str
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
+from broker.tasks import wait_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.remoting.broker_remoting import BrokerRemoting
@@ -97,7 +98,7 @@ class PullRequestHoldService:
         try:
             if ready():
                 return
-            await asyncio.wait_for(fut, timeout)
+            await wait_for(fut, timeout)
         except asyncio.TimeoutError:
             pass
         finally:
