@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from broker.api.client import BrokerClient, BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import REPO, port_pair, write_conf
+from broker.devtools.procs import REPO, port_pair, wait_exit, write_conf
 
 
 def _conf(template: str, out: Path, **kv: Any) -> Path:
@@ -77,11 +77,7 @@ class Pair:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+            wait_exit(p, f"broker pid {p.pid}")  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
 
 
 @contextlib.contextmanager

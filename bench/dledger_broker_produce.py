@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
+from broker.devtools.procs import wait_exit
 
 REPO = Path(__file__).resolve().parents[1]
 IDS = ("n0", "n1", "n2")
@@ -143,12 +144,8 @@ class Group:
         for p in self.procs.values():
             if p.poll() is None:
                 p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        for n, p in self.procs.items():
+            wait_exit(p, f"broker {n}")  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
 
 
 class RawHttpProducer:

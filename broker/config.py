@@ -93,6 +93,9 @@ class BrokerConfig:
     # a send whose topic + UNIQ_KEYs were stored in this window is answered, not stored again
     # (a producer's retry after an unknown outcome; broker/put_dedup.py); 0 turns it off
     send_dedup_window_seconds: int = _key("sendDedupWindowSeconds", 60, ours=True)
+    # the orderly shutdown's whole budget; a step that overruns is abandoned and logged by name,
+    # and the process exits with code 5 at most 5 s after it (broker/shutdown.py)
+    shutdown_timeout_millis: int = _key("shutdownTimeoutMillis", 10_000, ours=True)
     # remoting (RocketMQ clients) on listenPort: name server registration, long polling, ACL
     register_name_server_period: int = _key("registerNameServerPeriod", 30_000)
     register_broker_timeout_mills: int = _key("registerBrokerTimeoutMills", 6000)

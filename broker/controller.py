@@ -70,19 +70,27 @@ from broker.metadata_access import MetadataAccessor
 from broker.processor import BrokerProcessor
 from broker.remoting.http_guard import install_middleware, start_http_listener
 from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
+from broker.shutdown import (WATCHDOG_GRACE_S, ExitWatchdog, ShutdownStep, SignalGate, in_thread, install_stack_dump,
+                             run_steps)
 from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
+from broker.tasks import cancel_and_wait
 
 log = logging.getLogger("broker.controller")
 
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+HTTP_DRAIN_S = 2.0  # at shutdown, in-flight HTTP requests get this long before their connections close
 SLAVE = "SLAVE"
 
 
 class BrokerStartError(RuntimeError):
     """The broker could not start; the message says why in one sentence."""
+
+
+class BrokerShutdownIncompleteError(RuntimeError):
+    """A shutdown step did not finish within shutdownTimeoutMillis and was abandoned (logged by name)."""
 
 
 class BrokerMemberStoppedError(RuntimeError):
@@ -155,6 +163,10 @@ class BrokerController:
         self._housekeeping: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
+        self.shutdown_step: Optional[str] = None  # the shutdown step running now (broker.shutdown)
+        self.shutdown_abandoned: list[str] = []
+        # ours: the whole orderly shutdown's budget; the exit watchdog ends the process 5 s after it
+        self.shutdown_deadline_s = max(1.0, float(_cfg(broker_config, "shutdown_timeout_millis", 10_000)) / 1000.0)
         self.member_failure: Optional[str] = None  # set once the DLedger member stopped itself (issue 13.1)
         self._member_stopped = asyncio.Event()
         self.writable = False  # False until started, and while shutting down
@@ -275,7 +287,7 @@ class BrokerController:
                         acl=http_acl_for(self.broker_config, self.acl_validator),
                         max_batch_message_count=int(_cfg(self.broker_config, "max_batch_message_count", 4096)))
         install_middleware(app)  # slow bodies, body budget, busy/idle clock of every HTTP connection
-        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_DRAIN_S)
         await runner.setup()
         assert runner.server is not None  # setup() made it
         host = self.bind_address
@@ -398,8 +410,12 @@ class BrokerController:
         self._shutting_down = True
         self.writable = False
         log.info("broker %s shutting down", self.broker_name)
-        await self._teardown()
-        log.info("broker %s stopped cleanly", self.broker_name)
+        self.shutdown_abandoned = await self._teardown()
+        if self.shutdown_abandoned:
+            log.error("broker %s stopped without a clean stop of: %s", self.broker_name,
+                      ", ".join(self.shutdown_abandoned))
+        else:
+            log.info("broker %s stopped cleanly", self.broker_name)
         self._stopped.set()
 
     async def _housekeeping_loop(self) -> None:
@@ -412,18 +428,30 @@ class BrokerController:
             except Exception:  # noqa: BLE001 - retried next round
                 log.exception("persisting consumerOffset.json failed")
 
-    async def _teardown(self) -> None:
+    async def _teardown(self) -> list[str]:
+        """Stop accepting work, then every service in a fixed order, each bounded (broker.shutdown);
+        returns the names of the steps that did not finish in time."""
         self.writable = False
-        if self.transactions is not None:
-            await self.transactions.stop()
-        if self.schedule is not None:
-            await self.schedule.stop()
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            self._housekeeping = None
+        steps = [ShutdownStep("remoting on listenPort (and name server unregistration)", self._stop_remoting),
+                 ShutdownStep("HTTP API (in-flight requests finish)", self._stop_http, HTTP_DRAIN_S + 1.0),
+                 ShutdownStep("schedule, transaction check-back and housekeeping", self._stop_master_services),
+                 ShutdownStep("DLedger role change handler", self._stop_role_handler),
+                 ShutdownStep("SlaveSynchronize", self._stop_slave_sync),
+                 ShutdownStep("classic HA", self._stop_ha),
+                 ShutdownStep("metadata files", self._persist_metadata),
+                 ShutdownStep("message store (dispatch, flush, checkpoint)", self._stop_store, 8.0),
+                 ShutdownStep("store lock", self._release_lock, 1.0)]
+        return await run_steps(steps, self.shutdown_deadline_s, self._on_shutdown_step)
+
+    def _on_shutdown_step(self, name: Optional[str]) -> None:
+        self.shutdown_step = name  # named by the exit watchdog should the process not exit
+
+    async def _stop_remoting(self) -> None:
         if self.remoting is not None:
-            await self.remoting.stop()  # unregister from the name servers, close remoting connections
-            self.remoting = None
+            remoting, self.remoting = self.remoting, None
+            await remoting.stop()  # unregister from the name servers, wake held pulls, close connections
+
+    async def _stop_http(self) -> None:
         if self._http_server is not None:
             self._http_server.close()  # stop accepting on httpListenPort
             self._http_server = None
@@ -431,37 +459,56 @@ class BrokerController:
             await self.http_guard.stop()
             self.http_guard = None
         if self._runner is not None:
-            await self._runner.cleanup()  # in-flight requests finish, then connections close
-            self._runner = None
+            runner, self._runner = self._runner, None
+            await runner.cleanup()  # in-flight requests get HTTP_DRAIN_S, then connections close
+
+    async def _stop_master_services(self) -> None:
+        if self.transactions is not None:
+            await self.transactions.stop()
+        if self.schedule is not None:
+            await self.schedule.stop()
+        await cancel_and_wait(self._housekeeping)
+        self._housekeeping = None
+
+    async def _stop_role_handler(self) -> None:
         if self.role_handler is not None:
             await self.role_handler.stop()
             self.role_handler = None
+
+    async def _stop_slave_sync(self) -> None:
         if self.slave_sync is not None:
             await self.slave_sync.stop()
+
+    async def _stop_ha(self) -> None:
         if self.ha_client is not None:
-            await self.ha_client.shutdown()
-            self.ha_client = None
+            client, self.ha_client = self.ha_client, None
+            await client.shutdown()
         if self.ha_service is not None:
-            await self.ha_service.shutdown()
-            self.ha_service = None
-        try:
-            self.metadata.persist_all()
-        except Exception:  # noqa: BLE001 - still shut the store down
-            log.exception("persisting metadata failed")
+            service, self.ha_service = self.ha_service, None
+            await service.shutdown()
+
+    async def _persist_metadata(self) -> None:
+        self.metadata.persist_all()
+
+    async def _stop_store(self) -> None:
         if self.store_access is not None:
-            await self.store_access.shutdown()
+            await in_thread(self.store_access.shutdown_blocking, "StoreShutdown")
             self.store_access = None
+
+    async def _release_lock(self) -> None:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
     async def run_until_signal(self) -> None:
-        """Start, then wait for SIGTERM/SIGINT and shut down cleanly; or, when the DLedger
-        member stopped itself, shut down and raise :class:`BrokerMemberStoppedError`."""
+        """Start, then wait for SIGTERM/SIGINT and shut down (broker.shutdown's rules); or, when
+        the DLedger member stopped itself, shut down and raise :class:`BrokerMemberStoppedError`.
+        A shutdown that had to abandon a step raises :class:`BrokerShutdownIncompleteError`."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        watchdog = ExitWatchdog(lambda: self.shutdown_step or "after the shutdown steps")
+        SignalGate(loop, stop.set, watchdog, self.shutdown_deadline_s).install()  # for the life of the process
+        install_stack_dump(loop)
         await self.start()
         waits = [loop.create_task(stop.wait()), loop.create_task(self._member_stopped.wait())]
         try:
@@ -469,9 +516,14 @@ class BrokerController:
         finally:
             for w in waits:
                 w.cancel()
+        watchdog.arm(self.shutdown_deadline_s + WATCHDOG_GRACE_S)  # also when the member stopped itself
         await self.shutdown()
         if self.member_failure is not None:
             raise BrokerMemberStoppedError(f"{self.member_failure}; {member_stopped_fix(self.member_failure, self.root_dir)}")
+        if self.shutdown_abandoned:
+            raise BrokerShutdownIncompleteError(
+                f"shutdown abandoned {', '.join(self.shutdown_abandoned)} after shutdownTimeoutMillis="
+                f"{self.shutdown_deadline_s * 1000:.0f}; the next start recovers the store (see the log for the stacks)")
 
     def member_stopped(self, reason: str) -> None:
         """The DLedger member stopped itself (broker loop): unhealthy from now on, then exit."""

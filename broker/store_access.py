@@ -134,6 +134,10 @@ class StoreAccess:
             lambda: [({}, 1 if self.dispatch_status().get("error") else 0)])
 
     async def shutdown(self) -> None:
+        self.shutdown_blocking()
+
+    def shutdown_blocking(self) -> None:
+        """Dispatch, flush, checkpoint, unmap, unlock (any thread; the broker runs it off its loop)."""
         self.store.shutdown()
 
     # ------------------------------------------------------------------ hooks

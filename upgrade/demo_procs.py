@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.devtools import procs as devprocs
-from broker.devtools.procs import REPO, free_ports, write_conf  # noqa: F401 - the demo's names
+from broker.devtools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, write_conf  # noqa: F401 - the demo's names
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ class BrokerProc:
     def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
         return wait_until(self.status, timeout, f"{self.name} to answer on {self.address}", 0.1, self.check_alive)
 
-    def stop(self, timeout: float = 30.0, signalled: bool = False) -> bool:
+    def stop(self, timeout: float = SHUTDOWN_BOUND_S, signalled: bool = False) -> bool:
         """SIGTERM (once: unless ``signalled``) and wait; True when it exited with 0 (a clean shutdown)."""
         if self.proc is None:
             return True

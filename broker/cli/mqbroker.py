@@ -12,7 +12,12 @@ Rules:
   by another process, port in use, store does not load), 4 when the DLedger member stopped itself
   while the broker ran (disk full, failed flush, ...: the broker shuts down rather than serve as a
   zombie; the line names the cause and the fix, and a supervisor restarts it once the cause is
-  fixed). The error is one line on stderr, prefixed ``mqbroker:``, never a traceback.
+  fixed), 5 when the shutdown did not finish within ``shutdownTimeoutMillis`` (ours, default 10 s:
+  the step that did not stop, with stacks, is in the log; the next start recovers the store),
+  128 + N for a second signal N during shutdown (exit at once). The error is one line on
+  stderr, prefixed ``mqbroker:``, never a traceback.
+- SIGTERM/SIGINT start an orderly shutdown that always ends (``broker.shutdown``);
+  ``kill -USR1 <pid>`` writes every thread's and asyncio task's stack to the log.
 - Logs go to stderr, one line per state change, ``time level logger message``; ``--log-level``
   (or ``$RMQ_LOG_LEVEL``) picks the level.
 - The event loops (the broker's, and the DLedger loop thread of a DLedger-mode store) are uvloop
@@ -106,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}={getattr(value, 'name', value) if value is not None else ''}")
         return 0
 
-    from broker.controller import BrokerController, BrokerMemberStoppedError, BrokerStartError  # noqa: WPS433
+    from broker.controller import (BrokerController, BrokerMemberStoppedError,  # noqa: WPS433
+                                   BrokerShutdownIncompleteError, BrokerStartError)
+    from broker.shutdown import EXIT_SHUTDOWN_INCOMPLETE  # noqa: WPS433
 
     _use_uvloop()
     controller = BrokerController(broker_config, store_config, conf_path=args.config_file)
@@ -118,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokerMemberStoppedError as exc:
         _err(f"broker stopped: {exc}")
         return 4
+    except BrokerShutdownIncompleteError as exc:
+        _err(str(exc))
+        sys.stderr.flush()
+        os._exit(EXIT_SHUTDOWN_INCOMPLETE)  # an abandoned service's thread must not hold up the exit
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback

@@ -14,16 +14,47 @@ Rules:
 - :func:`wait_until` polls a predicate until it returns something truthy, and raises ``error``
   (``TimeoutError`` by default; the demo passes its own) naming what it waited for and the last
   value; ``check`` runs before each poll and may raise (a child died).
+- A broker asked to stop exits within :data:`SHUTDOWN_BOUND_S` (issue 21): every harness that
+  stops one waits with :func:`wait_exit`, which past the bound asks the process for its stacks
+  (SIGUSR1, into its log), kills it and raises :class:`ShutdownTooSlow` naming it; nobody waits
+  on a stop silently or SIGKILLs a hung broker without saying so.
 """
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+
+# mqbroker's shutdownTimeoutMillis (10 s) + its exit watchdog's grace (5 s) + slack for a loaded machine
+SHUTDOWN_BOUND_S = 20.0
+
+
+class ShutdownTooSlow(AssertionError):
+    """A signalled broker did not exit within the bound (its stacks are in its log)."""
+
+
+def wait_exit(proc: "subprocess.Popen[bytes]", name: str, bound: float = SHUTDOWN_BOUND_S,
+              log: Callable[[], str] = lambda: "") -> int:
+    """Exit code of a signalled ``proc``; past ``bound`` s: stacks (SIGUSR1), SIGKILL, raise."""
+    try:
+        return proc.wait(bound)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        proc.send_signal(signal.SIGUSR1)  # mqbroker dumps every thread's and task's stack to its log
+        time.sleep(1.0)
+    except ProcessLookupError:
+        pass
+    proc.kill()
+    proc.wait(10)
+    raise ShutdownTooSlow(f"{name} (pid {proc.pid}) did not exit within {bound:.0f} s of its stop signal; "
+                          f"stacks and log tail:\n{log()}")
 
 
 # ---- ports --------------------------------------------------------------------------------------

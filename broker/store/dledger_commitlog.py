@@ -92,7 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 _Q = struct.Struct(">q")
-SERVER_SHUTDOWN_TIMEOUT_S = 5.0
+SERVER_SHUTDOWN_TIMEOUT_S = 3.0  # within the broker's store shutdown step (broker.shutdown)
 
 class _NoFlushService:
     """``DefaultMessageStore.shutdown`` stops ``commitlog.flush_service``; DLedger flushes itself."""
@@ -288,10 +288,10 @@ class DLedgerCommitLog(DLedgerReads):
                         self.server.log_view.close()
 
             try:
-                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(SERVER_SHUTDOWN_TIMEOUT_S + 2.0)
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
-                self._loop_thread.join(10)
+                self._loop_thread.join(2.0)
         self._loop = self._loop_thread = None
         self._started = False
         self.old.shutdown()

@@ -105,7 +105,7 @@ class DLedgerGroup:
         for p in live:
             p.proc.terminate()  # type: ignore[union-attr]
         for p in live:
-            code = p.proc.wait(30)  # type: ignore[union-attr]
+            code = p.wait_exit()  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow with the stacks
             p.stop()  # closes the log
             assert code == 0, f"{p.name} did not shut down cleanly ({code}):\n{p.log()}"
 

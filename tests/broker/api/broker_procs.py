@@ -68,19 +68,23 @@ class BrokerProc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM and wait (clean shutdown); SIGKILL if it hangs."""
+    def stop(self, timeout: float = devprocs.SHUTDOWN_BOUND_S) -> int | None:
+        """SIGTERM and wait for the exit code (a clean shutdown is 0); a broker that is still
+        running after ``timeout`` s is a failure (``ShutdownTooSlow``, with its stacks and log)."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._close_log()
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                devprocs.wait_exit(self.proc, self.name, timeout, lambda: self.log(20_000))
+        finally:
+            self._close_log()
         return self.proc.returncode
+
+    def wait_exit(self, timeout: float = devprocs.SHUTDOWN_BOUND_S) -> int:
+        """Exit code of a broker already signalled (or stopping by itself), within the bound."""
+        assert self.proc is not None
+        return devprocs.wait_exit(self.proc, self.name, timeout, lambda: self.log(20_000))
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -101,9 +105,9 @@ class BrokerProc:
             self._log_fh.close()
             self._log_fh = None
 
-    def log(self) -> str:
+    def log(self, chars: int = 6000) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-6000:]
+            return self.log_path.read_text(errors="replace")[-chars:]
         except FileNotFoundError:
             return ""
 

@@ -132,10 +132,7 @@ class Cluster:
             p.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         codes: dict[str, Optional[int]] = {}
         for n, p in live.items():
-            try:
-                codes[n] = p.proc.wait(30)  # type: ignore[union-attr]
-            except subprocess.TimeoutExpired:
-                codes[n] = None
+            codes[n] = p.wait_exit()  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow with the stacks
             p.stop()
         return codes
 
