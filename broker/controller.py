@@ -51,10 +51,8 @@ request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -64,6 +62,7 @@ from aiohttp import web
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
+from broker.broker_gauges import register_broker_gauges
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
 from broker.metadata_access import MetadataAccessor
@@ -81,7 +80,9 @@ from broker.tasks import cancel_and_wait
 log = logging.getLogger("broker.controller")
 
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
-HTTP_DRAIN_S = 2.0  # at shutdown, in-flight HTTP requests get this long before their connections close
+# at shutdown, in-flight HTTP requests get this long to finish; then aiohttp cancels them and waits
+# as long again for the handlers to end (a SYNC_MASTER put waiting for a slave ack is cut: unknown outcome)
+HTTP_DRAIN_S = 1.5
 SLAVE = "SLAVE"
 
 
@@ -90,7 +91,7 @@ class BrokerStartError(RuntimeError):
 
 
 class BrokerShutdownIncompleteError(RuntimeError):
-    """A shutdown step did not finish within shutdownTimeoutMillis and was abandoned (logged by name)."""
+    """A shutdown step timed out (abandoned) or failed (e.g. a full disk); each is logged by name."""
 
 
 class BrokerMemberStoppedError(RuntimeError):
@@ -164,13 +165,13 @@ class BrokerController:
         self._stopped = asyncio.Event()
         self._shutting_down = False
         self.shutdown_step: Optional[str] = None  # the shutdown step running now (broker.shutdown)
-        self.shutdown_abandoned: list[str] = []
+        self.shutdown_problems: list[str] = []
         # ours: the whole orderly shutdown's budget; the exit watchdog ends the process 5 s after it
         self.shutdown_deadline_s = max(1.0, float(_cfg(broker_config, "shutdown_timeout_millis", 10_000)) / 1000.0)
         self.member_failure: Optional[str] = None  # set once the DLedger member stopped itself (issue 13.1)
         self._member_stopped = asyncio.Event()
         self.writable = False  # False until started, and while shutting down
-        self._register_gauges()
+        register_broker_gauges(self.metrics, self)
 
     @classmethod
     def from_conf_file(cls, path: str) -> "BrokerController":
@@ -410,10 +411,10 @@ class BrokerController:
         self._shutting_down = True
         self.writable = False
         log.info("broker %s shutting down", self.broker_name)
-        self.shutdown_abandoned = await self._teardown()
-        if self.shutdown_abandoned:
-            log.error("broker %s stopped without a clean stop of: %s", self.broker_name,
-                      ", ".join(self.shutdown_abandoned))
+        self.shutdown_problems = await self._teardown()
+        if self.shutdown_problems:
+            log.error("broker %s stopped, not cleanly: %s; the next start recovers the store", self.broker_name,
+                      "; ".join(self.shutdown_problems))
         else:
             log.info("broker %s stopped cleanly", self.broker_name)
         self._stopped.set()
@@ -430,10 +431,10 @@ class BrokerController:
 
     async def _teardown(self) -> list[str]:
         """Stop accepting work, then every service in a fixed order, each bounded (broker.shutdown);
-        returns the names of the steps that did not finish in time."""
+        returns one line per step that did not stop cleanly (timed out or failed)."""
         self.writable = False
         steps = [ShutdownStep("remoting on listenPort (and name server unregistration)", self._stop_remoting),
-                 ShutdownStep("HTTP API (in-flight requests finish)", self._stop_http, HTTP_DRAIN_S + 1.0),
+                 ShutdownStep("HTTP API (in-flight requests finish)", self._stop_http, 2 * HTTP_DRAIN_S + 1.0),
                  ShutdownStep("schedule, transaction check-back and housekeeping", self._stop_master_services),
                  ShutdownStep("DLedger role change handler", self._stop_role_handler),
                  ShutdownStep("SlaveSynchronize", self._stop_slave_sync),
@@ -492,8 +493,10 @@ class BrokerController:
 
     async def _stop_store(self) -> None:
         if self.store_access is not None:
-            await in_thread(self.store_access.shutdown_blocking, "StoreShutdown")
+            clean = await in_thread(self.store_access.shutdown_blocking, "StoreShutdown")
             self.store_access = None
+            if not clean:
+                raise RuntimeError("the store kept its abort file (dispatch could not finish; the log says why)")
 
     async def _release_lock(self) -> None:
         if self._lock is not None:
@@ -503,7 +506,7 @@ class BrokerController:
     async def run_until_signal(self) -> None:
         """Start, then wait for SIGTERM/SIGINT and shut down (broker.shutdown's rules); or, when
         the DLedger member stopped itself, shut down and raise :class:`BrokerMemberStoppedError`.
-        A shutdown that had to abandon a step raises :class:`BrokerShutdownIncompleteError`."""
+        A shutdown that was not clean raises :class:`BrokerShutdownIncompleteError`."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         watchdog = ExitWatchdog(lambda: self.shutdown_step or "after the shutdown steps")
@@ -520,10 +523,10 @@ class BrokerController:
         await self.shutdown()
         if self.member_failure is not None:
             raise BrokerMemberStoppedError(f"{self.member_failure}; {member_stopped_fix(self.member_failure, self.root_dir)}")
-        if self.shutdown_abandoned:
+        if self.shutdown_problems:
             raise BrokerShutdownIncompleteError(
-                f"shutdown abandoned {', '.join(self.shutdown_abandoned)} after shutdownTimeoutMillis="
-                f"{self.shutdown_deadline_s * 1000:.0f}; the next start recovers the store (see the log for the stacks)")
+                f"shutdown not clean: {'; '.join(self.shutdown_problems)}; the next start recovers the store "
+                f"(abnormal recovery; the log has the details and, for a step that timed out, the stacks)")
 
     def member_stopped(self, reason: str) -> None:
         """The DLedger member stopped itself (broker loop): unhealthy from now on, then exit."""
@@ -601,46 +604,3 @@ class BrokerController:
     def config_file(self, name: str) -> dict[str, Any]:
         content, version = self.metadata.file_content(name)
         return {"name": name, "dataVersion": version, "content": content}
-
-    def _register_gauges(self) -> None:
-        m = self.metrics
-        m.register_gauge("rocketmq_broker_role", "1 for the current role (label role) and brokerId",
-                         lambda: [({"role": self.broker_role, "broker_id": str(self.broker_id)}, 1)])
-        m.register_gauge("rocketmq_broker_commitlog_max_offset", "Max physical offset of the commitlog",
-                         lambda: [({}, self.store_access.max_phy_offset())] if self.store_access else [])
-        m.register_gauge("rocketmq_broker_commitlog_min_offset", "Min physical offset of the commitlog",
-                         lambda: [({}, self.store_access.min_phy_offset())] if self.store_access else [])
-        m.register_gauge("rocketmq_broker_dispatch_behind_bytes", "Commitlog bytes not yet dispatched to ConsumeQueues",
-                         lambda: [({}, self.store_access.dispatch_behind_bytes())] if self.store_access else [])
-        m.register_gauge("rocketmq_broker_ha_connections", "Connected slaves (master) or 1/0 connected to master (slave)",
-                         self._ha_connections_gauge)
-        m.register_gauge("rocketmq_broker_ha_slave_lag_bytes", "Master max offset minus the best slave ack",
-                         lambda: [({}, v)] if (v := self.ha_status().get("slaveLagBytes")) is not None else [])
-        m.register_gauge("rocketmq_broker_ha_refused_connections_total", "HA connections refused before admission "
-                         "(no/wrong haAuthToken, handshake timeout, limits)", kind="counter", callback=lambda: [({}, v)]
-                         if (v := self.ha_status().get("refusedConnections")) is not None else [])
-        m.register_gauge("rocketmq_broker_dledger_member_stopped", "1 once the DLedger member stopped itself "
-                         "(the broker refuses requests and exits)", lambda: [({}, int(self.member_failure is not None))])
-        m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(self.metadata.topics()))])
-        m.register_gauge("rocketmq_broker_listen_connections", "Open connections per listen port",
-                         lambda: self._listen_samples("open"))
-        m.register_gauge("rocketmq_broker_listen_pending_bytes", "Bytes reserved by incomplete frames and HTTP bodies",
-                         lambda: [({}, self.pending_budget.reserved)])
-        for key, name, help_text in (
-                ("refusedByCap", "refused_by_cap", "Connections closed at once: serverMaxConnections reached"),
-                ("closedIdle", "closed_idle", "Connections closed after serverChannelMaxIdleTimeSeconds idle"),
-                ("closedReadTimeout", "closed_read_timeout", "Connections closed: frame/head/body not done in serverReadTimeoutMillis"),
-                ("refusedByPendingBudget", "refused_by_pending_budget", "Frames/bodies refused: serverMaxPendingBytes full")):
-            m.register_gauge(f"rocketmq_broker_listen_{name}_total", help_text,
-                             functools.partial(self._listen_samples, key), kind="counter")
-
-    def _listen_samples(self, key: str) -> list[tuple[dict[str, str], float]]:
-        return [({"port": port}, st[key]) for port, st in self.listen_status()["ports"].items()]
-
-    def _ha_connections_gauge(self) -> list[tuple[dict[str, str], float]]:
-        st = self.ha_status()
-        if st["mode"] == "master":
-            return [({}, st["connections"])]
-        if st["mode"] == "slave":
-            return [({}, 1 if st["connected"] else 0)]
-        return []

@@ -14,9 +14,10 @@ Rules (issue 21):
 - :func:`run_steps` runs the steps in order. Each gets ``min(its bound, what is left of the
   deadline)`` (at least :data:`MIN_STEP_S`). A step that does not finish in time is logged by
   name, with the stacks of the asyncio tasks still running, and abandoned (cancelled, not
-  awaited); a step that fails is logged and the next one runs. The names of abandoned steps are
-  returned: the caller exits with :data:`EXIT_SHUTDOWN_INCOMPLETE` instead of 0, and leaves the
-  store's ``abort`` file in place unless the store step itself completed.
+  awaited); a step that fails (raises: a metadata file that cannot be written on a full disk, a
+  store that could not finish dispatching and so keeps its ``abort`` file) is logged and the next
+  one runs. Both are returned as one line each: the caller then exits with
+  :data:`EXIT_SHUTDOWN_INCOMPLETE` instead of 0, so a stop that was not clean never claims to be.
 - :func:`in_thread` runs a blocking shutdown (the store's flush and unmap) on a daemon thread,
   so the loop stays free to time it out and report it, and an abandoned one cannot hold up the
   interpreter's exit.
@@ -73,9 +74,9 @@ def task_stacks(limit: int = 8) -> str:
 
 async def run_steps(steps: list[ShutdownStep], deadline_s: float,
                     progress: Optional[Callable[[Optional[str]], None]] = None) -> list[str]:
-    """Run ``steps`` in order within ``deadline_s`` overall; returns the names abandoned."""
+    """Run ``steps`` in order within ``deadline_s`` overall; returns what did not stop cleanly."""
     end = time.monotonic() + deadline_s
-    abandoned: list[str] = []
+    problems: list[str] = []
     for step in steps:
         bound = max(MIN_STEP_S, min(step.bound_s, end - time.monotonic()))
         if progress is not None:
@@ -89,17 +90,18 @@ async def run_steps(steps: list[ShutdownStep], deadline_s: float,
                       "(exit code %d). Tasks still running:\n%s", step.name, bound, EXIT_SHUTDOWN_INCOMPLETE,
                       task_stacks())
             task.cancel()
-            abandoned.append(step.name)
+            problems.append(f"{step.name}: did not stop within {bound:.1f} s (abandoned)")
             continue
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
             log.error("shutdown: stopping %s failed (%s: %s); going on with the next step",
                       step.name, type(exc).__name__, exc)
+            problems.append(f"{step.name}: {type(exc).__name__}: {exc}")
         elif time.monotonic() - t0 > 1.0:
             log.info("shutdown: %s stopped in %.1f s", step.name, time.monotonic() - t0)
     if progress is not None:
         progress(None)
-    return abandoned
+    return problems
 
 
 def in_thread(fn: Callable[[], T], name: str) -> "asyncio.Future[T]":

@@ -136,9 +136,10 @@ class StoreAccess:
     async def shutdown(self) -> None:
         self.shutdown_blocking()
 
-    def shutdown_blocking(self) -> None:
-        """Dispatch, flush, checkpoint, unmap, unlock (any thread; the broker runs it off its loop)."""
-        self.store.shutdown()
+    def shutdown_blocking(self) -> bool:
+        """Dispatch, flush, checkpoint, unmap, unlock (any thread; the broker runs it off its loop).
+        False when the store kept its ``abort`` file (its next start is an abnormal recovery)."""
+        return self.store.shutdown()
 
     # ------------------------------------------------------------------ hooks
     @property

@@ -12,8 +12,9 @@ Rules:
   by another process, port in use, store does not load), 4 when the DLedger member stopped itself
   while the broker ran (disk full, failed flush, ...: the broker shuts down rather than serve as a
   zombie; the line names the cause and the fix, and a supervisor restarts it once the cause is
-  fixed), 5 when the shutdown did not finish within ``shutdownTimeoutMillis`` (ours, default 10 s:
-  the step that did not stop, with stacks, is in the log; the next start recovers the store),
+  fixed), 5 when the shutdown was not clean: a step did not finish within ``shutdownTimeoutMillis``
+  (ours, default 10 s; the step, with stacks, is in the log) or failed (a full disk: metadata not
+  written, dispatch not finished, so ``abort`` stays); the next start recovers the store,
   128 + N for a second signal N during shutdown (exit at once). The error is one line on
   stderr, prefixed ``mqbroker:``, never a traceback.
 - SIGTERM/SIGINT start an orderly shutdown that always ends (``broker.shutdown``);

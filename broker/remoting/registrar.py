@@ -33,6 +33,7 @@ from broker.remoting.codes import ResponseCode as R
 from broker.tasks import cancel_and_wait, wait_for
 
 log = logging.getLogger("broker.registrar")
+UNREGISTER_TIMEOUT_S = 1.0  # at shutdown, all name servers at once (a hung one costs 1 s, not 6)
 
 
 def parse_namesrv_addr(text: Optional[str]) -> list[tuple[str, int]]:
@@ -149,11 +150,13 @@ class BrokerRegistrar:
         if unregister and self.c.broker_id >= 0:
             fields = {"brokerAddr": self.broker_addr, "brokerId": self.c.broker_id, "brokerName": self.c.broker_name,
                       "clusterName": self.c.cluster_name}
-            for addr, cl in list(self._clients.items()):
+
+            async def unregister_from(cl: RemotingClient) -> None:
                 try:
-                    await cl.invoke(RemotingCommand.request(RC.UNREGISTER_BROKER, fields), min(self.timeout_s, 2.0))
+                    await cl.invoke(RemotingCommand.request(RC.UNREGISTER_BROKER, fields),
+                                    min(self.timeout_s, UNREGISTER_TIMEOUT_S))
                 except (OSError, asyncio.TimeoutError, ConnectionError):
-                    pass
-        for cl in self._clients.values():
-            await cl.close()
+                    pass  # a name server that is down forgets the broker when its heartbeat expires
+            await asyncio.gather(*(unregister_from(cl) for cl in self._clients.values()))
+        await asyncio.gather(*(cl.close() for cl in self._clients.values()))  # in parallel: shutdown is bounded
         self._clients.clear()

@@ -357,10 +357,13 @@ class DefaultMessageStore(StoreReads):
             except Exception:  # noqa: BLE001
                 log.exception("FlushConsumeQueueService failed")
 
-    def shutdown(self) -> None:
-        """Dispatch what is committed, flush everything, delete ``abort`` if clean, unlock."""
+    def shutdown(self) -> bool:
+        """Dispatch what is committed, flush everything, delete ``abort`` if clean, unlock.
+
+        Returns False when ``abort`` stays (dispatch could not finish): the next start is an
+        abnormal recovery, which re-dispatches from the commitlog."""
         if not self._loaded:
-            return
+            return True
         clean = True
         self._stopping.set()
         if self.cleaner is not None:
@@ -379,10 +382,12 @@ class DefaultMessageStore(StoreReads):
             self.commitlog.flush_service.shutdown()
         self._flush_logics()
         self._close_parts()
-        if self._started and clean:
+        started = self._started
+        if started and clean:
             self.abort_file.delete()
         self.lock.release()
         self._loaded = self._started = False
+        return clean or not started
 
     def _close_parts(self) -> None:
         if self.commitlog is not None:

@@ -436,7 +436,8 @@ async def test_slave_drops_a_master_sending_the_wrong_offset_and_reconnects(tmp_
     client = HAClient(slave.commitlog, f"127.0.0.1:{port}", settings("SLAVE"), backoff_initial_ms=50)
     try:
         await client.start()
-        await wait_until(lambda: connections >= 2, what="reconnect")
+        # wait for the second report itself: ``connections`` counts the accept, before the report is read
+        await wait_until(lambda: connections >= 2 and len(reports) >= 2, what="reconnect and its report")
         assert reports[:2] == [100, 100]
         err = client.status()["last_error"] or ""
         assert "60" in err and "100" in err
