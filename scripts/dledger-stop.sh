@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the DLedger group started by scripts/dledger-start.sh: SIGTERM to every node (clean
-# shutdown: flush, checkpoint, abort file removed), waits for each to exit, SIGKILL after 15 s.
+# shutdown: flush, checkpoint, abort file removed), waits for each to exit, SIGKILL after 20 s (the broker itself exits within shutdownTimeoutMillis + 5 s;
+# past that its stacks are asked for with SIGUSR1 first, into its log).
 set -uo pipefail
 RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
 pids=()
@@ -16,9 +17,10 @@ for n in n0 n1 n2; do
 done
 for entry in "${pids[@]}"; do
   n=${entry%%:*}; pid=${entry#*:}
-  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
-    echo "dledger-$n (pid $pid) did not stop in 15 s; killing" >&2
+    echo "dledger-$n (pid $pid) did not stop in 20 s (a bug: see the stacks in its log); killing" >&2
+    kill -USR1 "$pid" 2>/dev/null; sleep 1
     kill -KILL "$pid"
   fi
   echo "stopped dledger-$n (pid $pid)"
