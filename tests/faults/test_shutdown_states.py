@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import seed_for
-from tests.faults.harness.checker import check
 from tests.faults.harness.cluster import QUEUES, TOPIC, ClassicPair, Cluster, DLedgerCluster
 from tests.faults.harness.history import History
 from tests.faults.harness.nemesis import Ctx
-from tests.faults.harness.run import log_leaders, wait_until, wait_until_leader
+from tests.faults.harness.run import check_replicas, wait_until, wait_until_leader
 from tests.faults.harness.stop_states import IDLE_TOPIC, MAY_BE_UNCLEAN, STATES, run_stop_rounds
 from tests.faults.harness.workload import Workload
 
@@ -64,11 +63,7 @@ def _run(mode: str, seed: int, run_dir: Path) -> dict[str, Any]:
         result["stops"] = asyncio.run(scenario())
         result["in_sync"] = wait_until(cluster.in_sync, 60) is not None
         result["exit_codes"] = cluster.stop_clean()
-        replicas, problems = cluster.read_replicas()
-        res = check(history.events, replicas, status_samples=wl.status_samples, log_leaders=log_leaders(cluster),
-                    strict_reads=mode == "dledger")
-        for p in problems:
-            res.flag("store", p)
+        res, _ = check_replicas(cluster, history, wl)
         result.update(summary=res.summary(), anomalies=dict(res.anomalies), ok=res.ok)
         return result
     finally:

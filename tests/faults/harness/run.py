@@ -95,11 +95,7 @@ def run_faults(mode: str, nemeses: list[str], seed: int, run_dir: Path, *, fault
         result["in_sync"] = synced is not None
         (run_dir / "final-status.json").write_text(json.dumps({n: cluster.status(n) for n in cluster.names}, indent=1))
         result["exit_codes"] = cluster.stop_clean()
-        replicas, problems = cluster.read_replicas()
-        res = check(history.events, replicas, status_samples=wl.status_samples, log_leaders=log_leaders(cluster),
-                    strict_reads=mode == "dledger")
-        for p in problems:
-            res.flag("store", p)
+        res, replicas = check_replicas(cluster, history, wl)
         if validate is not None:  # the Spark validator on every replica (before tmpfs mounts go away)
             result["validate"] = validate([str(cluster.roots[n]) for n in cluster.names])
         if any(code != 0 for code in result["exit_codes"].values()):
@@ -116,6 +112,18 @@ def run_faults(mode: str, nemeses: list[str], seed: int, run_dir: Path, *, fault
         cluster.close()
         history.close()
         (run_dir / "result.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+def check_replicas(cluster: Cluster, history: History,
+                   wl: Workload) -> tuple[CheckResult, dict[str, list[dict[str, Any]]]]:
+    """The checker over every replica's files (nodes stopped cleanly) and the run's history;
+    also returns what each replica holds."""
+    replicas, problems = cluster.read_replicas()
+    res = check(history.events, replicas, status_samples=wl.status_samples, log_leaders=log_leaders(cluster),
+                strict_reads=cluster.mode == "dledger")
+    for p in problems:
+        res.flag("store", p)
+    return res, replicas
 
 
 def spark_validate(spark: Any) -> Callable[[list[str]], dict[str, Any]]:

@@ -222,14 +222,18 @@ async def cl_slave(s: Stopper) -> None:
     await s.stop("s")
 
 
-async def cl_ha_reconnecting(s: Stopper) -> None:
-    """The slave's HA link is cut: its HAClient times out and reconnects; SIGTERM the slave."""
+async def _ha_link_cut_then_stop(s: Stopper, node: str, lo: float, hi: float) -> None:
     try:
         cut(s.ctx, "s", "m")
-        await s.pause_random(0.2, 2.0)
-        await s.stop("s")
+        await s.pause_random(lo, hi)
+        await s.stop(node)
     finally:
         s.c.hub.heal_all()
+
+
+async def cl_ha_reconnecting(s: Stopper) -> None:
+    """The slave's HA link is cut: its HAClient times out and reconnects; SIGTERM the slave."""
+    await _ha_link_cut_then_stop(s, "s", 0.2, 2.0)
 
 
 async def cl_slave_sync_retrying(s: Stopper) -> None:
@@ -244,12 +248,7 @@ async def cl_slave_sync_retrying(s: Stopper) -> None:
 
 async def cl_puts_waiting_for_slave(s: Stopper) -> None:
     """SYNC_MASTER puts in flight, waiting for a slave ack that cannot come (HA link cut)."""
-    try:
-        cut(s.ctx, "s", "m")
-        await s.pause_random(0.0, 0.8)
-        await s.stop("m")
-    finally:
-        s.c.hub.heal_all()
+    await _ha_link_cut_then_stop(s, "m", 0.0, 0.8)
 
 
 async def cl_disk_full(s: Stopper) -> None:
