@@ -193,3 +193,28 @@ async def test_signed_remoting_sync_under_acl_never_falls_back_to_http(tmp_path:
         await good.stop()
         await bad.stop()
         await server.stop()
+
+
+@pytest.mark.parametrize("yields", range(4))
+async def test_stop_right_after_a_retarget_returns(yields: int) -> None:
+    """Issue 21's hang: a role change retargets and triggers the sync in the iteration in which
+    shutdown stops it. With asyncio.wait_for in ``_sleep`` (Python 3.11) the cancellation was
+    lost, the task kept syncing every interval and ``stop()`` never returned."""
+    import asyncio
+    import socket
+
+    def refused() -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{s.getsockname()[1]}"
+
+    ss = SlaveSynchronize(Local().access(), refused(), interval=0.5, initial_delay=0.0)
+    ss.start()
+    await asyncio.sleep(0.3)  # failing against the stopped leader, asleep in _sleep
+    ss.set_master_address(refused())
+    ss.trigger()
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    stop = asyncio.ensure_future(ss.stop())
+    done, _ = await asyncio.wait({stop}, timeout=5.0)
+    assert done, "SlaveSynchronize.stop() did not return within 5 s of a retarget"
