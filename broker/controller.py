@@ -433,7 +433,8 @@ class BrokerController:
         """Stop accepting work, then every service in a fixed order, each bounded (broker.shutdown);
         returns one line per step that did not stop cleanly (timed out or failed)."""
         self.writable = False
-        steps = [ShutdownStep("remoting on listenPort (and name server unregistration)", self._stop_remoting),
+        steps = [ShutdownStep("puts waiting for a slave ack (answered FLUSH_SLAVE_TIMEOUT)", self._release_waiting_puts),
+                 ShutdownStep("remoting on listenPort (and name server unregistration)", self._stop_remoting),
                  ShutdownStep("HTTP API (in-flight requests finish)", self._stop_http, 2 * HTTP_DRAIN_S + 1.0),
                  ShutdownStep("schedule, transaction check-back and housekeeping", self._stop_master_services),
                  ShutdownStep("DLedger role change handler", self._stop_role_handler),
@@ -446,6 +447,12 @@ class BrokerController:
 
     def _on_shutdown_step(self, name: Optional[str]) -> None:
         self.shutdown_step = name  # named by the exit watchdog should the process not exit
+
+    async def _release_waiting_puts(self) -> None:
+        if self.ha_service is not None:
+            released = self.ha_service.stop_waiting()
+            if released:
+                log.info("shutdown: %d put(s) waiting for a slave ack answered FLUSH_SLAVE_TIMEOUT", released)
 
     async def _stop_remoting(self) -> None:
         if self.remoting is not None:

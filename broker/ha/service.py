@@ -112,6 +112,7 @@ class HAService:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped_waiting = False  # shutdown: no put waits for a slave ack any more
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -255,12 +256,28 @@ class HAService:
         if self._push2slave_max_offset >= next_offset:
             fut.set_result(PutMessageStatus.PUT_OK)
             return fut
+        if self._stopped_waiting:
+            fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            return fut
         timeout = self.settings.sync_flush_timeout if timeout_ms is None else timeout_ms
         heapq.heappush(self._waiters, (next_offset, next(self._seq), fut))
         self.notify_put(next_offset)  # RocketMQ: getWaitNotifyObject().wakeupAll()
         handle = loop.call_later(timeout / 1000.0, self._expire, fut)
         fut.add_done_callback(lambda _f: handle.cancel())
         return fut
+
+    def stop_waiting(self) -> int:
+        """Shutdown, first step: every put waiting for a slave ack is answered FLUSH_SLAVE_TIMEOUT
+        now (stored on this master, not confirmed by a slave: what the put would have answered
+        at its timeout), and so is every later one; returns how many were waiting."""
+        self._stopped_waiting = True
+        released = 0
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                released += 1
+        self._waiters.clear()
+        return released
 
     async def wait_for_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> PutMessageStatus:
         """Wait until a slave acked ``next_offset`` (the end offset of the put).

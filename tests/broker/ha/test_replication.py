@@ -282,6 +282,31 @@ async def test_sync_master_put_ok_only_after_the_slave_has_the_bytes(tmp_path: P
 
 
 @pytest.mark.timeout(60)
+async def test_shutdown_answers_puts_waiting_for_a_stalled_slave_at_once(tmp_path: Path) -> None:
+    """Issue 21: a master asked to stop does not hold puts for syncFlushTimeout: the ones waiting
+    for a slave ack, and any later one, are answered FLUSH_SLAVE_TIMEOUT (stored, not confirmed)."""
+    async with pair(tmp_path, "SYNC_MASTER", sync_flush_timeout=30_000) as p:
+        await put_many(p.master, 0, 5)
+        reader, writer = await raw_connect(p.service.listen_port)
+        try:
+            writer.write(encode_report(p.master.commitlog.max_offset))
+            await wait_until(lambda: p.service.connection_count == 1, what="stalled slave")
+            waiting = asyncio.ensure_future(p.master.put_message_async(msg(5)))
+            await wait_until(lambda: p.service.status().get("master_max_offset", 0) > 0 and not waiting.done(),
+                             what="a put waiting for the slave")
+            await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            assert p.service.stop_waiting() == 1
+            res = await asyncio.wait_for(waiting, 2)
+            assert res.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and time.monotonic() - t0 < 1.0
+            assert res.append_result is not None  # stored on the master
+            later = await asyncio.wait_for(p.master.put_message_async(msg(6)), 2)
+            assert later.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        finally:
+            writer.close()
+
+
+@pytest.mark.timeout(60)
 async def test_sync_master_flush_slave_timeout_when_the_slave_stalls(tmp_path: Path) -> None:
     async with pair(tmp_path, "SYNC_MASTER", sync_flush_timeout=300) as p:
         await put_many(p.master, 0, 5)
