@@ -8,9 +8,11 @@ Rules:
   only: ``HAService`` on a master, ``HAClient`` to ``haMasterAddress`` on a slave) -> HTTP API on
   ``listenPort`` (shared with remoting, see ``broker.remoting``) -> SlaveSynchronize (slave only). Any failure undoes what was started and is
   raised as :class:`BrokerStartError` with one clear sentence.
-- Shutdown (SIGTERM/SIGINT, or :meth:`shutdown`) is the reverse: stop accepting HTTP requests
-  (in-flight ones finish), stop SlaveSynchronize and HA, persist metadata, shut the store down
-  (flush, delete ``abort`` when nothing is left to dispatch), release the lock.
+- Shutdown (SIGTERM/SIGINT, or :meth:`shutdown`; ``broker.shutdown`` has the rules): refuse
+  writes, answer the puts waiting for a slave ack, close the doors (remoting, HTTP after a short
+  drain), stop schedule/transactions, the role handler, SlaveSynchronize and HA, persist
+  metadata, shut the store down (flush, delete ``abort`` when nothing is left to dispatch),
+  release the lock; each step bounded, the whole within ``shutdownTimeoutMillis``.
 - Role is runtime state: ``broker_role`` and ``broker_id`` start from the conf file and change
   only through :meth:`change_to_master` / :meth:`change_to_slave` (DLedger's role-change handler
   calls them; classic mode never does). :meth:`check_writable` is the *only* "am I master?"
@@ -532,8 +534,8 @@ class BrokerController:
             raise BrokerMemberStoppedError(f"{self.member_failure}; {member_stopped_fix(self.member_failure, self.root_dir)}")
         if self.shutdown_problems:
             raise BrokerShutdownIncompleteError(
-                f"shutdown not clean: {'; '.join(self.shutdown_problems)}; the next start recovers the store "
-                f"(abnormal recovery; the log has the details and, for a step that timed out, the stacks)")
+                f"shutdown not clean: {'; '.join(self.shutdown_problems)}; the next start recovers what was not "
+                f"stopped cleanly (the log has the details and, for a step that timed out, the stacks)")
 
     def member_stopped(self, reason: str) -> None:
         """The DLedger member stopped itself (broker loop): unhealthy from now on, then exit."""
