@@ -24,6 +24,9 @@ stored during the run, from ``mqadmin topicStatus`` offsets, per second of wall 
 send + response failures), ``cpu_us_per_msg`` (utime + stime of every broker process, /proc),
 ``leader_changes`` (elections won during the run, counted in the brokers' logs; 0 for a classic
 pair by construction). Run, not asserted: targets live in the issue, not in tests.
+
+``--quick`` is a smoke run: 20 s is mostly the JVMs' warm-up (the tool prints a line every 10 s,
+so ``tool_tps`` has one or two lines); compare implementations with the default 65 s rows.
 """
 from __future__ import annotations
 
