@@ -281,16 +281,22 @@ async def test_sync_master_put_ok_only_after_the_slave_has_the_bytes(tmp_path: P
         assert res.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
 
 
+async def stalled_slave(p: Pair) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Five messages on the master, then a "slave" that reports once and never reads nor acks again."""
+    await put_many(p.master, 0, 5)
+    reader, writer = await raw_connect(p.service.listen_port)
+    writer.write(encode_report(p.master.commitlog.max_offset))
+    await wait_until(lambda: p.service.connection_count == 1, what="stalled slave")
+    return reader, writer
+
+
 @pytest.mark.timeout(60)
 async def test_shutdown_answers_puts_waiting_for_a_stalled_slave_at_once(tmp_path: Path) -> None:
     """Issue 21: a master asked to stop does not hold puts for syncFlushTimeout: the ones waiting
     for a slave ack, and any later one, are answered FLUSH_SLAVE_TIMEOUT (stored, not confirmed)."""
     async with pair(tmp_path, "SYNC_MASTER", sync_flush_timeout=30_000) as p:
-        await put_many(p.master, 0, 5)
-        reader, writer = await raw_connect(p.service.listen_port)
+        reader, writer = await stalled_slave(p)
         try:
-            writer.write(encode_report(p.master.commitlog.max_offset))
-            await wait_until(lambda: p.service.connection_count == 1, what="stalled slave")
             waiting = asyncio.ensure_future(p.master.put_message_async(msg(5)))
             await wait_until(lambda: p.service.status().get("master_max_offset", 0) > 0 and not waiting.done(),
                              what="a put waiting for the slave")
@@ -309,12 +315,8 @@ async def test_shutdown_answers_puts_waiting_for_a_stalled_slave_at_once(tmp_pat
 @pytest.mark.timeout(60)
 async def test_sync_master_flush_slave_timeout_when_the_slave_stalls(tmp_path: Path) -> None:
     async with pair(tmp_path, "SYNC_MASTER", sync_flush_timeout=300) as p:
-        await put_many(p.master, 0, 5)
-        # A "slave" that reports once and then never reads nor acks again.
-        reader, writer = await raw_connect(p.service.listen_port)
+        reader, writer = await stalled_slave(p)
         try:
-            writer.write(encode_report(p.master.commitlog.max_offset))
-            await wait_until(lambda: p.service.connection_count == 1, what="stalled slave")
             t0 = time.monotonic()
             res = await p.master.put_message_async(msg(5))
             elapsed = time.monotonic() - t0
