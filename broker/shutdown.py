@@ -187,17 +187,11 @@ class SignalGate:
         self.watchdog = watchdog
         self.deadline_s = deadline_s
         self.received: Optional[int] = None
-        self._previous: dict[int, Any] = {}
 
     def install(self) -> "SignalGate":
         for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+            signal.signal(sig, self._handle)
         return self
-
-    def uninstall(self) -> None:
-        for sig, prev in self._previous.items():
-            signal.signal(sig, prev)
-        self._previous.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:  # main thread, between two bytecodes
         if self.received is not None:
