@@ -9,6 +9,7 @@ import functools
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from broker.api.metrics import BrokerMetrics
+from broker.gc_watch import WATCH
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.metadata_access import MetadataAccessor
@@ -55,6 +56,10 @@ def register_broker_gauges(m: BrokerMetrics, b: GaugeSource) -> None:
                      lambda: _listen_samples(b, "open"))
     m.register_gauge("rocketmq_broker_listen_pending_bytes", "Bytes reserved by incomplete frames and HTTP bodies",
                      lambda: [({}, b.pending_budget.reserved)])
+    m.register_gauge("rocketmq_broker_gc_pause_seconds_total", "Time every thread stood still in Python's cyclic "
+                     "garbage collector, per generation", lambda: _gc_samples("seconds"), kind="counter")
+    m.register_gauge("rocketmq_broker_gc_pause_max_ms", "Longest garbage-collector pause, per generation",
+                     lambda: _gc_samples("maxMs"))
     for key, name, help_text in (
             ("refusedByCap", "refused_by_cap", "Connections closed at once: serverMaxConnections reached"),
             ("closedIdle", "closed_idle", "Connections closed after serverChannelMaxIdleTimeSeconds idle"),
@@ -62,6 +67,10 @@ def register_broker_gauges(m: BrokerMetrics, b: GaugeSource) -> None:
             ("refusedByPendingBudget", "refused_by_pending_budget", "Frames/bodies refused: serverMaxPendingBytes full")):
         m.register_gauge(f"rocketmq_broker_listen_{name}_total", help_text,
                          functools.partial(_listen_samples, b, key), kind="counter")
+
+
+def _gc_samples(key: str) -> list[tuple[dict[str, str], float]]:
+    return [({"generation": str(g)}, v) for g, v in enumerate(WATCH.snapshot()[key])]
 
 
 def _listen_samples(b: GaugeSource, key: str) -> list[tuple[dict[str, str], float]]:

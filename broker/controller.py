@@ -65,6 +65,7 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
+from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
 from broker.metadata_access import MetadataAccessor
@@ -522,6 +523,7 @@ class BrokerController:
         SignalGate(loop, stop.set, watchdog, self.shutdown_deadline_s).install()  # for the life of the process
         install_stack_dump(loop)
         await self.start()
+        freeze_startup()  # full collections never walk what start-up left alive (broker.gc_watch)
         waits = [loop.create_task(stop.wait()), loop.create_task(self._member_stopped.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

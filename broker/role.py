@@ -151,6 +151,11 @@ class DLedgerRoleChangeHandler:
                                   for k, n in (("hint", v.hint_resets), ("begin", v.begin_resets))], kind="counter")
         m.register_gauge("rocketmq_dledger_begin_resets_total", "Times this member's log was reset to a leader's begin "
                          "index", lambda: [({}, srv.counters.get("begin_resets", 0))], kind="counter")
+        m.register_gauge("rocketmq_dledger_loop_stalls_total", "Ticks of the DLedger loop more than 100 ms late (no "
+                         "heartbeat sent or seen meanwhile; issue 22.3)",
+                         lambda: [({}, srv.counters.get("loop_stalls", 0))], kind="counter")
+        m.register_gauge("rocketmq_dledger_loop_stall_max_ms", "Longest DLedger loop stall seen",
+                         lambda: [({}, srv.counters.get("loop_stall_max_ms", 0))])
 
     async def stop(self) -> None:
         await cancel_and_wait(self._watch)

@@ -13,8 +13,9 @@ Rules:
   is ``SERVICE_NOT_AVAILABLE`` naming the cause, never an empty or "removed" answer; a record
   that fails its CRC check (``broker.store.verify.CorruptRecordError``) is ``SYSTEM_ERROR``
   naming node, file, offset and the fix.
-- In DLedger mode concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` (one
-  store put, one DLedger batch for the requests of one loop iteration; results sliced back).
+- Concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` in both modes (one
+  store put for the requests of one loop iteration: one DLedger batch, or one classic append
+  with one flush request and one slave-ack wait; results sliced back).
 
 Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
 processor never depend on the store's method names; hooks (``on_put``, ``wake_dispatch``)
@@ -24,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
-from broker.put_dedup import RecentSends
+from broker.put_dedup import RecentSends, Row
 from broker.store.message import MessageExt
 from broker.store.put_result import PutMessageStatus
 
@@ -62,6 +62,17 @@ class PutOutcome:
     status: PutMessageStatus = PutMessageStatus.PUT_OK  # or stored but not durable (FLUSH_*_TIMEOUT, ...)
     queue_id: int | None = None  # set when a retry was answered from the dedup window (its queue)
     detail: str = ""  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
+
+    def to_row(self, queue_id: int) -> Row:
+        """The flat form the dedup window keeps (``broker.put_dedup``: no object per entry)."""
+        return (tuple(self.msg_ids), tuple(self.queue_offsets), tuple(self.physical_offsets), self.wrote_bytes,
+                self.next_offset, queue_id)
+
+    @classmethod
+    def from_row(cls, row: Row) -> "PutOutcome":
+        """A remembered stored answer, re-answered as PUT_OK."""
+        ids, qoffs, phys, wrote, nxt, qid = row
+        return cls(list(ids), list(qoffs), list(phys), wrote, nxt, PutMessageStatus.PUT_OK, qid)
 
 
 @contextlib.contextmanager
@@ -173,7 +184,7 @@ class StoreAccess:
                 return earlier  # the same request, answered once
         again = dedup.recall(keys)
         if again is not None:
-            return again
+            return PutOutcome.from_row(again)
         hit = dedup.lookup(keys)
         if hit is not None:
             log.info("send of %d message(s) to %s already stored (UNIQ_KEY %s): answered from the dedup window",
@@ -189,8 +200,7 @@ class StoreAccess:
         try:
             outcome = await self._put_messages(msgs)
             if outcome.status is PutMessageStatus.PUT_OK or not self.store_is_dledger:
-                dedup.remember(keys, dataclasses.replace(outcome, status=PutMessageStatus.PUT_OK, detail="",
-                                                         queue_id=msgs[0].queue_id))
+                dedup.remember(keys, outcome.to_row(msgs[0].queue_id))
             return outcome
         finally:
             if not fut.done():

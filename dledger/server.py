@@ -68,6 +68,9 @@ from .statewriter import StateWriter
 from .storelog import GroupFlusher, StoreLog, open_store
 
 log = logging.getLogger("dledger.server")
+#: a tick this late is logged and counted (``loop_stalls``): the loop did not run for that long,
+#: so the core saw no messages and sent no heartbeats (issue 22.3)
+STALL_REPORT_S = 0.1
 
 RoleListener = Callable[[int, Role], None]
 AppendHook = Callable[[Any, Any, int], None]
@@ -125,7 +128,9 @@ class DLedgerServer(ClientChannel):
             "ack_timeouts": 0, "flushes": 0, "flush_seconds": 0.0, "flush_report_seconds": 0.0,
             "flushed_entries": 0, "ticks": 0, "bad_peer_messages": 0, "role_changes": 0, "readies": 0,
             "begin_resets": 0,  # follower: log reset to the leader's begin index (issue 13.2)
+            "loop_stalls": 0, "loop_stall_max_ms": 0,  # ticks more than STALL_REPORT_S late (issue 22.3)
         }
+        self._heard: dict[str, float] = {}  # peer -> monotonic time of its last message (election logs)
         self.coalescer = AppendCoalescer(self, window_s=coalesce_window_ms / 1000.0,
                                          max_entries=coalesce_max_entries, max_bytes=coalesce_max_bytes)
         self.store = open_store(config)
@@ -521,6 +526,10 @@ class DLedgerServer(ClientChannel):
         self.counters["role_changes"] += 1
         if rc.role is not Role.FOLLOWER or rc.leader_id is not None:
             log.info("%s: role %s term %d leader %s", self.config.self_id, rc.role.value, rc.term, rc.leader_id)
+        if rc.role is Role.PRE_CANDIDATE or (rc.role is Role.CANDIDATE and not self.config.pre_vote):
+            now = time.monotonic()
+            heard = ", ".join(f"{p} {1000 * (now - t):.0f} ms ago" for p, t in sorted(self._heard.items()))
+            log.info("%s: election timeout; last message from each peer: %s", self.config.self_id, heard or "none")
         for cb in list(self._role_listeners):
             try:
                 cb(rc.term, rc.role)
@@ -543,6 +552,7 @@ class DLedgerServer(ClientChannel):
             log.warning("%s: dropped a %s from peer %s claiming src=%r dst=%r", self.config.self_id,
                         type(msg).__name__, src, msg.src, msg.dst)
             return
+        self._heard[src] = time.monotonic()
         self.core.step(msg)
         self._kick()
 
@@ -557,6 +567,12 @@ class DLedgerServer(ClientChannel):
             # A stalled loop catches up a little, but never fires a burst of election timeouts.
             if self.fatal_error:
                 return
+            late = now - next_at
+            if late > STALL_REPORT_S:
+                self.counters["loop_stalls"] += 1
+                self.counters["loop_stall_max_ms"] = max(self.counters["loop_stall_max_ms"], round(late * 1000))
+                log.warning("%s: the DLedger loop was %.0f ms late for a tick (role %s)", self.config.self_id,
+                            late * 1000, self.core.role.name)
             for _ in range(min(due, 3)):
                 self.core.tick()
                 self.counters["ticks"] += 1

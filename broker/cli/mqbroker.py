@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from broker.shutdown import EXIT_SHUTDOWN_INCOMPLETE  # noqa: WPS433
 
     _use_uvloop()
+    from broker.gc_watch import WATCH  # noqa: WPS433
+
+    WATCH.install()
     controller = BrokerController(broker_config, store_config, conf_path=args.config_file)
     try:
         asyncio.run(controller.run_until_signal())

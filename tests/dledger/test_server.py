@@ -573,3 +573,27 @@ async def test_append_batch_then_calls_the_sink_once_at_commit(group):
     await g.stop(leader.config.self_id)
     assert len(calls) == 2 and calls[1][0] is None and isinstance(calls[1][1], DLedgerError)
     assert calls[1][1].code == Code.INTERNAL_ERROR
+
+
+async def test_a_stalled_loop_is_counted_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 22.3: a loop that did not run for a while (a long GIL holder, a GC pause) is what
+    starves heartbeats; the member counts and logs it, with how late the tick was."""
+    import logging
+    import time
+
+    g = Group(tmp_path, n=1)
+    await g.start_all()
+    try:
+        s = await g.leader()
+        before = s.counters["loop_stalls"]
+        with caplog.at_level(logging.WARNING, logger="dledger.server"):
+            time.sleep(0.3)  # the loop (and every tick) stands still
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if s.counters["loop_stalls"] > before:
+                    break
+        assert s.counters["loop_stalls"] >= before + 1
+        assert s.counters["loop_stall_max_ms"] >= 200
+        assert any("late for a tick (role LEADER)" in r.getMessage() for r in caplog.records)
+    finally:
+        await g.stop_all()
