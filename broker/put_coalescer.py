@@ -1,10 +1,11 @@
-"""PutCoalescer: concurrent produce requests travel to a DLedger store as one batch put.
+"""PutCoalescer: concurrent produce requests travel to the store as one batch put.
 
 Rules:
-- Only for the DLedger commitlog, where every put crosses to the DLedger loop thread and back
-  and becomes a DLedger append: puts that arrive in the same event-loop iteration (many HTTP
-  requests are parsed per iteration under load) are concatenated into one
-  ``put_messages_async`` call. Every message still becomes its own DLedger entry with its own
+- Puts that arrive in the same event-loop iteration (a Java client multiplexes all its threads
+  over one connection, and many requests are parsed per iteration under load) are concatenated
+  into one put. DLedger commitlog: every put crosses to the DLedger loop thread and back and
+  becomes a DLedger append. Classic commitlog (issue 22): one ``put_messages_async`` per merged
+  put, so one put-lock section, one flush request and one slave-ack wait serve the whole turn. Every message still becomes its own DLedger entry with its own
   queue offset (assigned per topic/queue by the leader's put path); a request's messages stay
   contiguous and in order. One thread hop each way and one DLedger batch replace one per
   request, which is where the leader's CPU went (group commit, as RocketMQ's GroupCommitService).
@@ -196,10 +197,14 @@ def _slice(result: PutMessageResult, i: int, msgs: list[MessageExt]) -> PutMessa
 
 
 def coalescer_for(store: "DefaultMessageStore") -> PutCoalescer | None:
-    """A coalescer for a DLedger-mode store, None for the classic commitlog (it batches itself)."""
+    """A coalescer for the store's commitlog: DLedger puts are submitted to the DLedger loop
+    without a task; classic puts run as one ``put_messages_async`` task per merged put (one
+    append under the put lock, one flush request, one replica wait for the whole turn)."""
     commitlog = store.commitlog
-    if commitlog is None or not commitlog.is_dledger:
+    if commitlog is None:
         return None
+    if not commitlog.is_dledger:
+        return PutCoalescer(lambda msgs: store.put_messages_async(msgs))
     return PutCoalescer(lambda msgs: store.put_messages_async(msgs),
                         submit=_dledger_submit(store, cast("DLedgerCommitLog", commitlog)))
 

@@ -40,6 +40,7 @@ MAX_FRAME_LENGTH = 16 * 1024 * 1024
 DEFAULT_VERSION = 401
 
 _I = struct.Struct(">i")
+_H = struct.Struct(">h")
 _II = struct.Struct(">ii")
 _BIN_HEAD = struct.Struct(">hbhii")
 
@@ -209,23 +210,46 @@ def _read_str(raw: bytes, pos: int, short: bool, limit: int) -> tuple[Optional[s
 
 
 def _decode_header_rocketmq(raw: bytes) -> RemotingCommand:
-    if len(raw) < _BIN_HEAD.size + 8:
+    # One loop with the struct calls and slices inlined: this runs for every request (13 fields
+    # of a V2 send), and a helper call per string was 33 us of the 46 us a send header cost on a
+    # busy 2-core machine (issue 22 profile). The checks are _read_str's, in the same order.
+    n_raw = len(raw)
+    if n_raw < _BIN_HEAD.size + 8:
         raise RemotingCommandError("ROCKETMQ header truncated")
     code, lang, version, opaque, flag = _BIN_HEAD.unpack_from(raw, 0)
-    remark, pos = _read_str(raw, _BIN_HEAD.size, False, len(raw))
-    if pos + 4 > len(raw):
+    remark, pos = _read_str(raw, _BIN_HEAD.size, False, n_raw)
+    if pos + 4 > n_raw:
         raise RemotingCommandError("ROCKETMQ header truncated")
     ext_len = _I.unpack_from(raw, pos)[0]
     pos += 4
-    if ext_len < 0 or pos + ext_len > len(raw):
+    if ext_len < 0 or pos + ext_len > n_raw:
         raise RemotingCommandError(f"ROCKETMQ extFields length {ext_len} exceeds the header")
     ext: dict[str, str] = {}
     end = pos + ext_len
-    while pos < end:
-        k, pos = _read_str(raw, pos, True, ext_len)
-        v, pos = _read_str(raw, pos, False, ext_len)
-        if k is not None and v is not None:
-            ext[k] = v
+    unpack_h, unpack_i = _H.unpack_from, _I.unpack_from
+    try:
+        while pos < end:
+            if pos + 2 > n_raw:
+                raise RemotingCommandError("ROCKETMQ header truncated")
+            kn = unpack_h(raw, pos)[0]
+            pos += 2
+            if kn < 0 or kn > ext_len or pos + kn > n_raw:
+                raise RemotingCommandError(f"ROCKETMQ header string length {kn} exceeds the header")
+            k = raw[pos:pos + kn].decode("utf-8") if kn else None
+            pos += kn
+            if pos + 4 > n_raw:
+                raise RemotingCommandError("ROCKETMQ header truncated")
+            vn = unpack_i(raw, pos)[0]
+            pos += 4
+            if vn < 0 or vn > ext_len or pos + vn > n_raw:
+                raise RemotingCommandError(f"ROCKETMQ header string length {vn} exceeds the header")
+            if vn and k is not None:
+                ext[k] = raw[pos:pos + vn].decode("utf-8")
+            elif vn:
+                raw[pos:pos + vn].decode("utf-8")  # still checked: the header must be UTF-8 throughout
+            pos += vn
+    except UnicodeDecodeError:
+        raise RemotingCommandError("ROCKETMQ header string is not UTF-8") from None
     language = LanguageCode.NAMES[lang] if 0 <= lang < len(LanguageCode.NAMES) else "OTHER"
     return RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext, language=language,
                            version=version, serialize_type=SerializeType.ROCKETMQ)

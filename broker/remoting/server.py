@@ -69,6 +69,7 @@ class RemotingConnection(asyncio.Protocol):
         self.clock = ConnectionClock()
         self._reserved = 0  # bytes of the pending-bytes budget held by the incomplete frame
         self.attrs: dict[str, Any] = {}  # per-connection state of processors (client ids...)
+        self._out: list[bytes] = []  # encoded responses of this loop turn (send / _flush_out)
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -171,6 +172,7 @@ class RemotingConnection(asyncio.Protocol):
         if reason == READ_TIMEOUT:
             self._abort()
         elif self.transport is not None and not self.closed:
+            self._flush_out()
             self.transport.close()
 
     def _abort(self) -> None:
@@ -191,8 +193,23 @@ class RemotingConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def send(self, cmd: RemotingCommand) -> None:
+        """Queue ``cmd``; everything queued in one loop turn goes out in one write (the Java
+        client multiplexes all its threads over one connection: one syscall per turn instead of
+        one per response; issue 22). Closing the connection writes what is queued first."""
+        if self.transport is None or self.closed:
+            return
+        out = self._out
+        out.append(encode(cmd))
+        if len(out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
         if self.transport is not None and not self.closed:
-            self.transport.write(encode(cmd))
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             self.clock.touch()
 
     async def _process(self, cmd: RemotingCommand) -> None:
@@ -268,6 +285,7 @@ class RemotingServer:
             self._server.close()
             for conn in list(self.connections):
                 if conn.transport is not None:
+                    conn._flush_out()
                     conn.transport.close()
             try:
                 await wait_for(self._server.wait_closed(), 5.0)

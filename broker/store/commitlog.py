@@ -344,7 +344,7 @@ class CommitLog:
         return AppendMessageResult(
             wrote_offset=phys[0], wrote_bytes=len(data), store_timestamp=last_ts,
             logics_offset=qoffs[0], msg_num=n_msgs, physical_offsets=phys, queue_offsets=qoffs,
-            store_hosts=[m.store_host for m in msgs], end_offset=end,
+            store_hosts=[m.store_host for m in msgs], end_offset=end, sizes=sizes,
         )
 
     def _roll_back(self, touched: list[MappedFile], first_pos: int, n_before: int) -> None:

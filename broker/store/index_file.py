@@ -110,7 +110,8 @@ class IndexFile:
                     f"{self.path}: index file is {actual} bytes, but maxHashSlotNum={hash_slot_num} and "
                     f"maxIndexNum={index_num} give {self.file_size}; configure the values it was written with"
                 )
-            # page-sized granules: slots are written at random, so reserve only what is touched
+            # page-sized granules for the entries (appended in order); the slot table is reserved
+            # whole at the first key (reserve_keys)
             self._reserve = BlockReserve(os.dup(fd), self.path, self.file_size, granule=mmap.PAGESIZE)
             if not exists:
                 os.ftruncate(fd, self.file_size)
@@ -126,6 +127,7 @@ class IndexFile:
         finally:
             os.close(fd)
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self._slots_reserved = False
         self.begin_timestamp = 0
         self.end_timestamp = 0
         self.begin_phy_offset = 0
@@ -180,9 +182,12 @@ class IndexFile:
         if self.read_only or not keys:
             return hashes
         reserve = self._reserve.ensure
-        for key_hash in hashes:
-            abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-            reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)
+        if not self._slots_reserved:
+            # slots are written at random: blocks for the whole slot table in one call (20 MB at
+            # the default 5M slots) rather than one fallocate per page touched (issue 22: that
+            # was 30 us per message while the table filled)
+            self._reserve.ensure_bulk(0, self._entries_base)
+            self._slots_reserved = True
         first = self._entries_base + self.index_count * INDEX_SIZE
         reserve(first, min(first + len(keys) * INDEX_SIZE, self.file_size))
         return hashes

@@ -57,7 +57,7 @@ class AppendMessageResult:
     queue_offsets: Sequence[int] = ()  # one per message
     store_hosts: Sequence[HostAddr] = ()  # one per message (for msgIds)
     end_offset: int = 0  # physical offset just after the last message (flush/HA target)
-    sizes: Sequence[int] = ()  # each record's size, when the put path knows it (DLedger): a merged put is sliced without re-encoding
+    sizes: Sequence[int] = ()  # each record's size (both commitlogs): a merged put is sliced without re-encoding
 
     @property
     def msg_ids(self) -> list[str]:
