@@ -217,10 +217,28 @@ def _plain_conf(path: Path, kv: dict[str, Any]) -> Path:
     return path
 
 
-def run_producer(setup: Setup, topic: str, threads: int, seconds: float) -> dict[str, Any]:
+def _profilers(setup: Setup, topic: str, seconds: float, out: Optional[Path]) -> list[subprocess.Popen[bytes]]:
+    """``py-spy record`` on each of our brokers for the run (``--profile DIR``): one collapsed-stack
+    file per broker, named after the row (``bench/profile_top.py`` sums it)."""
+    if out is None or setup.impl != "ours":
+        return []
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for b in setup.brokers:
+        stem = out / f"{setup.mode}-{topic}-{b.name}"
+        procs.append(subprocess.Popen([spy, "record", "-p", str(b.p.pid), "-d", str(int(seconds)), "-r", "97",
+                                       "-f", "raw", "-o", f"{stem}.txt", "--nonblocking"],
+                                      stdout=subprocess.DEVNULL, stderr=open(f"{stem}.spy.log", "wb")))
+    return procs
+
+
+def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
+                 profile: Optional[Path] = None) -> dict[str, Any]:
     out_path = setup.work / f"producer-{topic}.out"
     env = dict(os.environ, JAVA_OPT=f"-Xms1g -Xmx1g -Duser.home={setup.work / 'producer-home'}")
     o0, c0, e0, t0 = setup.stored(topic), setup.cpu_s(), setup.elections(), time.monotonic()
+    spies = _profilers(setup, topic, seconds, profile)
     with open(out_path, "wb") as fh:
         p = subprocess.Popen([str(APACHE / "bin" / "bench-producer"), "-n", setup.ns, "-t", topic, "-w", str(threads),
                               "-s", "1024"], stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -234,6 +252,11 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float) -> dict
                 p.kill()
                 p.wait(5)
     wall, c1, e1 = time.monotonic() - t0, setup.cpu_s(), setup.elections()
+    for spy in spies:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
     o1 = setup.stored(topic)
     msgs = o1 - o0
     tool = parse_producer(out_path.read_text(errors="replace"))
@@ -270,6 +293,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--modes", default="dledger,classic")
     ap.add_argument("--out", help="also write the rows to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the work directories (logs, stores)")
+    ap.add_argument("--profile", type=Path, help="py-spy each of our brokers during each row into this folder "
+                    "(collapsed stacks; adds the sampler's own CPU to the row)")
     args = ap.parse_args(argv)
     threads = [32] if args.quick else [int(t) for t in args.threads.split(",")]
     seconds = 20.0 if args.quick else args.seconds
@@ -288,7 +313,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for th in threads:
                     topic = f"Bench{impl.capitalize()}{mode.capitalize()}{th}"
                     setup.create_topic(topic)
-                    row = run_producer(setup, topic, th, seconds)
+                    row = run_producer(setup, topic, th, seconds, args.profile)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
