@@ -93,6 +93,9 @@ class BrokerConfig:
     # a send whose topic + UNIQ_KEYs were stored in this window is answered, not stored again
     # (a producer's retry after an unknown outcome; broker/put_dedup.py); 0 turns it off
     send_dedup_window_seconds: int = _key("sendDedupWindowSeconds", 60, ours=True)
+    # a DLedger follower passes a client's send to the leader and relays its answer, so a leader
+    # change costs a client with a stale route no failed send (broker/remoting/forward.py)
+    forward_sends_to_leader: bool = _key("forwardSendsToLeader", True, ours=True)
     # the orderly shutdown's whole budget; a step that overruns is abandoned and logged by name,
     # and the process exits with code 5 at most 5 s after it (broker/shutdown.py)
     shutdown_timeout_millis: int = _key("shutdownTimeoutMillis", 10_000, ours=True)

@@ -13,6 +13,8 @@ Rules:
   (``change_to_master``/``change_to_slave``) call :meth:`role_changed`.
 - Limits: the server applies the controller's ``ListenLimits`` (idle/read timeouts, connection
   cap) and shares its pending-bytes budget with a split ``httpListenPort`` (``broker.remoting.limits``).
+- DLedger follower: sends are forwarded to the leader (``broker.remoting.forward``,
+  ``forwardSendsToLeader``).
 - Stop: unregister from the name servers, wake held pulls, close the listener and the
   remoting connections.
 
@@ -33,6 +35,8 @@ from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
 from broker.remoting.processors.send import SendMessageProcessor
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.forward import SendForwarder
 from broker.remoting.registrar import BrokerRegistrar, parse_namesrv_addr
 from broker.remoting.server import RemotingServer
 
@@ -63,6 +67,13 @@ class BrokerRemoting:
         for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction,
                   self.broker_stats):
             p.register(self.server)
+        self.forwarder: Optional[SendForwarder] = None
+        # the leader is known by its API address: the remoting port only when HTTP shares it
+        shared = getattr(controller, "http_port", None) == getattr(controller, "listen_port", None)
+        if getattr(controller, "dledger_enabled", False) and getattr(bc, "forward_sends_to_leader", True) and shared:
+            self.forwarder = SendForwarder(self._leader_to_forward_to)
+            for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+                self.server.processors[code] = self.forwarder.wrap(self.server.processors[code])
         self.acl: Any = None
         if getattr(bc, "acl_enable", False):
             self.acl = getattr(controller, "acl_validator", None)
@@ -98,6 +109,14 @@ class BrokerRemoting:
         self.admin_stats.stats.hooks.append(self.broker_stats.counts.sample)
         self.admin_stats.stats.start()
 
+    def _leader_to_forward_to(self) -> Optional[str]:
+        """The leader's listen address while this broker is a running DLedger follower (forward.py)."""
+        c = self.controller
+        if self.stopping or c.is_master() or c.member_failure is not None:
+            return None
+        addr: Optional[str] = c.master_api_address
+        return addr
+
     def start_registrar(self) -> None:
         if self.registrar is not None:
             self.registrar.start()
@@ -128,3 +147,5 @@ class BrokerRemoting:
         if listeners is not None and self._listener in listeners:
             listeners.remove(self._listener)
         await self.server.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
