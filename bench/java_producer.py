@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -101,8 +102,9 @@ def _java(tool: str, *args: str, heap: str = "-Xms128m -Xmx256m", timeout: float
 class Setup:
     """A name server plus one group (impl x mode) on free ports under ``work``."""
 
-    def __init__(self, impl: str, mode: str, work: Path) -> None:
+    def __init__(self, impl: str, mode: str, work: Path, forward: bool = True) -> None:
         self.impl, self.mode, self.work = impl, mode, work
+        self.forward = forward  # ours, DLedger: forwardSendsToLeader
         self.cluster = f"B{impl[0].upper()}{mode[0].upper()}"
         self.brokers: list[Proc] = []
         ns_port = free_ports(1)[0]
@@ -138,6 +140,8 @@ class Setup:
                           storePathCommitLog=self.work / n / "commitlog", dLegerPeers=peers, dLegerSelfId=n,
                           enableDLegerCommitLog="true", dLegerGroup=f"{self.cluster}g", brokerName=f"{self.cluster}g")
                 if self.impl == "ours":
+                    if not self.forward:
+                        kv["forwardSendsToLeader"] = "false"
                     kv["dLegerPeersHttp"] = ";".join(f"{m}-127.0.0.1:{ports[j]}" for j, m in enumerate(IDS))
                     out.append((n, write_conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", self.work / f"{n}.conf", kv)))
                 else:
@@ -233,12 +237,44 @@ def _profilers(setup: Setup, topic: str, seconds: float, out: Optional[Path]) ->
     return procs
 
 
+class Transfers(threading.Thread):
+    """``--transfer-every S`` (ours, DLedger): hand the leadership to the next member every S
+    seconds while the producer runs (``mqadmin transferLeader``), so the row shows what a leader
+    change with every member alive costs a Java producer whose route is stale (issue 22.4)."""
+
+    def __init__(self, setup: Setup, every: float) -> None:
+        super().__init__(name="transfers", daemon=True)
+        self.setup, self.every = setup, every
+        self.done = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        api = [f"127.0.0.1:{_conf_value(self.setup.work / f'{n}.conf', 'listenPort')}" for n in IDS]
+        i = 0
+        while not self.stop_event.wait(self.every):
+            i += 1
+            r = subprocess.run([sys.executable, "-m", "broker.cli.mqadmin", "transferLeader", "-b", api[i % 3],
+                                "--to", IDS[i % 3]], capture_output=True, text=True, cwd=str(REPO), timeout=30)
+            self.done += r.returncode == 0 and "transferred" in r.stdout
+
+
+def _conf_value(path: Path, key: str) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith(key + "="):
+            return line.split("=", 1)[1].strip()
+    raise KeyError(f"{key} not in {path}")
+
+
 def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
-                 profile: Optional[Path] = None) -> dict[str, Any]:
+                 profile: Optional[Path] = None, transfer_every: float = 0.0) -> dict[str, Any]:
     out_path = setup.work / f"producer-{topic}.out"
     env = dict(os.environ, JAVA_OPT=f"-Xms1g -Xmx1g -Duser.home={setup.work / 'producer-home'}")
     o0, c0, e0, t0 = setup.stored(topic), setup.cpu_s(), setup.elections(), time.monotonic()
     spies = _profilers(setup, topic, seconds, profile)
+    transfers = Transfers(setup, transfer_every) if transfer_every > 0 and setup.impl == "ours" \
+        and setup.mode == "dledger" else None
+    if transfers is not None:
+        transfers.start()
     with open(out_path, "wb") as fh:
         p = subprocess.Popen([str(APACHE / "bin" / "bench-producer"), "-n", setup.ns, "-t", topic, "-w", str(threads),
                               "-s", "1024"], stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -251,6 +287,9 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+    if transfers is not None:
+        transfers.stop_event.set()
+        transfers.join(60)
     wall, c1, e1 = time.monotonic() - t0, setup.cpu_s(), setup.elections()
     for spy in spies:
         try:
@@ -263,7 +302,8 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
     return {"impl": setup.impl, "mode": setup.mode, "threads": threads, "msgs_per_s": round(msgs / wall),
             "tool_tps": tool["tps"], "avg_rt_ms": tool["avg_rt_ms"], "max_rt_ms": tool["max_rt_ms"],
             "failed_sends": tool["failed"], "cpu_us_per_msg": round((c1 - c0) * 1e6 / msgs, 1) if msgs else None,
-            "leader_changes": e1 - e0 if setup.mode == "dledger" else 0, "messages": msgs, "seconds": round(wall, 1)}
+            "leader_changes": e1 - e0 if setup.mode == "dledger" else 0, "messages": msgs, "seconds": round(wall, 1),
+            **({"transfers": transfers.done} if transfers is not None else {})}
 
 
 def parse_producer(text: str) -> dict[str, Any]:
@@ -293,6 +333,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--modes", default="dledger,classic")
     ap.add_argument("--out", help="also write the rows to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the work directories (logs, stores)")
+    ap.add_argument("--transfer-every", type=float, default=0.0, metavar="S",
+                    help="ours, DLedger: transfer the leadership every S seconds during each row (the row's "
+                    "'transfers'; leader_changes then counts them)")
+    ap.add_argument("--no-forward", action="store_true",
+                    help="ours, DLedger: forwardSendsToLeader=false (followers refuse sends, as before issue 22.4)")
     ap.add_argument("--profile", type=Path, help="py-spy each of our brokers during each row into this folder "
                     "(collapsed stacks; adds the sampler's own CPU to the row)")
     args = ap.parse_args(argv)
@@ -306,14 +351,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     for impl in (["ours", "apache"] if args.apache else ["ours"]):
         for mode in args.modes.split(","):
             work = Path(tempfile.mkdtemp(prefix=f"javabench-{impl}-{mode}-"))
-            setup = Setup(impl, mode, work)
+            setup = Setup(impl, mode, work, forward=not args.no_forward)
             try:
                 setup.start()
                 setup.wait_master()
                 for th in threads:
                     topic = f"Bench{impl.capitalize()}{mode.capitalize()}{th}"
                     setup.create_topic(topic)
-                    row = run_producer(setup, topic, th, seconds, args.profile)
+                    row = run_producer(setup, topic, th, seconds, args.profile, args.transfer_every)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
