@@ -41,7 +41,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,14 +56,9 @@ IDS = ("n0", "n1", "n2")
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    from broker.devtools.procs import free_ports  # noqa: WPS433 - outside the ephemeral range
+
+    return free_ports(n)
 
 
 def _conf(template: Path, out: Path, kv: dict[str, Any]) -> Path:

@@ -21,6 +21,8 @@ Rules:
 """
 from __future__ import annotations
 
+import itertools
+import random
 import signal
 import socket
 import subprocess
@@ -58,14 +60,46 @@ def wait_exit(proc: "subprocess.Popen[bytes]", name: str, bound: float = SHUTDOW
 
 
 # ---- ports --------------------------------------------------------------------------------------
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports (all bound at once, then released)."""
-    socks = []
+def _port_pool() -> range:
+    """Ports no outgoing connection of this machine can take: below the kernel's ephemeral range.
+
+    A port the OS hands out for ``bind(0)`` lies *in* the ephemeral range, so between the moment a
+    test picks it and the moment its broker binds it, any outgoing connection (a DLedger peer
+    dialling, a name-server registration, a forwarded send) may be given it as its local port: the
+    broker then fails with EADDRINUSE (seen in CI: n1 of a fault-test group). Ports below the range
+    are only ever bound on purpose."""
     try:
-        for _ in range(n):
+        lo, hi = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    if lo - 100 - 10_000 >= 4_000:
+        return range(10_000, lo - 100)
+    return range(hi + 1, 65_000) if 65_000 - hi > 4_000 else range(20_000, 30_000)
+
+
+_POOL = _port_pool()
+# a per-process cursor from a random start: a port handed out is not handed out again until the
+# whole pool went round, so two picks of one test never collide; two processes start far apart
+_CURSOR = itertools.count(random.randrange(len(_POOL)))
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports outside the ephemeral range (all bound at once, then released)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(len(_POOL)):
+            if len(socks) == n:
+                break
+            port = _POOL[next(_CURSOR) % len(_POOL)]
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        if len(socks) < n:
+            raise RuntimeError(f"no {n} free 127.0.0.1 ports in {_POOL.start}-{_POOL.stop - 1}")
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

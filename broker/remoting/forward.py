@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
+from broker.remoting.server import Handler, RemotingConnection
 from broker.tasks import wait_for
 
 log = logging.getLogger("broker.remoting")
@@ -48,8 +49,6 @@ log = logging.getLogger("broker.remoting")
 #: set in ``flag`` on a request a follower forwarded (bits 0 and 1 are RocketMQ's response/oneway)
 FORWARDED_FLAG = 1 << 4
 CONNECT_TIMEOUT_S = 1.0
-
-Handler = Callable[[RemotingCommand, object], Awaitable[Optional[RemotingCommand]]]
 
 
 class SendForwarder:
@@ -73,7 +72,7 @@ class SendForwarder:
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` preceded by forwarding when this broker is a follower with a leader."""
-        async def forwarding(cmd: RemotingCommand, conn: object) -> Optional[RemotingCommand]:
+        async def forwarding(cmd: RemotingCommand, conn: RemotingConnection) -> Optional[RemotingCommand]:
             addr = self.target(cmd)
             if addr is not None:
                 answer = await self.forward(cmd, addr)

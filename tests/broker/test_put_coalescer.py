@@ -3,12 +3,12 @@ contiguous offsets, a bad request fails alone, delayed messages are never merged
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
 
 from broker.conf_file import parse_conf
+from broker.devtools.procs import free_port
 from broker.put_coalescer import PutCoalescer, coalescer_for
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
@@ -16,9 +16,7 @@ from broker.store.put_result import PutMessageStatus
 
 
 def _store(tmp: Path) -> DefaultMessageStore:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     conf = parse_conf("\n".join([
         f"storePathRootDir={tmp}", "mappedFileSizeCommitLog=1048576", "enableDLegerCommitLog=true",
         "dLegerGroup=g", f"dLegerPeers=n0-127.0.0.1:{port}", "dLegerSelfId=n0", "brokerIP1=127.0.0.1",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from broker.devtools.procs import free_port
+
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # outside the ephemeral range (broker.devtools.procs)
 
 
 def _spark_class() -> str:
