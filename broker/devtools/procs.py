@@ -78,9 +78,19 @@ def _port_pool() -> range:
 
 
 _POOL = _port_pool()
+#: ports handed out are this far apart: callers derive neighbours (listenPort+1 for HA, the demo's
+#: +10/+11), which a later pick must never be handed
+_STRIDE = 32
+_SLOTS = len(_POOL) // _STRIDE
 # a per-process cursor from a random start: a port handed out is not handed out again until the
-# whole pool went round, so two picks of one test never collide; two processes start far apart
-_CURSOR = itertools.count(random.randrange(len(_POOL)))
+# whole pool went round (then the next lap is shifted by 5), so two picks of one test never
+# collide; two processes start far apart
+_CURSOR = itertools.count(random.randrange(_SLOTS))
+
+
+def _next_port() -> int:
+    lap, slot = divmod(next(_CURSOR), _SLOTS)
+    return _POOL.start + (slot * _STRIDE + (lap * 5) % _STRIDE) % len(_POOL)
 
 
 def free_ports(n: int) -> list[int]:
@@ -90,7 +100,7 @@ def free_ports(n: int) -> list[int]:
         for _ in range(len(_POOL)):
             if len(socks) == n:
                 break
-            port = _POOL[next(_CURSOR) % len(_POOL)]
+            port = _next_port()
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", port))
