@@ -127,16 +127,17 @@ class SendForwarder:
         fut: asyncio.Future[Optional[RemotingClient]] = asyncio.get_running_loop().create_future()
         self._connecting = fut
         host, _, port = addr.rpartition(":")
+        made: Optional[RemotingClient] = None
         try:
-            made: Optional[RemotingClient] = await wait_for(RemotingClient.connect(host, int(port)), CONNECT_TIMEOUT_S)
+            made = await wait_for(RemotingClient.connect(host, int(port)), CONNECT_TIMEOUT_S)
         except (asyncio.TimeoutError, OSError, ValueError) as exc:
             log.warning("cannot forward sends to the leader %s: %s", addr, exc)
-            made = None
             self._down = (addr, loop.time() + CONNECT_TIMEOUT_S)
-        if self._client_addr == addr:
-            self._client = made
-        self._connecting = None
-        fut.set_result(made)
+        finally:  # also when cancelled: sends waiting on this connect must never wait for ever
+            if self._client_addr == addr:
+                self._client = made
+            self._connecting = None
+            fut.set_result(made)
         return made
 
     async def close(self) -> None:
