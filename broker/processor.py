@@ -31,6 +31,7 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.validation import ProduceMessage
 from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
+from broker.offset_commit import check_commit
 from broker.store.message import MessageFormatError, decode_message_id
 from broker.store.put_result import PutMessageStatus
 from broker.store_access import PutOutcome, StoreAccess
@@ -239,6 +240,10 @@ class BrokerProcessor:
         queues = [{"queueId": q, "minOffset": self._store.min_offset_in_queue(topic, q),
                    "maxOffset": self._store.max_offset_in_queue(topic, q)} for q in range(n)]
         return {"topic": topic, "topicConfig": tc.to_json() if tc is not None else None, "queues": queues}
+
+    def is_offset_reset(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """``broker.offset_commit.check_commit``: refuse a commit outside the queue; True for a reset."""
+        return check_commit(self.c.metadata, self._store, group, topic, queue_id, offset)
 
     def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
         self.c.check_writable()

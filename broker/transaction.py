@@ -115,13 +115,18 @@ class TransactionService:
         return msg
 
     async def end(self, producer_group: str, tran_state_table_offset: int, commitlog_offset: int,
-                  commit_or_rollback: int, from_check: bool = False) -> str:
-        """Apply END_TRANSACTION; returns what was done ("commit", "rollback", "unknown")."""
+                  commit_or_rollback: int, from_check: bool = False,
+                  authorize: Optional[Callable[[str], None]] = None) -> str:
+        """Apply END_TRANSACTION; returns what was done ("commit", "rollback", "unknown").
+
+        ``authorize(real_topic)`` (the door's ACL) raises to refuse before anything is written."""
         if commit_or_rollback == NOT_TYPE:
             return "unknown"
         if commit_or_rollback not in (COMMIT, ROLLBACK):
             raise EndTransactionError("SYSTEM_ERROR", f"commitOrRollback {commit_or_rollback} is not 0, 8 or 12")
         half = self._half_at(commitlog_offset, tran_state_table_offset, producer_group)
+        if authorize is not None:
+            authorize(half.properties.get(REAL_TOPIC, half.topic))
         if commit_or_rollback == COMMIT:
             final = self._final_message(half)
             outcome = await self._put([final])

@@ -7,7 +7,9 @@ Rules (``aclEnable=true``; with ACL off nothing here runs):
   ``globalWhiteRemoteAddresses`` and an account's ``whiteRemoteAddress`` pass without a
   signature, an unknown AccessKey or a wrong signature is refused. Then, for HTTP only: the
   timestamp must be within 5 minutes of the broker's clock and the signature never seen before.
-- Permissions (RocketMQ's PUB / SUB / admin, groups as ``%RETRY%group``), per route:
+- Permissions (RocketMQ's PUB / SUB / admin, groups as ``%RETRY%group``), per route; which
+  routes are open or admin-only comes from ``broker.remoting.permissions``, the one table the
+  remoting door uses too:
 
   ============================================ =====================================================
   POST /messages, /messages/batch              PUB on the topic
@@ -57,6 +59,7 @@ from broker.api.errors import BrokerApiError
 from broker.api.signing import (H_ACCESS_KEY, H_NONCE, H_SIGNATURE, H_TIMESTAMP, MAX_SKEW_MS, ReplayGuard,
                                 canonical_request, signature)
 from broker.remoting.acl import ANY, PUB, RETRY_PREFIX, SUB, AclRefusal, PlainAccessValidator, PlainAccount
+from broker.remoting.permissions import OPERATIONS, Need, http_need
 
 log = logging.getLogger("broker.api.acl")
 
@@ -106,27 +109,45 @@ def _offsets_commit(r: web.Request, b: Any) -> Resources:
 
 AUTHENTICATED = Policy()
 ADMIN = Policy(admin=True)
-POLICIES: dict[tuple[str, str], Policy] = {
-    ("GET", "/health"): Policy(open=True),
-    ("POST", "/messages"): Policy(needs_body=True, resources=_body_topic_pub),
-    ("POST", "/messages/batch"): Policy(needs_body=True, resources=_body_topic_pub),
-    ("GET", "/topics/{topic}/queues/{queueId}/messages"):
-        Policy(resources=lambda r, b: _res((r.match_info.get("topic"), SUB, False))),
-    ("GET", "/messages/by-id/{msgId}"): Policy(resources=lambda r, b: _res((_name(r.query.get("topic")), SUB, False))),
-    ("GET", "/messages/by-offset/{offset}"): AUTHENTICATED,  # the handler checks the message's topic
-    ("GET", "/messages/by-key"): Policy(resources=lambda r, b: _res((_name(r.query.get("topic")), SUB, False))),
-    ("GET", "/topics"): AUTHENTICATED,
-    ("POST", "/topics"): ADMIN,
-    ("GET", "/topics/{topic}"): Policy(resources=lambda r, b: _res((r.match_info.get("topic"), ANY, False))),
-    ("GET", "/consumer-offsets"): Policy(resources=_offsets_query, admin_when=lambda r, b: not r.query.get("group")),
-    ("POST", "/consumer-offsets"): Policy(needs_body=True, resources=_offsets_commit),  # + handler: reset = admin
-    ("GET", "/status"): AUTHENTICATED,
-    ("GET", "/admin/config/{name}"): ADMIN,
-    ("GET", "/admin/dledger"): AUTHENTICATED,
-    ("POST", "/admin/dledger/transfer-leader"): ADMIN,
-    ("POST", "/admin/dledger/preferred-leader"): ADMIN,
-    ("GET", "/metrics"): Policy(bearer_ok=True),
-}
+
+
+def _route(method: str, route: str, **detail: Any) -> tuple[tuple[str, str], Policy]:
+    """A route's policy: open/admin from the permission table shared with remoting
+    (``broker.remoting.permissions.HTTP``), the resources from the request as this door sees it."""
+    need = http_need(method, route)
+    return (method, route), Policy(open=need is Need.OPEN, admin=need is Need.ADMIN, **detail)
+
+
+def _topic_of_path(perm: int) -> Callable[[web.Request, Any], Resources]:
+    return lambda r, b: _res((r.match_info.get("topic"), perm, False))
+
+
+def _topic_of_query(r: web.Request, b: Any) -> Resources:
+    return _res((_name(r.query.get("topic")), SUB, False))
+
+
+POLICIES: dict[tuple[str, str], Policy] = dict((
+    _route("GET", "/health"),
+    _route("POST", "/messages", needs_body=True, resources=_body_topic_pub),
+    _route("POST", "/messages/batch", needs_body=True, resources=_body_topic_pub),
+    _route("GET", "/topics/{topic}/queues/{queueId}/messages", resources=_topic_of_path(SUB)),
+    _route("GET", "/messages/by-id/{msgId}", resources=_topic_of_query),  # + handler: the found topic
+    _route("GET", "/messages/by-offset/{offset}"),  # the handler checks the message's topic
+    _route("GET", "/messages/by-key", resources=_topic_of_query),
+    _route("GET", "/topics"),
+    _route("POST", "/topics"),
+    _route("GET", "/topics/{topic}", resources=_topic_of_path(ANY)),
+    # without ?group= it is every group's offsets: the table's "query-all-offsets" (admin)
+    _route("GET", "/consumer-offsets", resources=_offsets_query,
+           admin_when=lambda r, b: not r.query.get("group") and OPERATIONS["query-all-offsets"].need is Need.ADMIN),
+    _route("POST", "/consumer-offsets", needs_body=True, resources=_offsets_commit),  # + handler: reset = admin
+    _route("GET", "/status"),
+    _route("GET", "/admin/config/{name}"),
+    _route("GET", "/admin/dledger"),
+    _route("POST", "/admin/dledger/transfer-leader"),
+    _route("POST", "/admin/dledger/preferred-leader"),
+    _route("GET", "/metrics", bearer_ok=True),
+))
 
 
 def policy_for(method: str, canonical: Optional[str]) -> Policy:

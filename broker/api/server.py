@@ -224,7 +224,8 @@ async def commit_offset(request: web.Request) -> web.Response:
     topic = check_name(body.get("topic"), "topic")
     queue_id = _non_negative(body, "queueId")
     offset = _non_negative(body, "offset")
-    if ACL_KEY in request.app and offset < _committed_offset(c, group, topic, queue_id):  # moving back is a reset: admin (http_acl rules)
+    # the queue and range checks of both doors; moving back inside the queue is a reset: admin
+    if c.is_offset_reset(group, topic, queue_id, offset) and ACL_KEY in request.app:
         require(request, admin_for="resetting a consumer offset backwards", resources=group_topic_sub(group, topic))
     return json_response(c.commit_consumer_offset(group, topic, queue_id, offset))
 
@@ -234,14 +235,6 @@ def _non_negative(body: dict[str, Any], name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise BrokerApiError(E.BAD_REQUEST, f"{name} must be an integer >= 0")
     return value
-
-
-def _committed_offset(c: ApiBackend, group: str, topic: str, queue_id: int) -> int:
-    try:
-        table = c.query_consumer_offsets(group, topic).get("offsets", {}).get(f"{topic}@{group}", {})
-        return int(table.get(str(queue_id), table.get(queue_id, -1)))
-    except (BrokerApiError, AttributeError, TypeError, ValueError):
-        return -1
 
 
 async def status(request: web.Request) -> web.Response:

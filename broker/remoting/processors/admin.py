@@ -30,16 +30,21 @@ from typing import Any
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
+from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_int, field_str,
                                                raw_message_at)
 from broker.remoting.server import RemotingConnection
-from broker.store.message import record_store_timestamp
+from broker.store.message import decode_message, record_store_timestamp
 
 _DUMPS = {RC.GET_ALL_TOPIC_CONFIG: "topics", RC.GET_ALL_CONSUMER_OFFSET: "consumerOffset",
           RC.GET_ALL_DELAY_OFFSET: "delayOffset", RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "subscriptionGroup"}
+
+
+def _record_topic(raw: bytes) -> str:
+    return decode_message(raw, 0, read_body=False).topic
 
 
 class AdminBrokerProcessor(Processor):
@@ -103,6 +108,7 @@ class AdminBrokerProcessor(Processor):
         raw = raw_message_at(self.c, offset)
         if raw is None:
             return cmd.response(R.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        require_found({_record_topic(raw): SUB})  # the permission table's "read-by-offset"
         return cmd.response(R.SUCCESS, None, body=raw)
 
     async def query_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -120,7 +126,9 @@ class AdminBrokerProcessor(Processor):
         bodies = []
         for phy in offsets:
             raw = raw_message_at(self.c, phy)
-            if raw is not None:
+            # the index is keyed by a hash of topic#key: a collision may name another topic's
+            # record, which this request has no permission to read
+            if raw is not None and _record_topic(raw) == topic:
                 bodies.append(raw)
         if not bodies:
             return cmd.response(R.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")

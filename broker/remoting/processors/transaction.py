@@ -3,12 +3,14 @@
 Rules (4.9.8 ``EndTransactionProcessor``): refused on a slave (SLAVE_NOT_AVAILABLE, as Apache);
 header ``producerGroup, tranStateTableOffset, commitLogOffset, commitOrRollback (0/8/12),
 fromTransactionCheck``; a half message that does not match the request is SYSTEM_ERROR naming
-why. Producers send it oneway, so the answer is only seen by tools that ask with a response.
+why. With ACL, the account needs PUB on the half message's real topic (ours; RocketMQ 4.9.8
+checks nothing: see ``broker.remoting.permissions``). Producers send it oneway, so the answer is only seen by tools that ask with a response.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from broker.remoting.acl import PUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC, ResponseCode as R
 from broker.remoting.processors.common import HeaderError, Processor, field_bool, field_int, field_str
@@ -35,7 +37,9 @@ class EndTransactionProcessor(Processor):
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
         try:
-            await service.end(group, table_offset, phy, what, from_check)
+            # the permission table's "end-transaction": PUB on the half message's real topic
+            await service.end(group, table_offset, phy, what, from_check,
+                              authorize=lambda topic: require_found({topic: PUB}))
         except EndTransactionError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
         return cmd.response(R.SUCCESS)

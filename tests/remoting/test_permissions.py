@@ -1,0 +1,54 @@
+"""The permission table (``broker.remoting.permissions``) covers both doors of a running broker.
+
+A broker is started in process; every request code its remoting server registers and every
+route its HTTP API serves must be in the table, so a new code or route cannot arrive without
+somebody deciding what it needs. The HTTP policies are the table's, and the table's admin
+operations are exactly the ones remoting refuses to non-admins.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.api.http_acl import POLICIES
+from broker.conf_file import load_conf
+from broker.controller import BrokerController
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.permissions import HTTP, OPERATIONS, REMOTING, Need, remoting_needs_admin
+from tests.broker.api.broker_procs import master_conf
+
+
+@pytest.mark.timeout(60)
+async def test_every_code_and_route_of_a_running_broker_is_in_the_table(tmp_path: Path) -> None:
+    conf, _port = master_conf(tmp_path, "ASYNC_MASTER")
+    parsed = load_conf(conf)
+    controller = BrokerController(parsed.broker, parsed.store, conf_path=str(conf))
+    await controller.start()
+    try:
+        codes = set(controller.remoting.server.processors)
+        routes = {(r.method, r.resource.canonical) for r in controller._runner.app.router.routes()
+                  if r.method != "HEAD" and r.resource is not None}
+    finally:
+        await controller.shutdown()
+    assert codes and routes
+    assert sorted(codes - set(REMOTING)) == [], "request codes with no entry in broker.remoting.permissions"
+    assert sorted(routes - set(HTTP)) == [], "HTTP routes with no entry in broker.remoting.permissions"
+    assert set(POLICIES) == set(HTTP)
+
+
+def test_the_http_policies_are_the_tables() -> None:
+    for key, name in HTTP.items():
+        need = OPERATIONS[name].need
+        assert POLICIES[key].admin == (need is Need.ADMIN), key
+        assert POLICIES[key].open == (need is Need.OPEN), key
+    assert [k for k, v in POLICIES.items() if v.open] == [("GET", "/health")]
+
+
+def test_admin_operations_on_the_remoting_door() -> None:
+    admin = {c for c in REMOTING if remoting_needs_admin(c)}
+    assert {RC.GET_ALL_TOPIC_CONFIG, RC.GET_ALL_CONSUMER_OFFSET, RC.GET_ALL_DELAY_OFFSET,
+            RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RC.GET_BROKER_CONFIG, RC.UPDATE_AND_CREATE_TOPIC,
+            RC.DELETE_TOPIC_IN_BROKER, RC.TRIGGER_DELETE_FILES} <= admin
+    assert not ({RC.SEND_MESSAGE, RC.PULL_MESSAGE, RC.VIEW_MESSAGE_BY_ID, RC.HEART_BEAT} & admin)
+    assert not remoting_needs_admin(99999)  # unknown: needs an account only (answered "not supported")
