@@ -208,7 +208,7 @@ class SlaveSynchronize:
 
     def _refused(self, master: str, how: str, reason: str) -> SyncRefused:
         who = f"accessKey={self._credentials[0]}" if self._credentials else "no credentials (innerAccessKey unset)"
-        hint = "" if self._credentials else "; set innerAccessKey/innerSecretKey to an account of the master's plain_acl.yml"
+        hint = "" if self._credentials else "; set innerAccessKey/innerSecretKey to an admin account of the master's plain_acl.yml"
         return SyncRefused(f"master {master} refused the metadata sync over {how} for {who}: {reason}{hint}")
 
     async def _sync_one(self, master: str, name: str, access: MetadataAccess) -> bool:
@@ -293,7 +293,7 @@ class SlaveSynchronize:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
         self.http_requests += 1
         path = f"/admin/config/{name}"
-        headers = sign_headers("GET", path, None, *self._credentials) if self._credentials else None
+        headers = sign_headers("GET", path, None, *self._credentials, host=master) if self._credentials else None
         async with self._session.get(f"http://{master}{path}", headers=headers) as resp:
             text = await resp.text()
             if resp.status in (401, 403):

@@ -42,6 +42,7 @@ from broker.store.errors import StoreError
 from broker.store.lockfile import StoreLock, StoreLockedError
 from upgrade import fileops
 from broker.store.freeze import FreezeError, freeze_commitlog
+from upgrade.store_links import refuse_links
 from upgrade.inspect import inspect_store
 from upgrade.journal import Journal, plan_digest
 from upgrade.plan_model import Action, Plan
@@ -289,6 +290,8 @@ def apply_plan(plan_path: str | os.PathLike[str], *, freeze: bool = False, journ
     plan = Plan.load(plan_path)
     if plan.refusals:
         raise ApplyError("the plan was refused: " + "; ".join(plan.refusals))
+    # issue 23.8: no step may write through a link out of a store (--freeze once did)
+    refuse_links([d for n in plan.nodes for d in (n.root, n.commit_log_dir)], ApplyError)
     jpath = journal_path or str(Path(plan_path).with_suffix("")) + ".journal.json"
     journal = Journal(jpath, plan_digest(plan_path))
     applier = _Applier(plan, journal, freeze, echo, progress)

@@ -11,6 +11,8 @@ Rules:
 - A copy is never visible half-done: bytes go to ``<dst>.upgrade-tmp``, which is fsynced and
   verified by digest against the source before it is renamed over ``dst`` (and the directory
   fsynced). A leftover ``.upgrade-tmp`` from a killed run is simply discarded and redone.
+- Every open is ``O_NOFOLLOW``: a symbolic link in a store is never followed (issue 23.8; the
+  commands refuse stores with links up front, ``upgrade.store_links``).
 - ``MQUPGRADE_THROTTLE_BPS`` (bytes per second) slows copies down, for kill tests and demos.
 
 Theory of operation: :func:`data_ranges` yields the data extents of a byte range; the digest,
@@ -87,7 +89,7 @@ def _pread_full(fd: int, size: int, pos: int) -> bytes:
 def content_digest(path: str | os.PathLike[str], start: int, end: int, on_bytes: OnBytes = None) -> str:
     """Digest of the content of ``[start, end)`` (see the module rules)."""
     outer = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         extents = _Extents(fd, end)
         pos = start
@@ -123,8 +125,8 @@ def _first_diff(a: bytes, b: bytes) -> int:
 def first_difference(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], start: int, end: int,
                      on_bytes: OnBytes = None) -> tuple[Optional[int], int]:
     """(first differing file offset in ``[start, end)`` or None, bytes actually read per side)."""
-    fa = os.open(path_a, os.O_RDONLY)
-    fb = os.open(path_b, os.O_RDONLY)
+    fa = os.open(path_a, os.O_RDONLY | os.O_NOFOLLOW)
+    fb = os.open(path_b, os.O_RDONLY | os.O_NOFOLLOW)
     read = 0
     try:
         ea, eb = _Extents(fa, end), _Extents(fb, end)
@@ -195,9 +197,9 @@ def atomic_copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], s
     dst = Path(dst)
     tmp = dst.with_name(dst.name + TMP_SUFFIX)
     tmp.unlink(missing_ok=True)
-    sfd = os.open(src, os.O_RDONLY)
+    sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             os.ftruncate(dfd, size)
             copy_range(sfd, dfd, 0, size, dst_is_zero=True, on_bytes=on_bytes)
@@ -218,9 +220,9 @@ def atomic_patch_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], 
     tmp = dst.with_name(dst.name + TMP_SUFFIX)
     tmp.unlink(missing_ok=True)
     size = os.stat(dst).st_size
-    ofd = os.open(dst, os.O_RDONLY)
+    ofd = os.open(dst, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        dfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        dfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             os.ftruncate(dfd, size)
             for begin, stop in data_ranges(ofd, 0, size):  # keep dst's own bytes, holes stay holes
@@ -230,7 +232,7 @@ def atomic_patch_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], 
                     if n <= 0:
                         break
                     pos += n
-            sfd = os.open(src, os.O_RDONLY)
+            sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 copy_range(sfd, dfd, start, end, dst_is_zero=False, on_bytes=on_bytes)
             finally:
@@ -262,7 +264,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     os.fchmod(fd, mode)  # O_CREAT's mode is masked by umask and ignored for an existing file
     with open(fd, "w", encoding="utf-8") as fh:
         fh.write(text)

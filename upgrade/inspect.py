@@ -46,12 +46,14 @@ from broker.store.message import check_message_and_return_size, explain_invalid_
 from broker.store.record_walk import END, RECORD, ROLL, walk
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
+from upgrade.store_links import refuse_links
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_CQ_FILE_SIZE = 300_000 * 20
+
 
 
 class InspectError(Exception):
@@ -428,7 +430,9 @@ def inspect_stores(roots: list[str], confs: Optional[dict[str, ParsedConf]] = No
     resolved = [str(Path(r).resolve()) for r in roots]
     if len(set(resolved)) != len(resolved):
         raise InspectError("the same store root is given twice")
+    refuse_links(resolved, InspectError)  # issue 23.8: nothing under a store root may be a link
     stores = [inspect_store(r, confs.get(r)) for r in resolved]
+    refuse_links([s.commit_log_dir for s in stores if s.commit_log_dir], InspectError)
     with_data = [s for s in stores if s.has_data]
     reason = ""
     chosen: Optional[StoreInspection] = None

@@ -92,6 +92,9 @@ def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = No
         raise ReseedError("--from and --to are the same store")
     src_cl = src_commitlog or src_root / "commitlog"
     dst_cl = dst_commitlog or dst_root / "commitlog"
+    from upgrade.store_links import refuse_links  # issue 23.8: never through a link out of a store
+
+    refuse_links([src_root, dst_root, src_cl, dst_cl, src_dledger_data], ReseedError)
     files = _old_files(src_cl)
     divided = divided_offset(src_root, src_dledger_data)
     if not files and divided is None:

@@ -73,6 +73,8 @@ def freeze_point(commit_log_dir: str | os.PathLike[str], max_offset: int, file_s
     if not files:
         return FreezePoint("", -1, file_size, 0, False, -1)
     last = files[-1]
+    if last.is_symlink():  # never write (or read) through a link out of the store (issue 23.8)
+        raise FreezeError(f"{last} is a symbolic link (to {os.readlink(last)}); replace it with the real file")
     from_offset = int(last.name)
     actual = last.stat().st_size
     if actual != file_size:
@@ -84,9 +86,11 @@ def freeze_point(commit_log_dir: str | os.PathLike[str], max_offset: int, file_s
             "recover the store first (files beyond its end would be dropped)")
     if wrote > file_size - 8:
         raise FreezeError(f"{last}: wrote position {wrote} leaves no room for an 8-byte blank")
-    with open(last, "rb") as fh:
-        fh.seek(wrote)
-        head = fh.read(8)
+    rfd = os.open(last, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        head = os.pread(rfd, 8, wrote)
+    finally:
+        os.close(rfd)
     present = len(head) == 8 and _BLANK.unpack(head)[1] == BLANK_MAGIC_CODE
     return FreezePoint(str(last), from_offset, file_size, wrote, present, from_offset + file_size)
 
@@ -96,7 +100,7 @@ def freeze_commitlog(commit_log_dir: str | os.PathLike[str], max_offset: int, fi
     point = freeze_point(commit_log_dir, max_offset, file_size)
     if point.divided_commitlog_offset < 0 or point.blank_present:
         return point
-    fd = os.open(point.last_file, os.O_WRONLY)
+    fd = os.open(point.last_file, os.O_WRONLY | os.O_NOFOLLOW)
     try:
         if os.pwrite(fd, point.blank_bytes, point.wrote_position) != 8:
             raise FreezeError(f"{point.last_file}: short write of the blank record")

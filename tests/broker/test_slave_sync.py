@@ -181,16 +181,22 @@ async def test_signed_remoting_sync_under_acl_never_falls_back_to_http(tmp_path:
     for code in CODES:
         server.register(code, get_all)
     await server.start("127.0.0.1", 0)
+    # the metadata dumps need admin on both doors (broker.remoting.permissions, issue 23.4)
     good = SlaveSynchronize(Local().access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600,
-                            credentials=("plain-user-key", "plain-user-secret-1234"))
+                            credentials=("slave-admin-key", "slave-admin-secret-1234"))
+    plain = SlaveSynchronize(Local().access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600,
+                             credentials=("plain-user-key", "plain-user-secret-1234"))
     bad = SlaveSynchronize(Local().access(), f"127.0.0.1:{server.port}", interval=3600, initial_delay=3600)
     try:
         assert await good.sync_all() and good.protocol == "remoting"
+        assert not await plain.sync_all() and "Need admin permission" in (plain.last_refusal or "")
+        assert plain.http_requests == 0
         assert not await bad.sync_all()
         assert bad.http_requests == 0 and "No accessKey is configured" in (bad.last_refusal or "")
         assert "innerAccessKey" in (bad.last_refusal or "")
     finally:
         await good.stop()
+        await plain.stop()
         await bad.stop()
         await server.stop()
 
