@@ -37,6 +37,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
+from .rpc.admission import PortLimits
 from .rpc.framing import DEFAULT_MAX_FRAME_SIZE, parse_peers
 
 
@@ -94,6 +95,12 @@ class DLedgerConfig:
     # False inside a broker: the port serves peers only (no client append/read ops)
     serve_clients: bool = True
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    # port admission (issue 23.1; dledger.rpc.admission): accepted connections in all, those still
+    # in their handshake (in all / per remote address), bytes of unfinished large frames
+    max_connections: int = 1024
+    max_unauthenticated: int = 64
+    max_unauthenticated_per_host: int = 8
+    max_pending_bytes: int = 128 * 1024 * 1024
 
     preferred_leader_ids: Optional[str] = None
     pre_vote: bool = True
@@ -165,6 +172,11 @@ class DLedgerConfig:
             out["broker_name"] = (self.broker_name, self.conf_key("broker_name"))
         return out
 
+    def port_limits(self) -> PortLimits:
+        """The admission limits of this member's port (:mod:`dledger.rpc.admission`)."""
+        return PortLimits(self.max_connections, self.max_unauthenticated, self.max_unauthenticated_per_host,
+                          self.max_pending_bytes)
+
     def validate(self) -> "DLedgerConfig":
         peers = self.peer_map  # raises ValueError with a readable message
         if self.self_id not in peers:
@@ -175,7 +187,8 @@ class DLedgerConfig:
         if not self.group:
             raise ValueError("group must not be empty")
         positive = ("tick_ms", "heartbeat_interval_ms", "election_timeout_min_ms", "max_wait_ack_ms",
-                    "max_pending_requests", "max_batch_push_bytes", "max_inflight_pushes", "max_frame_size")
+                    "max_pending_requests", "max_batch_push_bytes", "max_inflight_pushes", "max_frame_size",
+                    "max_connections", "max_unauthenticated", "max_unauthenticated_per_host", "max_pending_bytes")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -143,7 +143,7 @@ class DLedgerServer(ClientChannel):
             secret=config.auth_token,
             identity=config.handshake_identity(),  # issue 13.7: file sizes / broker name must agree
             serve_clients=config.serve_clients,
-            max_frame_size=config.max_frame_size,
+            max_frame_size=config.max_frame_size, limits=config.port_limits(),  # issue 23.1
         )
 
     # ------------------------------------------------------------------ lifecycle

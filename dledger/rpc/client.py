@@ -57,7 +57,8 @@ class RpcConnection(asyncio.Protocol):
 
     def __init__(self, group: str, client_id: str, secret: Optional[str], max_frame_size: int) -> None:
         self.hs = fr.ConnectorHandshake(group, client_id, fr.ROLE_CLIENT, secret)
-        self.decoder = fr.FrameDecoder(max_frame_size)
+        self.decoder = fr.FrameDecoder(min(fr.HANDSHAKE_MAX_FRAME, max_frame_size))  # raised by the welcome
+        self.max_frame_size = max_frame_size
         self.outbox = _Outbox(Counters(), 256 * 1024 * 1024)
         self.transport: Optional[asyncio.Transport] = None
         self.remote_id: Optional[str] = None
@@ -136,10 +137,11 @@ class RpcConnection(asyncio.Protocol):
     def _handshake(self, frame: Any) -> None:
         assert self.transport is not None
         try:
-            if self.hs.remote_id is None:
+            if not self.hs.challenged:
                 self.transport.write(fr.encode_frame(self.hs.receive_challenge(frame)))
             else:
                 self.remote_id = self.hs.receive_welcome(frame)
+                self.decoder.max_frame_size = self.max_frame_size
                 session = self.hs.session
                 if session is not None:
                     self.decoder.opener = session.opener

@@ -11,19 +11,30 @@ Rules
   (before buffering the body), and the connection must then be dropped. Undecodable msgpack
   raises :class:`FrameError`, a bad tag :class:`FrameAuthError`. After an error the decoder
   refuses further input.
-* Every connection starts with a three-frame handshake (protocol version 3: 3 added ``ident``,
-  so a build speaking 2 is refused by version, not by a failed proof) before any other frame;
-  handshake frames are never tagged:
+* Every connection starts with a three-frame handshake (protocol version 4: 4 stopped the
+  challenge revealing anything, issue 23.1; 3 added ``ident``) before any other frame; a build
+  speaking another version is refused by version, not by a failed proof. Handshake frames are
+  never tagged:
 
-  1. acceptor -> connector ``{"t": "challenge", "v": 3, "group", "id", "nonce", "ident"}``
-  2. connector -> acceptor ``{"t": "hello", "v": 3, "group", "id", "role", "nonce", "ident", "mac"}``
-  3. acceptor -> connector ``{"t": "welcome", "id", "mac"}`` or
+  1. acceptor -> connector ``{"t": "challenge", "v": 4, "nonce"}`` -- nothing else: no group, no
+     member id, no file size is told to a peer that has not proven the secret.
+  2. connector -> acceptor ``{"t": "hello", "v": 4, "group", "id", "role", "nonce", "ident", "mac"}``
+     (the connector tells only the address it chose to dial).
+  3. acceptor -> connector ``{"t": "welcome", "id", "ident", "mac"}`` or
      ``{"t": "reject", "code", "reason"}`` (then the acceptor closes).
 
   ``role`` is ``"peer"`` (a member of the group replicating/voting; its ``id`` must be in the
   acceptor's peer set and must not be the acceptor's own id) or ``"client"`` (an application or
   the CLI: request/response traffic, any id). An acceptor built with ``allow_clients=False``
   (a broker-hosted member) rejects the client role. The group must match.
+* Until the handshake is complete a frame may announce at most :data:`HANDSHAKE_MAX_FRAME`
+  bytes (4 KiB; an honest hello or welcome is a few hundred): a larger header is refused before
+  its body is read or buffered (``FrameDecoder.max_frame_size``, raised by the driver once the
+  handshake succeeded).
+* With a secret the acceptor checks the hello's proof **first**: a hello without a valid mac
+  gets one generic reject ("authentication failed"), whatever else is wrong with it, so the
+  reject tells an outsider nothing either. Group, member, ident and role checks (and their
+  detailed reasons) come after the proof.
 * ``ident`` (issue 13.7) is what every member of a group must agree on besides the group: the
   data and index file sizes and, for broker-hosted members, the broker name (``{name: value}``;
   ``DLedgerConfig.handshake_identity``). Members whose files roll at different offsets cannot
@@ -32,12 +43,15 @@ Rules
   log it), and by the connector too once the welcome is verified (an acceptor that did not compare). Clients send
   no ``ident`` and are not compared.
 * With a shared secret (``dLegerAuthToken``; required unless the operator allowed an insecure
-  loopback-only group) both sides prove it without sending it, over the transcript ``T = group |
-  acceptor id | connector id | role | acceptor nonce | connector nonce | acceptor ident |
-  connector ident`` (each part length-prefixed; an ident as sorted ``name=value`` pairs): ``hello.mac = HMAC-SHA256(secret, "hello" | T)``, ``welcome.mac =
-  HMAC-SHA256(secret, "welcome" | T)``. Fresh 16-byte nonces on both sides mean no proof can be
-  replayed on another connection. A node with a secret rejects a hello without a valid mac; a
-  connector with a secret refuses a welcome without one (an impostor acceptor).
+  loopback-only group) both sides prove it without sending it. ``hello.mac = HMAC-SHA256(secret,
+  "hello" | H)`` over ``H = group | connector id | role | acceptor nonce | connector nonce |
+  connector ident`` (what the connector knows when it answers); ``welcome.mac = HMAC-SHA256(secret,
+  "welcome" | T)`` over the full transcript ``T = group | acceptor id | connector id | role |
+  acceptor nonce | connector nonce | acceptor ident | connector ident`` (each part
+  length-prefixed; an ident as sorted ``name=value`` pairs). Fresh 16-byte nonces on both sides
+  mean no proof can be replayed on another connection. A node with a secret rejects a hello
+  without a valid mac; a connector with a secret refuses a welcome without one (an impostor
+  acceptor), and a peer connector refuses a welcome from another id than the one it dialled.
 * After the welcome, every frame in both directions is sealed with a per-direction session
   key: ``K = HMAC-SHA256(secret, "session" | T)``, ``K_c2a = HMAC-SHA256(K, "connector->acceptor")``,
   ``K_a2c = HMAC-SHA256(K, "acceptor->connector")``. The tag of the n-th frame sent in a
@@ -71,13 +85,15 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Protocol
 
 import msgpack
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
+#: Largest frame a connection may announce before its handshake completed (issue 23.1).
+HANDSHAKE_MAX_FRAME = 4 * 1024
 NONCE_SIZE = 16
 TAG_SIZE = 16
 SEQ = struct.Struct(">Q")
@@ -105,6 +121,14 @@ class FrameTooLarge(FrameError):
         super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+class BudgetExceeded(FrameError):
+    """A large frame could not reserve its announced length in the port's pending-bytes budget."""
+
+    def __init__(self, size: int, budget: int) -> None:
+        super().__init__(f"frame of {size} bytes does not fit the port's pending-bytes budget of {budget} bytes")
+        self.size = size
 
 
 class FrameAuthError(FrameError):
@@ -159,14 +183,36 @@ def encode_frames(msgs: Iterable[Any]) -> bytes:
     return b"".join(parts)
 
 
+#: Frames up to this size are not charged to a :class:`Budget` (their memory is bounded by the
+#: connection cap times this); larger ones reserve their announced length before buffering.
+SMALL_FRAME = 64 * 1024
+
+
+class Budget(Protocol):
+    """A byte account shared by a port's connections (``admission.PendingBudget``)."""
+
+    limit: int
+
+    def reserve(self, n: int) -> bool: ...
+
+    def release(self, n: int) -> None: ...
+
+
 class FrameDecoder:
-    """Incremental decoder: feed arbitrary chunks, get complete payloads back in order."""
+    """Incremental decoder: feed arbitrary chunks, get complete payloads back in order.
 
-    __slots__ = ("max_frame_size", "_buf", "_failed", "frames", "bytes", "opener")
+    With a ``budget``, a frame over :data:`SMALL_FRAME` whose body is not complete yet reserves
+    its announced length before the decoder keeps buffering it (:class:`BudgetExceeded` when it
+    cannot); the reservation is released when the frame completes, the decoder fails or the
+    owner calls :meth:`release`."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    __slots__ = ("max_frame_size", "_buf", "_failed", "frames", "bytes", "opener", "budget", "_reserved")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, budget: Optional[Budget] = None) -> None:
         self.max_frame_size = max_frame_size
         self.opener: Optional[FrameOpener] = None  # set once the handshake yields a session
+        self.budget = budget
+        self._reserved = 0
         self._buf = bytearray()
         self._failed = False
         self.frames = 0  # frames decoded so far
@@ -198,7 +244,14 @@ class FrameDecoder:
                     raise FrameTooLarge(size, limit)
                 start = pos + 4
                 if end - start < size:
+                    if self.budget is not None and size > SMALL_FRAME and not self._reserved:
+                        if not self.budget.reserve(size):
+                            self._failed = True
+                            raise BudgetExceeded(size, self.budget.limit)
+                        self._reserved = size
                     break
+                if self._reserved:
+                    self.release()
                 body: Any = buf[start : start + size]
                 if self.opener is not None:
                     try:
@@ -217,10 +270,17 @@ class FrameDecoder:
         finally:
             if self._failed:
                 self._buf = bytearray()
+                self.release()
             elif pos:
                 del buf[:pos]  # compact once per feed, not per frame
         self.frames += len(out)
         return out
+
+    def release(self) -> None:
+        """Give back the current frame's reservation (idempotent; call when the connection ends)."""
+        if self._reserved and self.budget is not None:
+            self.budget.release(self._reserved)
+        self._reserved = 0
 
 
 # --------------------------------------------------------------------------- handshake
@@ -402,8 +462,8 @@ class AcceptorHandshake:
         self.ident_keys = dict(ident_keys or {})
 
     def challenge(self) -> dict[str, Any]:
-        return {"t": "challenge", "v": PROTOCOL_VERSION, "group": self.group, "id": self.self_id, "nonce": self.nonce,
-                "ident": self.ident}
+        """The first frame: a version and a nonce, nothing an outsider could learn from."""
+        return {"t": "challenge", "v": PROTOCOL_VERSION, "nonce": self.nonce}
 
     def receive_hello(self, frame: Any) -> Accepted:
         if _field(frame, "t", str) != "hello":
@@ -416,6 +476,12 @@ class AcceptorHandshake:
         cnonce = _field(frame, "nonce", bytes)
         ident = _ident(frame)
         mac = frame.get("mac", b"") or b""
+        session = None
+        if self.secret is not None:  # the proof first: before it, a reject says nothing about us
+            expected = _mac(self.secret, "hello", group, remote, role, self.nonce, cnonce, ident_text(ident))
+            if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
+                raise HandshakeRejected(AUTH_FAILED, f"{role} {remote!r} failed authentication "
+                                                     "(missing or wrong dLegerAuthToken)")
         if group != self.group:
             raise HandshakeRejected(UNKNOWN_GROUP, f"group {group!r} is not {self.group!r}")
         if role == ROLE_PEER:
@@ -426,12 +492,7 @@ class AcceptorHandshake:
         elif role != ROLE_CLIENT:
             raise HandshakeRejected(UNSUPPORTED, f"unknown role {role!r}")
         transcript = (group, self.self_id, remote, role, self.nonce, cnonce, ident_text(self.ident), ident_text(ident))
-        session = None
         if self.secret is not None:
-            expected = _mac(self.secret, "hello", *transcript)
-            if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
-                raise HandshakeRejected(AUTH_FAILED, f"{role} {remote!r} failed authentication "
-                                                     "(missing or wrong dLegerAuthToken)")
             session = Session.derive(self.secret, transcript, acceptor=True)
         if role == ROLE_PEER:  # after the proof: only a secret holder learns our configuration is off
             diff = compare_ident(self.ident, ident, self.ident_keys, self.self_id, remote, self.group)
@@ -440,7 +501,8 @@ class AcceptorHandshake:
         if role == ROLE_CLIENT and not self.allow_clients:  # authenticated, but not served here
             raise HandshakeRejected(CLIENTS_REFUSED, f"client {remote!r} refused: this member serves its "
                                                      "peers only (broker-hosted DLedger; use the broker's API)")
-        reply = {"t": "welcome", "id": self.self_id, "mac": _mac(self.secret, "welcome", *transcript)}
+        reply = {"t": "welcome", "id": self.self_id, "ident": self.ident,
+                 "mac": _mac(self.secret, "welcome", *transcript)}
         return Accepted(remote, role, reply, session)
 
 
@@ -470,10 +532,10 @@ class ConnectorHandshake:
         self.nonce = nonce if nonce is not None else new_nonce()
         self.ident = dict(ident or {})
         self.ident_keys = dict(ident_keys or {})
-        self.remote_id: str | None = None
+        self.remote_id: str | None = None  # set by a verified welcome
+        self.challenged = False  # the hello was sent; the next frame is the welcome or a reject
         self.session: Optional[Session] = None
-        self._transcript: tuple[str | bytes, ...] = ()
-        self._remote_ident: dict[str, Any] = {}
+        self._snonce = b""
 
     def receive_challenge(self, frame: Any) -> dict[str, Any]:
         if _field(frame, "t", str) != "challenge":
@@ -481,18 +543,8 @@ class ConnectorHandshake:
         if frame.get("v") != PROTOCOL_VERSION:
             raise HandshakeRejected(UNSUPPORTED, f"remote speaks protocol version {frame.get('v')!r}, "
                                                  f"not {PROTOCOL_VERSION}")
-        group = _field(frame, "group", str)
-        remote = _field(frame, "id", str)
-        snonce = _field(frame, "nonce", bytes)
-        remote_ident = _ident(frame)
-        if group != self.group:
-            raise HandshakeRejected(UNKNOWN_GROUP, f"remote serves group {group!r}, not {self.group!r}")
-        if self.expect_id is not None and remote != self.expect_id:
-            raise HandshakeRejected(UNEXPECTED_MEMBER, f"dialled {self.expect_id!r} but {remote!r} answered")
-        self.remote_id = remote
-        self._remote_ident = remote_ident
-        self._transcript = (self.group, remote, self.self_id, self.role, snonce, self.nonce,
-                            ident_text(remote_ident), ident_text(self.ident))
+        self._snonce = _field(frame, "nonce", bytes)
+        self.challenged = True
         return {
             "t": "hello",
             "v": PROTOCOL_VERSION,
@@ -501,7 +553,8 @@ class ConnectorHandshake:
             "role": self.role,
             "nonce": self.nonce,
             "ident": self.ident,
-            "mac": _mac(self.secret, "hello", *self._transcript),
+            "mac": _mac(self.secret, "hello", self.group, self.self_id, self.role, self._snonce, self.nonce,
+                        ident_text(self.ident)),
         }
 
     def receive_welcome(self, frame: Any) -> str:
@@ -514,18 +567,23 @@ class ConnectorHandshake:
         if kind != "welcome":
             raise HandshakeRejected(UNSUPPORTED, "expected a welcome frame")
         remote = _field(frame, "id", str)
-        if remote != self.remote_id:
-            raise HandshakeRejected(UNEXPECTED_MEMBER, f"welcome from {remote!r}, challenge from {self.remote_id!r}")
+        remote_ident = _ident(frame)
+        transcript = (self.group, remote, self.self_id, self.role, self._snonce, self.nonce,
+                      ident_text(remote_ident), ident_text(self.ident))
         if self.secret is not None:
             mac = frame.get("mac", b"")
-            expected = _mac(self.secret, "welcome", *self._transcript)
+            expected = _mac(self.secret, "welcome", *transcript)
             if not isinstance(mac, bytes) or not hmac.compare_digest(mac, expected):
                 raise HandshakeRejected(AUTH_FAILED, "remote failed to prove the shared secret (dLegerAuthToken)")
-            self.session = Session.derive(self.secret, self._transcript, acceptor=False)
+        if self.expect_id is not None and remote != self.expect_id:
+            raise HandshakeRejected(UNEXPECTED_MEMBER, f"dialled {self.expect_id!r} but {remote!r} answered")
         if self.role == ROLE_PEER:  # an acceptor that did not compare (or lied) is still refused
-            diff = compare_ident(self.ident, self._remote_ident, self.ident_keys, self.self_id, remote, self.group)
+            diff = compare_ident(self.ident, remote_ident, self.ident_keys, self.self_id, remote, self.group)
             if diff is not None:
                 raise HandshakeRejected(UNEXPECTED_MEMBER, f"peer {remote!r} refused: {diff}")
+        if self.secret is not None:
+            self.session = Session.derive(self.secret, transcript, acceptor=False)
+        self.remote_id = remote
         return remote
 
 

@@ -20,7 +20,13 @@ Rules
   tag fails (forged, injected, replayed, reordered, truncated) drops the connection with one
   warning line; the link reconnects and re-handshakes. Peer ids on an authenticated connection
   are therefore proven: a message claiming another ``src`` is dropped by the server.
-* A frame over ``max_frame_size`` or an undecodable frame closes the connection.
+* A frame over ``max_frame_size`` or an undecodable frame closes the connection. Until its
+  handshake completed a connection may announce frames of ``framing.HANDSHAKE_MAX_FRAME`` (4 KiB)
+  at most; the decoder refuses a larger header before buffering its body (issue 23.1).
+* Accepted connections are admitted by :mod:`.admission` (connection cap, unauthenticated cap
+  with evict-oldest, per-address unauthenticated cap) and every decoder reserves large unfinished
+  frames in the member's pending-bytes budget. Refusals are logged rate-limited
+  (:mod:`dledger.ratelog`), so a flood of refused connections cannot flood the log.
 * Outboxes queue untagged payloads; tags are added at flush time by the connection that writes
   them, so frames queued while a link is down are sealed with the next connection's keys.
 * Raft tolerates message loss, so peer sends never block and never fail loudly: a link keeps a
@@ -54,7 +60,9 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 from ..aio import wait_for
+from ..ratelog import RateLimitedLog
 from . import framing as fr
+from .admission import Admission, PendingBudget, PortLimits
 
 log = logging.getLogger("dledger.rpc")
 
@@ -69,7 +77,7 @@ class Counters:
     __slots__ = (
         "frames_sent", "bytes_sent", "writes", "frames_received", "bytes_received", "dropped_full",
         "connects", "disconnects", "handshake_failures", "frame_errors", "oversize_frames",
-        "auth_failures", "client_requests",
+        "auth_failures", "client_requests", "refused_connections", "evicted_unauthenticated", "budget_refusals",
     )
     frames_sent: int
     bytes_sent: int
@@ -84,6 +92,9 @@ class Counters:
     oversize_frames: int
     auth_failures: int
     client_requests: int
+    refused_connections: int
+    evicted_unauthenticated: int
+    budget_refusals: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -152,7 +163,8 @@ class _Conn(asyncio.Protocol):
     def __init__(self, owner: "PeerTransport", outbox: _Outbox) -> None:
         self.owner = owner
         self.outbox = outbox
-        self.decoder = fr.FrameDecoder(owner.max_frame_size)
+        # until the handshake completes, a few KiB at most (mark_ready raises the limit)
+        self.decoder = fr.FrameDecoder(min(fr.HANDSHAKE_MAX_FRAME, owner.max_frame_size), owner.budget)
         self.transport: Optional[asyncio.Transport] = None
         self.ready = False
         self.remote_id: Optional[str] = None
@@ -167,6 +179,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         if self._hs_timer:
             self._hs_timer.cancel()
+        self.decoder.release()
         if self.outbox.transport is self.transport:
             self.outbox.attach(None, None)
         if not self.closed.done():
@@ -212,6 +225,9 @@ class _Conn(asyncio.Protocol):
         except fr.FrameTooLarge as exc:
             c.oversize_frames += 1
             self._drop(exc)
+        except fr.BudgetExceeded as exc:
+            c.budget_refusals += 1
+            self._drop(exc)
         except fr.FrameAuthError as exc:
             c.auth_failures += 1
             self._drop(exc)
@@ -221,8 +237,8 @@ class _Conn(asyncio.Protocol):
         return []
 
     def _drop(self, exc: Exception) -> None:
-        log.warning("%s: dropping connection from %s (%s): %s", self.owner.self_id, self.remote_id or "?",
-                    self.peername(), exc)
+        self.owner.rlog.warning(f"drop-{type(exc).__name__}", "%s: dropping connection from %s (%s): %s",
+                                self.owner.self_id, self.remote_id or "?", self.peername(), exc)
         self.abort()
 
     def peername(self) -> str:
@@ -241,6 +257,7 @@ class _Conn(asyncio.Protocol):
 
     def mark_ready(self) -> None:
         self.ready = True
+        self.decoder.max_frame_size = self.owner.max_frame_size
         if self._hs_timer:
             self._hs_timer.cancel()
             self._hs_timer = None
@@ -293,6 +310,21 @@ class _AcceptedConn(_Conn):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.owner._accepted.add(self)
+        host = self.peername().rpartition(":")[0]
+        stays, evicted = self.owner.admission.admit(self, host)
+        for old in evicted:
+            assert isinstance(old, _AcceptedConn)
+            self.owner.counters.evicted_unauthenticated += 1
+            self.owner.rlog.warning("evicted", "%s: closed unauthenticated connection from %s to admit a newer one "
+                         "(max %d per address, %d in all)", self.owner.self_id, old.peername(),
+                         self.owner.limits.max_unauthenticated_per_host, self.owner.limits.max_unauthenticated)
+            old.abort()
+        if not stays:
+            self.owner.counters.refused_connections += 1
+            self.owner.rlog.warning("refused-cap", "%s: refused connection from %s: %d connections already open",
+                         self.owner.self_id, self.peername(), self.owner.limits.max_connections)
+            self.abort()
+            return
         self.write_now(self.hs.challenge())
 
     def on_handshake_frame(self, frame: Any) -> None:
@@ -300,6 +332,7 @@ class _AcceptedConn(_Conn):
         self.remote_id, self.role = acc.remote_id, acc.role
         self.write_now(acc.reply)
         self.mark_ready()
+        self.owner.admission.authenticated(self)
         if acc.session is not None:
             self.decoder.opener = acc.session.opener
         self.outbox.attach(self.transport, acc.session.sealer if acc.session is not None else None)
@@ -309,7 +342,8 @@ class _AcceptedConn(_Conn):
             self.owner._inbound_peer_ready(self)
 
     def on_rejected(self, exc: fr.HandshakeRejected) -> None:
-        log.warning("%s: refused connection from %s: %s", self.owner.self_id, self.peername(), exc)
+        self.owner.rlog.warning("refused-handshake", "%s: refused connection from %s: %s", self.owner.self_id,
+                     self.peername(), exc)
         if self.transport is not None:
             self.write_now(exc.to_frame())
             self.transport.close()  # flushes the reject frame first
@@ -324,6 +358,7 @@ class _AcceptedConn(_Conn):
 
     def on_closed(self) -> None:
         self.owner._accepted.discard(self)
+        self.owner.admission.closed(self)
 
 
 class _DialledConn(_Conn):
@@ -336,7 +371,7 @@ class _DialledConn(_Conn):
         self.handshake_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_handshake_frame(self, frame: Any) -> None:
-        if self.hs.remote_id is None:
+        if not self.hs.challenged:
             self.write_now(self.hs.receive_challenge(frame))
         else:
             self.remote_id = self.hs.receive_welcome(frame)
@@ -463,6 +498,7 @@ class PeerTransport:
         handshake_timeout_s: float = 2.0,
         listen_host: Optional[str] = None,
         identity: Optional[dict[str, tuple[Any, str]]] = None,
+        limits: Optional[PortLimits] = None,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not in the peer list {sorted(peers)}")
@@ -480,6 +516,10 @@ class PeerTransport:
         self.reconnect_max_s = reconnect_max_s
         self.handshake_timeout_s = handshake_timeout_s
         self.listen_host = listen_host
+        self.limits = limits or PortLimits()
+        self.admission = Admission(self.limits)
+        self.rlog = RateLimitedLog(log)  # per member: one flood cannot hide another member's lines
+        self.budget = PendingBudget(self.limits.max_pending_bytes)
         # {name: (value, conf key)} every peer must share (DLedgerConfig.handshake_identity)
         self.ident = {name: value for name, (value, _key) in (identity or {}).items()}
         self.ident_keys = {name: key for name, (_value, key) in (identity or {}).items()}
@@ -537,6 +577,8 @@ class PeerTransport:
             for pid, lk in self.links.items()
         }
         out["inbound_connections"] = len(self._accepted)
+        out["unauthenticated_connections"] = self.admission.unauthenticated
+        out["pending_bytes"] = self.budget.used
         return out
 
     # -- internals

@@ -430,8 +430,9 @@ async def test_cli_server_exits_when_the_member_stops_itself(tmp_path, monkeypat
 # ------------------------------------------------------------------ doors (issue 12)
 
 
-async def _peer_session(port: int, claim_id: str, secret: str):
-    """A raw authenticated peer connection claiming ``claim_id``: (writer, sealer, reader)."""
+async def _peer_session(port: int, claim_id: str, secret: str, ident: dict):
+    """A raw authenticated peer connection claiming ``claim_id`` with a well-configured member's
+    ``ident`` (same file sizes, issue 13.7; the challenge no longer tells it, issue 23.1)."""
     from dledger.rpc import framing as fr
 
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -446,7 +447,7 @@ async def _peer_session(port: int, claim_id: str, secret: str):
         raise AssertionError("no handshake frame")
 
     challenge = await frame()
-    hs.ident = challenge.get("ident", {})  # a well-configured member: same file sizes (issue 13.7)
+    hs.ident = ident
     writer.write(fr.encode_frame(hs.receive_challenge(challenge)))
     hs.receive_welcome(await frame())
     return writer, hs.session.sealer
@@ -462,7 +463,8 @@ async def test_out_of_range_or_spoofed_peer_messages_are_dropped_and_logged(grou
     term = leader.term
     follower = next(n for n in g.ids if n != lid)
     third = next(n for n in g.ids if n not in (lid, follower))
-    writer, sealer = await _peer_session(leader.peer_map[lid][1], follower, GROUP_SECRET)
+    ident = {k: v for k, (v, _key) in leader.config.handshake_identity().items()}
+    writer, sealer = await _peer_session(leader.peer_map[lid][1], follower, GROUP_SECRET, ident)
     huge = {"t": "vote", "src": follower, "dst": lid, "term": 2**64 - 1, "last_index": 2**63 - 1,
             "last_term": 2**63 - 1, "pre_vote": False, "transfer": True}
     spoofed = {"t": "vote", "src": third, "dst": lid, "term": term + 5, "last_index": 2**40,

@@ -23,6 +23,10 @@ from dledger.rpc import framing as fr
 from dledger.rpc.client import DLedgerClient
 
 
+#: The handshake identity of a ``tests.dledger.test_processes.ProcGroup`` member (1m / 64k files).
+PROC_IDENT = {"data_file_size": 1 << 20, "index_file_size": 64 << 10}
+
+
 class RawConn:
     """One hand-driven TCP connection to a DLedger port."""
 
@@ -56,13 +60,15 @@ class RawConn:
         raise AssertionError("no complete frame")
 
     async def handshake(self, group: str, claim_id: str, secret: Optional[str], role: str = fr.ROLE_PEER,
-                        then: bytes = b"") -> Any:
+                        then: bytes = b"", ident: Optional[dict[str, Any]] = None) -> Any:
         """Answer the challenge (sending ``then`` right behind the hello, as a pipelining
-        attacker would) and return the welcome/reject frame; sets :attr:`session` on success."""
+        attacker would) and return the welcome/reject frame; sets :attr:`session` on success.
+        A peer claims ``ident`` (default: :data:`PROC_IDENT`, a ``ProcGroup`` member's file sizes;
+        the challenge tells nothing since issue 23.1)."""
         hs = fr.ConnectorHandshake(group, claim_id, role, secret)
         challenge = await self.frame()
-        if isinstance(challenge, dict) and role == fr.ROLE_PEER:
-            hs.ident = challenge.get("ident", {})  # claims a well-configured member's identity (issue 13.7)
+        if role == fr.ROLE_PEER:
+            hs.ident = dict(PROC_IDENT if ident is None else ident)
         self.write(fr.encode_frame(hs.receive_challenge(challenge)) + then)
         reply = await self.frame()
         if isinstance(reply, dict) and reply.get("t") == "welcome":

@@ -146,17 +146,71 @@ def test_acceptor_refuses(acceptor_kwargs, connector_kwargs, code):
     assert err2.value.code == code and err2.value.reason == err.value.reason
 
 
-def test_wrong_group_refused_by_both_sides():
-    acceptor = fr.AcceptorHandshake("g1", "n0", MEMBERS)
+@pytest.mark.parametrize("secret", [None, "k"])
+def test_wrong_group_refused_by_the_acceptor_after_the_proof(secret):
+    acceptor = fr.AcceptorHandshake("g1", "n0", MEMBERS, secret)
+    hello = fr.ConnectorHandshake("g2", "n1", secret=secret).receive_challenge(_wire(acceptor.challenge()))
     with pytest.raises(fr.HandshakeRejected) as err:
-        fr.ConnectorHandshake("g2", "n1").receive_challenge(_wire(acceptor.challenge()))
+        acceptor.receive_hello(_wire(hello))
     assert err.value.code == fr.UNKNOWN_GROUP
-    # a connector that lies about its group is refused by the acceptor as well
-    hello = fr.ConnectorHandshake("g1", "n1").receive_challenge(_wire(acceptor.challenge()))
+    # a connector that lies about its group after signing is refused too: the mac covers the group
+    hello = fr.ConnectorHandshake("g1", "n1", secret=secret).receive_challenge(_wire(acceptor.challenge()))
     hello["group"] = "g2"
     with pytest.raises(fr.HandshakeRejected) as err:
         acceptor.receive_hello(hello)
-    assert err.value.code == fr.UNKNOWN_GROUP
+    assert err.value.code == (fr.AUTH_FAILED if secret else fr.UNKNOWN_GROUP)
+
+
+def test_challenge_reveals_nothing_and_unproven_hellos_learn_nothing():
+    """Issue 23.1: no group, member id or file size before the peer proved the secret."""
+    acceptor = fr.AcceptorHandshake("secret-group", "n0", MEMBERS, "k", ident={"data_file_size": 123456789})
+    challenge = _wire(acceptor.challenge())
+    assert set(challenge) == {"t", "v", "nonce"}
+    for claim in ({"group": "secret-group", "self_id": "n1"}, {"group": "x", "self_id": "n9"},
+                  {"group": "x", "self_id": "c", "role": fr.ROLE_CLIENT}):
+        hello = fr.ConnectorHandshake(secret="wrong", **claim).receive_challenge(challenge)
+        with pytest.raises(fr.HandshakeRejected) as err:
+            acceptor.receive_hello(_wire(hello))
+        frame = repr(err.value.to_frame())
+        assert err.value.code == fr.AUTH_FAILED
+        assert "secret-group" not in frame and "n0" not in frame and "123456789" not in frame, frame
+
+
+def test_handshake_frames_are_bounded_before_the_body_is_read():
+    dec = fr.FrameDecoder(fr.HANDSHAKE_MAX_FRAME)
+    with pytest.raises(fr.FrameTooLarge):
+        dec.feed(fr.HEADER.pack(24 * 1024 * 1024) + b"x" * 10)
+    assert dec.buffered == 0
+
+
+class _Budget:
+    def __init__(self, limit):
+        self.limit, self.used = limit, 0
+
+    def reserve(self, n):
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
+
+    def release(self, n):
+        self.used -= n
+
+
+def test_large_unfinished_frames_reserve_the_budget():
+    budget = _Budget(300 * 1024)
+    a, b = fr.FrameDecoder(budget=budget), fr.FrameDecoder(budget=budget)
+    payload = fr.encode_frame(b"y" * (200 * 1024))
+    assert a.feed(payload[:1000]) == [] and budget.used == len(payload) - 4
+    with pytest.raises(fr.BudgetExceeded):
+        b.feed(payload[:1000])
+    assert a.feed(payload[1000:]) == [b"y" * (200 * 1024)] and budget.used == 0
+    small = fr.encode_frame(b"z" * 1000)  # small frames are never charged
+    c = fr.FrameDecoder(budget=_Budget(1))
+    assert c.feed(small[:10]) == [] and c.feed(small[10:]) == [b"z" * 1000]
+    a.feed(payload[:1000])
+    a.release()
+    assert budget.used == 0
 
 
 def test_hello_mac_cannot_be_replayed_on_another_connection():
@@ -178,10 +232,13 @@ def test_connector_detects_impostor_acceptor_without_secret():
     assert err.value.code == fr.AUTH_FAILED
 
 
-def test_connector_refuses_unexpected_remote_id():
-    acceptor = fr.AcceptorHandshake("g", "n2", MEMBERS)
+@pytest.mark.parametrize("secret", [None, "k"])
+def test_connector_refuses_unexpected_remote_id(secret):
+    acceptor = fr.AcceptorHandshake("g", "n2", MEMBERS, secret)
+    connector = fr.ConnectorHandshake("g", "n1", secret=secret, expect_id="n0")
+    accepted = acceptor.receive_hello(connector.receive_challenge(acceptor.challenge()))
     with pytest.raises(fr.HandshakeRejected) as err:
-        fr.ConnectorHandshake("g", "n1", expect_id="n0").receive_challenge(acceptor.challenge())
+        connector.receive_welcome(accepted.reply)
     assert err.value.code == fr.UNEXPECTED_MEMBER
 
 
