@@ -179,7 +179,7 @@ def validate_conf(conf: ParsedConf) -> None:
         peers = s.dledger_peer_map()
     except ValueError as exc:
         raise ConfigError(f"{conf.where('dLegerPeers')}: {exc}") from None
-    if not s.dleger_self_id or not _PEER_ID.match(s.dleger_self_id):
+    if not s.dleger_self_id or not _PEER_ID.fullmatch(s.dleger_self_id):
         raise ConfigError(
             f"{conf.where('dLegerSelfId')}: must be a letter followed by digits (e.g. n0), got {s.dleger_self_id!r}"
         )

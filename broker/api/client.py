@@ -37,7 +37,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from broker.api.signing import sign_headers
+from broker.api.signing import host_header, sign_headers
 
 Call = tuple[str, str, dict[str, Any] | None, Any]
 
@@ -68,8 +68,9 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def _auth_headers(credentials: tuple[str, str] | None, method: str, path_and_query: str,
-                  data: bytes | None) -> dict[str, str]:
-    return sign_headers(method, path_and_query, data, *credentials) if credentials else {}
+                  data: bytes | None, host: str) -> dict[str, str]:
+    """The signing headers (``Host`` among them: the signature binds the broker it is sent to)."""
+    return sign_headers(method, path_and_query, data, *credentials, host=host) if credentials else {}
 
 
 def _credentials(access_key: str | None, secret_key: str | None) -> tuple[str, str] | None:
@@ -219,7 +220,7 @@ class BrokerClient:
 
     def __init__(self, address: str, timeout: float = 10.0, session: aiohttp.ClientSession | None = None, *,
                  access_key: str | None = None, secret_key: str | None = None) -> None:
-        split_address(address)
+        self._host = host_header(*split_address(address))
         self.address = address
         self._credentials = _credentials(access_key, secret_key)
         self._base = address if address.startswith("http") else f"http://{address}"
@@ -245,7 +246,7 @@ class BrokerClient:
         data = json.dumps(body).encode() if body is not None else None
         target = _path(path, query)
         headers = {"Content-Type": "application/json"} if data is not None else {}
-        headers.update(_auth_headers(self._credentials, method, target, data))
+        headers.update(_auth_headers(self._credentials, method, target, data, self._host))
         try:
             async with self._session.request(method, self._base + target, data=data, headers=headers) as resp:
                 text = await resp.text()
@@ -311,7 +312,7 @@ class BrokerClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         data = raw_body if raw_body is not None else (json.dumps(body).encode() if body is not None else None)
-        headers = _auth_headers(self._credentials, method, path, data)
+        headers = _auth_headers(self._credentials, method, path, data, self._host)
         async with self._session.request(method, self._base + path, data=data, headers=headers) as resp:
             return resp.status, await resp.text()
 
@@ -323,6 +324,7 @@ class SyncBrokerClient:
                  secret_key: str | None = None) -> None:
         self.address = str(address).split("://", 1)[-1].rstrip("/")
         self._host, self._port = split_address(address)
+        self._host_header = host_header(self._host, self._port)
         self._timeout = timeout
         self._credentials = _credentials(access_key, secret_key)
         self._conn: http.client.HTTPConnection | None = None
@@ -344,7 +346,7 @@ class SyncBrokerClient:
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             try:  # signed per attempt: a resent request carries a fresh nonce, not a replay
-                sent = {**_auth_headers(self._credentials, method, path, body), **dict(headers or {})}
+                sent = {**_auth_headers(self._credentials, method, path, body, self._host_header), **dict(headers or {})}
                 self._conn.request(method, path, body=body, headers=sent)
                 resp = self._conn.getresponse()
                 text = resp.read().decode("utf-8", "replace")

@@ -2,11 +2,16 @@
 
 Rules (``aclEnable=true``; with ACL off nothing here runs):
 - Authentication: the signature scheme of ``broker.api.signing`` (AccessKey + HmacSHA1 over
-  method, path, sorted query, timestamp, nonce and body). The decision is
+  method, Host, path, sorted query, timestamp, nonce and body). The decision is
   ``PlainAccessValidator.check`` of ``broker.remoting.acl``, the one remoting uses:
   ``globalWhiteRemoteAddresses`` and an account's ``whiteRemoteAddress`` pass without a
   signature, an unknown AccessKey or a wrong signature is refused. Then, for HTTP only: the
-  timestamp must be within 5 minutes of the broker's clock and the signature never seen before.
+  signing headers must be ASCII (a clear 401, never a 500), the timestamp at most 5 minutes
+  behind and 1 minute ahead of the broker's clock, the signed ``Host`` this broker
+  (``broker.api.host_binding``: a request accepted by one node is refused by the others) and the
+  signature never seen before for that account (``signing.ReplayGuard``, one book per account).
+  An authenticated connection is marked for the listen port's eviction rule
+  (``broker.remoting.limits``): an admin's (or a white address's) is never evicted.
 - Permissions (RocketMQ's PUB / SUB / admin, groups as ``%RETRY%group``), per route; which
   routes are open or admin-only comes from ``broker.remoting.permissions``, the one table the
   remoting door uses too:
@@ -50,14 +55,17 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from aiohttp import web
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
-from broker.api.signing import (H_ACCESS_KEY, H_NONCE, H_SIGNATURE, H_TIMESTAMP, MAX_SKEW_MS, ReplayGuard,
-                                canonical_request, signature)
+from broker.api.host_binding import HostBinding
+from broker.api.signing import (H_ACCESS_KEY, H_HOST, H_NONCE, H_SIGNATURE, H_TIMESTAMP, MAX_FUTURE_MS, MAX_SKEW_MS,
+                                ReplayGuard, canonical_request, non_ascii_header, printable, signature)
+from broker.remoting.http_guard import note_trust
+from broker.remoting.limits import ADMIN_TRUST, AUTHENTICATED_TRUST
 from broker.remoting.acl import ANY, PUB, RETRY_PREFIX, SUB, AclRefusal, PlainAccessValidator, PlainAccount
 from broker.remoting.permissions import OPERATIONS, Need, http_need
 
@@ -190,12 +198,15 @@ class HttpAcl:
     """The plain ACL of one broker's HTTP API (module rules)."""
 
     def __init__(self, validator: PlainAccessValidator, *, metrics_bearer_token: Optional[str] = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), max_skew_ms: int = MAX_SKEW_MS) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), max_skew_ms: int = MAX_SKEW_MS,
+                 max_future_ms: int = MAX_FUTURE_MS, host_names: Iterable[str] = ()) -> None:
         self.validator = validator
         self.metrics_bearer_token = metrics_bearer_token or None
         self.clock_ms = clock_ms
         self.max_skew_ms = max_skew_ms
+        self.max_future_ms = max_future_ms
         self.replay = ReplayGuard(window_ms=max_skew_ms)
+        self.hosts = HostBinding(host_names)
         self.refused = {"401": 0, "403": 0}
         self._log = _LogLimiter()
 
@@ -208,11 +219,14 @@ class HttpAcl:
             return
         if pol.bearer_ok and self._bearer_ok(request.headers.get("Authorization")):
             request[ACCOUNT_KEY] = None
+            note_trust(request.transport, AUTHENTICATED_TRUST)
             return
         try:
             raw = await request.read()
-            account = self._authenticate(request, raw)
+            account = await self._authenticate(request, raw)
             request[ACCOUNT_KEY] = account
+            # the connection proved itself: the port's eviction spares it (admins: always)
+            note_trust(request.transport, ADMIN_TRUST if account is None or account.admin else AUTHENTICATED_TRUST)
             if account is None:
                 return
             body = await read_body() if pol.needs_body else None
@@ -228,38 +242,56 @@ class HttpAcl:
             return False
         return hmac.compare_digest(header[7:].strip().encode(), token.encode())
 
-    def _authenticate(self, request: web.Request, raw: bytes) -> Optional[PlainAccount]:
+    async def _authenticate(self, request: web.Request, raw: bytes) -> Optional[PlainAccount]:
+        """The account of a signed request (None: a white address), or AclRefusal. Order: ASCII
+        headers, signature (over the Host too), timestamp window, the Host names this broker,
+        then the replay guard (so a request for another broker is never remembered)."""
         ip, _ = peer_ip(request)
         h = request.headers
         access_key = h.get(H_ACCESS_KEY)
+        stamp: list[int] = []
 
         def verify(acc: PlainAccount) -> None:
+            bad = non_ascii_header(h)
+            if bad is not None:
+                raise AclRefusal(f"header {bad} is not ASCII text (its bytes are not UTF-8 or not printable); "
+                                 f"signing headers are ASCII (accessKey={acc.access_key})", authenticated=False)
             ts, nonce, sig = h.get(H_TIMESTAMP) or "", h.get(H_NONCE) or "", h.get(H_SIGNATURE) or ""
-            content = canonical_request(request.method, request.path, request.query.items(), acc.access_key, ts,
-                                        nonce, raw)
-            if not sig or not hmac.compare_digest(signature(acc.secret_key, content), sig):
+            content = canonical_request(request.method, h.get(H_HOST) or "", request.path, request.query.items(),
+                                        acc.access_key, ts, nonce, raw)
+            if not sig or not hmac.compare_digest(signature(acc.secret_key, content).encode(), sig.encode()):
                 raise AclRefusal(f"Check signature failed for accessKey={acc.access_key}", authenticated=False)
-            if not ts.isdigit():
+            if not ts.isdigit() or len(ts) > 15:
                 raise AclRefusal(f"{H_TIMESTAMP} must be Unix epoch milliseconds (accessKey={acc.access_key})",
                                  authenticated=False)
             now = self.clock_ms()
             skew = int(ts) - now
-            if abs(skew) > self.max_skew_ms:
+            if skew < -self.max_skew_ms or skew > self.max_future_ms:
+                limit = self.max_future_ms if skew > 0 else self.max_skew_ms
                 raise AclRefusal(f"request timestamp is {abs(skew) // 1000} s {'ahead of' if skew > 0 else 'behind'} "
-                                 f"the broker's clock, outside the {self.max_skew_ms // 1000} s window "
+                                 f"the broker's clock, outside the {limit // 1000} s window"
+                                 f"{' allowed for clock differences' if skew > 0 else ''} "
                                  f"(accessKey={acc.access_key})", authenticated=False)
-            why = self.replay.admit(sig, int(ts), now)
-            if why is not None:
-                raise AclRefusal(f"{why} (accessKey={acc.access_key})", authenticated=False)
+            stamp[:] = [int(ts), now]
 
-        return self.validator.check(ip, access_key, verify, admin_for=None, resources={})
+        account = self.validator.check(ip, access_key, verify, admin_for=None, resources={})
+        if account is None or not stamp:
+            return account
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        why = await self.hosts.refusal(h.get(H_HOST) or "", sockname)
+        if why is None:
+            why = self.replay.admit(account.access_key, h.get(H_SIGNATURE) or "", stamp[0], stamp[1])
+        if why is not None:
+            raise AclRefusal(f"{why} (accessKey={account.access_key})", authenticated=False)
+        return account
 
     def _refuse(self, request: web.Request, exc: AclRefusal) -> BrokerApiError:
         _, peer = peer_ip(request)
         status = "403" if exc.authenticated else "401"
         self.refused[status] += 1
-        self._log.line(f"HTTP ACL refused {request.method} {request.path} from {peer} ({status}): {exc}")
-        return BrokerApiError(E.NO_PERMISSION if exc.authenticated else E.UNAUTHORIZED, str(exc))
+        reason = printable(str(exc), 400)  # a header's undecodable bytes never reach the log or the JSON raw
+        self._log.line(f"HTTP ACL refused {request.method} {printable(request.path)} from {peer} ({status}): {reason}")
+        return BrokerApiError(E.NO_PERMISSION if exc.authenticated else E.UNAUTHORIZED, reason)
 
     # ---- the handlers' part
     def require(self, request: web.Request, *, admin_for: Optional[str] = None,
@@ -285,7 +317,8 @@ def http_acl_for(broker_config: Any, validator: Optional[PlainAccessValidator] =
         from broker.remoting.acl import acl_file_of  # noqa: WPS433
 
         validator = PlainAccessValidator(acl_file_of(broker_config))
-    return HttpAcl(validator, metrics_bearer_token=getattr(broker_config, "metrics_bearer_token", None))
+    return HttpAcl(validator, metrics_bearer_token=getattr(broker_config, "metrics_bearer_token", None),
+                   host_names=[str(getattr(broker_config, "broker_ip1", "") or "")])
 
 
 def require(request: web.Request, *, admin_for: Optional[str] = None, resources: Optional[Resources] = None) -> None:

@@ -77,7 +77,7 @@ def check_name(value: Any, what: str = "topic") -> str:
     """Return ``value`` if it is a valid topic/group name, else raise ``MESSAGE_ILLEGAL``/``BAD_REQUEST``."""
     if not isinstance(value, str) or not value:
         raise BrokerApiError(BAD_REQUEST, f"{what} is required and must be a non-empty string")
-    if not NAME_PATTERN.match(value):
+    if not NAME_PATTERN.fullmatch(value):
         code = MESSAGE_ILLEGAL if what == "topic" else BAD_REQUEST
         shown = value if len(value) <= 140 else value[:137] + "..."
         raise BrokerApiError(

@@ -37,7 +37,7 @@ def validate_topic(topic: str) -> None:
         raise TopicValidationError("topic name is empty")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise TopicValidationError(f"topic name {topic[:20]!r}... is {len(topic)} characters, max {TOPIC_MAX_LENGTH}")
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):
         raise TopicValidationError(f"topic name {topic!r} may only contain letters, digits, '%', '|', '_' and '-'")
 
 

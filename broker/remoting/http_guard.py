@@ -17,7 +17,10 @@ Rules (see ``broker.remoting.limits`` for the limits themselves):
   answered ``SERVICE_NOT_AVAILABLE`` (503) without being read, a body not received in time closes
   the connection. The reservation is released when the handler returns.
 - While a request is handled the connection is never idle; ``serverChannelMaxIdleTimeSeconds``
-  after the last response (or the connection's start) with no new head, it is closed.
+  after the last accepted request (or the connection's start) with no new head, it is closed. A
+  request the ACL refused as unauthenticated (401) does not count (issue 23.6: a socket that
+  keeps sending refused requests is idle). The HTTP ACL marks the connection's trust
+  (:func:`note_trust`) for the port's eviction rule.
 
 Theory of operation: the proxy protocol forwards every ``asyncio.Protocol`` callback to aiohttp's
 protocol and is registered by transport in :data:`_BY_TRANSPORT`, so the middleware (which only
@@ -31,7 +34,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
-from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, PortGuard
+from broker.remoting.limits import EVICTED, READ_TIMEOUT, SMALL_FRAME, ConnectionClock, PortGuard
 from broker.tasks import wait_for
 
 #: transport -> its guard protocol (entries removed on connection_lost).
@@ -98,19 +101,26 @@ class HttpGuardProtocol(asyncio.Protocol):
     def request_started(self) -> None:
         self.clock.busy += 1
         self.clock.partial_since = None
-        self.clock.touch()
 
-    def request_finished(self) -> None:
+    def request_finished(self, accepted: bool = True) -> None:
         self.clock.busy = max(0, self.clock.busy - 1)
-        self.clock.touch()
+        if accepted:
+            self.clock.touch()
 
     def guard_close(self, reason: str) -> None:
         if self.transport is None or self.closed:
             return
-        if reason == READ_TIMEOUT:
+        if reason in (READ_TIMEOUT, EVICTED):
             self.transport.abort()
         else:
             self.transport.close()
+
+
+def note_trust(transport: Any, level: int) -> None:
+    """The HTTP ACL authenticated a request on ``transport`` at ``level`` (``limits.*_TRUST``)."""
+    conn = _BY_TRANSPORT.get(transport)
+    if conn is not None:
+        conn.clock.prove(level)
 
 
 @web.middleware
@@ -125,6 +135,7 @@ async def limits_middleware(request: web.Request,
     guard = conn.guard
     conn.request_started()
     reserved = 0
+    refused = False  # answered 401 (unauthenticated): does not reset the idle clock
     try:
         if request.body_exists:
             limit = request.client_max_size
@@ -146,10 +157,19 @@ async def limits_middleware(request: web.Request,
                 except asyncio.TimeoutError:
                     guard.read_timed_out(conn, "a request body")
                     raise web.HTTPRequestTimeout() from None
-        return await handler(request)
+        try:
+            response = await handler(request)
+        except BrokerApiError as exc:
+            refused = exc.http_status == 401
+            raise
+        except web.HTTPException as exc:
+            refused = exc.status == 401
+            raise
+        refused = response.status == 401
+        return response
     finally:
         guard.budget.release(reserved)
-        conn.request_finished()
+        conn.request_finished(not refused)
 
 
 def install_middleware(app: web.Application) -> None:

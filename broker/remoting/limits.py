@@ -11,7 +11,17 @@ Rules (issue 12; RocketMQ ``NettyServerConfig`` + ``IdleStateHandler`` on the se
   longer holds a connection forever. (RocketMQ has no such timer; a frame of the 16 MiB maximum
   therefore needs more than ~0.5 MiB/s at the default.)
 - **Cap**: at most ``serverMaxConnections`` (1024) open connections per port, both protocols
-  counted; a connection beyond it is closed at once, before any byte is read.
+  counted; without ACL a connection beyond it is closed at once, before any byte is read.
+- **Eviction** (ACL on, issue 23.6): a connection *proves* itself when a request on it passes
+  the ACL (:data:`AUTHENTICATED_TRUST`; :data:`ADMIN_TRUST` for an ``admin: true`` account or a
+  white address). On a full port a newcomer is admitted by evicting one connection that is not
+  an admin's: from the source address holding the most such connections, the least proven,
+  idle before busy, the longest idle first. So sockets that never authenticate (or a deny-all
+  account's) cannot hold the cap: they only push out each other, and an admin always gets in and
+  is never evicted. Only when every connection is an admin's is the newcomer refused.
+- **Idle clock**: only a request the ACL accepted (every request without ACL) resets it; a
+  refused request (no/unknown key, bad signature) does not, so a socket that keeps sending
+  refused requests is closed as idle.
 - **Pending bytes**: a frame announced larger than :data:`SMALL_FRAME` must reserve its whole
   announced length against one budget shared by every connection of the broker
   (``serverMaxPendingBytes``, 64 MiB) before its body is buffered; when the budget cannot hold it
@@ -46,6 +56,12 @@ LOG_WINDOW_S = 10.0
 
 IDLE = "idle"
 READ_TIMEOUT = "read-timeout"
+EVICTED = "evicted"
+
+#: how far a connection proved itself (``ConnectionClock.trust``)
+UNPROVEN_TRUST = 0
+AUTHENTICATED_TRUST = 1
+ADMIN_TRUST = 2
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,7 @@ class ListenLimits:
     read_timeout_s: float = 30.0
     max_connections: int = 1024
     max_pending_bytes: int = 64 * 1024 * 1024
+    evict_unproven: bool = False  # the eviction rule (the broker turns it on with ACL)
 
     @classmethod
     def from_broker_config(cls, bc: Any) -> "ListenLimits":
@@ -66,7 +83,8 @@ class ListenLimits:
         return cls(idle_timeout_s=float(get("server_channel_max_idle_time_seconds", 120)),
                    read_timeout_s=float(get("server_read_timeout_millis", 30_000)) / 1000.0,
                    max_connections=int(get("server_max_connections", 1024)),
-                   max_pending_bytes=int(get("server_max_pending_bytes", 64 * 1024 * 1024)))
+                   max_pending_bytes=int(get("server_max_pending_bytes", 64 * 1024 * 1024)),
+                   evict_unproven=bool(getattr(bc, "acl_enable", False)))
 
     @property
     def tick_s(self) -> float:
@@ -93,6 +111,11 @@ class ConnectionClock:
     partial_since: Optional[float] = None
     busy: int = 0
     reading_paused: bool = False  # we stopped reading (flow control): the peer is not the slow one
+    trust: int = UNPROVEN_TRUST
+
+    def prove(self, level: int) -> None:
+        """A request passed the ACL at ``level`` (a connection never loses what it proved)."""
+        self.trust = max(self.trust, level)
 
     def set_reading_paused(self, paused: bool) -> None:
         """While the server does not read, the read timeout stands still; it restarts on resume."""
@@ -104,10 +127,10 @@ class ConnectionClock:
         self.last_activity = time.monotonic()
 
     def partial(self, pending: bool, completed: bool) -> None:
-        """After a read: ``pending`` bytes of an unfinished unit buffered; ``completed`` one finished."""
+        """After a read: ``pending`` bytes of an unfinished unit buffered; ``completed`` one finished
+        (the idle clock is reset later, by :meth:`touch`, if the ACL accepts the request)."""
         now = time.monotonic()
         if completed:
-            self.last_activity = now
             self.partial_since = now if pending else None
         elif pending and self.partial_since is None:
             self.partial_since = now
@@ -120,6 +143,11 @@ class Guarded(Protocol):
     remote_addr: str
 
     def guard_close(self, reason: str) -> None: ...
+
+
+def source_address(remote_addr: str) -> str:
+    """``ip:port`` -> ``ip`` (the peer's address, shared by all its connections)."""
+    return remote_addr.rpartition(":")[0] or remote_addr
 
 
 class PendingBudget:
@@ -151,11 +179,12 @@ class ListenStats:
     closed_idle: int = 0
     closed_read_timeout: int = 0
     refused_by_budget: int = 0
+    evicted: int = 0
 
     def as_json(self) -> dict[str, int]:
         return {"open": self.open, "accepted": self.accepted, "refusedByCap": self.refused_by_cap,
                 "closedIdle": self.closed_idle, "closedReadTimeout": self.closed_read_timeout,
-                "refusedByPendingBudget": self.refused_by_budget}
+                "refusedByPendingBudget": self.refused_by_budget, "evictedForNewcomer": self.evicted}
 
 
 class _BurstLog:
@@ -198,8 +227,19 @@ class PortGuard:
 
     # ---- admission and tracking
     def admit(self, conn: Guarded) -> bool:
-        """Track ``conn``; False (counted, logged) when the port already has max_connections."""
+        """Track ``conn``; on a full port evict one connection (module rules) or, when none may
+        go, return False (counted, logged)."""
         cap = self.limits.max_connections
+        if cap > 0 and len(self.conns) >= cap and self.limits.evict_unproven:
+            victim = self._victim()
+            if victim is not None:
+                self.forget(victim)
+                self.stats.evicted += 1
+                self._log.line(EVICTED, "evicted connection from %s (not an admin's, idle %.1f s) for a newcomer from "
+                               "%s: %d connections open (serverMaxConnections=%d)", victim.remote_addr,
+                               time.monotonic() - victim.clock.last_activity, conn.remote_addr, len(self.conns) + 1,
+                               cap)
+                victim.guard_close(EVICTED)
         if cap > 0 and len(self.conns) >= cap:
             self.stats.refused_by_cap += 1
             self._log.line("cap", "refused connection from %s: %d connections open (serverMaxConnections=%d)",
@@ -209,6 +249,19 @@ class PortGuard:
         self.stats.accepted += 1
         self.stats.open = len(self.conns)
         return True
+
+    def _victim(self) -> Optional[Guarded]:
+        """The connection a newcomer pushes out (module rules), or None when all are admins'."""
+        per_addr: dict[str, int] = {}
+        for c in self.conns:
+            if c.clock.trust < ADMIN_TRUST:
+                a = source_address(c.remote_addr)
+                per_addr[a] = per_addr.get(a, 0) + 1
+        if not per_addr:
+            return None
+        return min((c for c in self.conns if c.clock.trust < ADMIN_TRUST),
+                   key=lambda c: (-per_addr[source_address(c.remote_addr)], c.clock.trust, c.clock.busy > 0,
+                                  c.clock.last_activity))
 
     def replace(self, old: Guarded, new: Guarded) -> None:
         """The shared port handed ``old``'s transport to another protocol (HTTP)."""

@@ -23,6 +23,13 @@ Rules (RocketMQ ``NettyRemotingServer`` / ``NettyRemotingAbstract.processRequest
   that leave a frame (or, handed to HTTP, a request head) unfinished past the read timeout, and a
   frame announced larger than ``SMALL_FRAME`` must fit the shared pending-bytes budget before its
   body is buffered; otherwise the connection is closed at once.
+- With RPC hooks (ACL, issue 23.6): a request that passes them *proves* its connection
+  (``ConnectionClock.prove``: ``ADMIN_TRUST`` when the hook's account for the request's
+  ``AccessKey`` is ``admin: true`` or no key was needed, i.e. a white address; else
+  ``AUTHENTICATED_TRUST``), which the port guard's eviction rule reads; only a request that
+  passed them (or any request without hooks) resets the idle clock — a refused one, or an
+  unknown code, does not. The hook is asked through ``trust_of(cmd)`` if it has one, else
+  through its ``accounts`` table (``PlainAccessValidator``).
 
 Theory of operation: one :class:`RemotingConnection` (an ``asyncio.Protocol``) per client; its
 :class:`broker.remoting.codec.FrameDecoder` turns bytes into commands, each processed in its own
@@ -36,7 +43,8 @@ from typing import Any, Awaitable, Callable, Optional
 
 from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
 from broker.remoting.codes import ResponseCode, request_name
-from broker.remoting.limits import READ_TIMEOUT, SMALL_FRAME, ConnectionClock, ListenLimits, PendingBudget, PortGuard
+from broker.remoting.limits import (ADMIN_TRUST, AUTHENTICATED_TRUST, EVICTED, READ_TIMEOUT, SMALL_FRAME,
+                                    ConnectionClock, ListenLimits, PendingBudget, PortGuard)
 from broker.store.errors import StoreError
 from broker.tasks import wait_for
 
@@ -169,7 +177,7 @@ class RemotingConnection(asyncio.Protocol):
 
     def guard_close(self, reason: str) -> None:
         """Called by the port guard when a limit ran out (already counted and logged)."""
-        if reason == READ_TIMEOUT:
+        if reason in (READ_TIMEOUT, EVICTED):
             self._abort()
         elif self.transport is not None and not self.closed:
             self._flush_out()
@@ -208,13 +216,13 @@ class RemotingConnection(asyncio.Protocol):
         if not out:
             return
         self._out = []
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.closed:  # (a write resets no idle clock: _process does)
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-            self.clock.touch()
 
     async def _process(self, cmd: RemotingCommand) -> None:
+        accepted = False
         try:
-            response = await self.server.dispatch(cmd, self)
+            response, accepted = await self.server.dispatch_checked(cmd, self)
             if response is not None and not cmd.is_oneway:
                 response.opaque = cmd.opaque
                 response.flag |= 1
@@ -223,7 +231,8 @@ class RemotingConnection(asyncio.Protocol):
         finally:
             self.in_flight -= 1
             self.clock.busy = self.in_flight
-            self.clock.touch()
+            if accepted:
+                self.clock.touch()
             self._update_reading()
 
 
@@ -253,24 +262,53 @@ class RemotingServer:
         self.processors[code] = handler
 
     async def dispatch(self, cmd: RemotingCommand, conn: RemotingConnection) -> Optional[RemotingCommand]:
+        return (await self.dispatch_checked(cmd, conn))[0]
+
+    async def dispatch_checked(self, cmd: RemotingCommand,
+                               conn: RemotingConnection) -> tuple[Optional[RemotingCommand], bool]:
+        """(response, accepted): ``accepted`` when the request passed the RPC hooks (module rules)."""
         handler = self.processors.get(cmd.code)
         if handler is None:
             error = f" request type {cmd.code} not supported"
             log.warning("%s from %s:%s", self.name, conn.remote_addr, error)
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, error)
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, error), not self.rpc_hooks
+        accepted = False
         try:
             for hook in self.rpc_hooks:
                 hook(cmd, conn)
-            return await handler(cmd, conn)
+            if self.rpc_hooks:
+                conn.clock.prove(self._trust_of(cmd))
+            accepted = True
+            return await handler(cmd, conn), True
         except RpcHookRefusal as exc:
+            if not accepted and getattr(exc, "authenticated", False):  # a known account's signature, not allowed
+                conn.clock.prove(AUTHENTICATED_TRUST)
             log.warning("%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
-            return cmd.response(exc.code, str(exc))
+            return cmd.response(exc.code, str(exc)), accepted
         except StoreError as exc:  # damaged or unreadable data: the message says where and what to do
             log.error("%s: %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)), accepted
         except Exception as exc:  # noqa: BLE001 - RocketMQ answers SYSTEM_ERROR and keeps the channel
             log.exception("%s: processing %s from %s failed", self.name, request_name(cmd.code), conn.remote_addr)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"), accepted
+
+    def _trust_of(self, cmd: RemotingCommand) -> int:
+        """How far a request that passed every hook proves its connection (module rules)."""
+        key = cmd.ext_fields.get("AccessKey")
+        level = ADMIN_TRUST
+        for hook in self.rpc_hooks:
+            trust_of = getattr(hook, "trust_of", None)
+            if callable(trust_of):
+                level = min(level, int(trust_of(cmd)))
+                continue
+            accounts = getattr(hook, "accounts", None)
+            if not isinstance(accounts, dict):
+                level = min(level, AUTHENTICATED_TRUST)
+            elif key:  # no key and passed: a white address, trusted as RocketMQ trusts it
+                acc = accounts.get(key)
+                level = min(level, ADMIN_TRUST if acc is not None and getattr(acc, "admin", False)
+                            else AUTHENTICATED_TRUST)
+        return level
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()

@@ -344,7 +344,7 @@ class IndexService:
         index_ts = self.checkpoint.index_msg_timestamp if self.checkpoint is not None else 0
         paths = sorted(self.store_path.iterdir())
         for path in paths:
-            if path.name.endswith(TMP_SUFFIX) and _NAME_RE.match(path.name[:-len(TMP_SUFFIX)]) and not self.read_only:
+            if path.name.endswith(TMP_SUFFIX) and _NAME_RE.fullmatch(path.name[:-len(TMP_SUFFIX)]) and not self.read_only:
                 log.warning("index dir: removing %s, an index file whose creation a crash interrupted", path)
                 path.unlink(missing_ok=True)
                 continue
@@ -353,7 +353,7 @@ class IndexService:
                 log.warning("index dir: removing %s, an empty index file left by a crash", path)
                 path.unlink(missing_ok=True)
                 continue
-            if not path.is_file() or not _NAME_RE.match(path.name):
+            if not path.is_file() or not _NAME_RE.fullmatch(path.name):
                 log.warning("index dir: %s is not an index file name (yyyyMMddHHmmssSSS), ignored", path)
                 continue
             f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=self.read_only)

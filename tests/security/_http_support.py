@@ -68,7 +68,7 @@ def raw_request(address: str, method: str, path: str, body: Optional[bytes] = No
     """One HTTP exchange on a fresh connection: (status, JSON or text, headers sent)."""
     sent = dict(headers or {})
     if account is not None:
-        sent.update(sign_headers(method, path, body, *account, now_ms=now_ms))
+        sent.update(sign_headers(method, path, body, *account, now_ms=now_ms, host=address))
     host, _, port = address.rpartition(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:

@@ -103,7 +103,7 @@ def _numbered_files(d: Path) -> tuple[FileRef, ...]:
         return ()
     out = []
     for entry in os.scandir(d):
-        if entry.is_file() and _NAME.match(entry.name):
+        if entry.is_file() and _NAME.fullmatch(entry.name):
             out.append(FileRef(entry.path, int(entry.name), entry.stat().st_size))
     return tuple(sorted(out, key=lambda f: f.start))
 
