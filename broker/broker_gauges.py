@@ -26,6 +26,7 @@ class GaugeSource(Protocol):
     store_access: Optional["StoreAccess"]
     metadata: "MetadataAccessor"
     pending_budget: "PendingBudget"
+    open_doors: list[Any]  # broker.security_policy.OpenDoor
 
     def ha_status(self) -> dict[str, Any]: ...
 
@@ -51,6 +52,10 @@ def register_broker_gauges(m: BrokerMetrics, b: GaugeSource) -> None:
                      if (v := b.ha_status().get("refusedConnections")) is not None else [])
     m.register_gauge("rocketmq_broker_dledger_member_stopped", "1 once the DLedger member stopped itself "
                      "(the broker refuses requests and exits)", lambda: [({}, int(b.member_failure is not None))])
+    m.register_gauge("rocketmq_broker_open_doors", "1 per port accepting unauthenticated traffic (exposed=true: "
+                     "reachable off loopback; see the start-up SECURITY warning)",
+                     lambda: [({"door": d.door, "port": str(d.port), "exposed": str(d.exposed).lower()}, 1)
+                              for d in b.open_doors])
     m.register_gauge("rocketmq_broker_topics", "Topics known to this broker", lambda: [({}, len(b.metadata.topics()))])
     m.register_gauge("rocketmq_broker_listen_connections", "Open connections per listen port",
                      lambda: _listen_samples(b, "open"))

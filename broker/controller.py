@@ -78,6 +78,7 @@ from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
+from broker.security_policy import exposed_warnings, open_doors
 from broker.tasks import cancel_and_wait
 
 log = logging.getLogger("broker.controller")
@@ -160,6 +161,7 @@ class BrokerController:
         self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
         self.listen_limits = ListenLimits.from_broker_config(broker_config)
         self.pending_budget = PendingBudget(self.listen_limits.max_pending_bytes)  # all listen ports together
+        self.open_doors = open_doors(broker_config, store_config)  # broker.security_policy (issue 23.10)
         self.http_guard: PortGuard | None = None  # a split httpListenPort only
         self._http_server: asyncio.base_events.Server | None = None
         self._lock: StoreLock | None = None
@@ -328,6 +330,8 @@ class BrokerController:
             "normal" if self.store_access.last_exit_ok else "abnormal", self.store_access.max_phy_offset(),
             time.monotonic() - t0,
         )
+        for line in exposed_warnings(self.open_doors):  # issue 23.10: an open door off loopback is never silent
+            log.warning("%s", line)
 
     def _load_acl(self) -> Any:
         """One PlainAccessValidator for both protocols on listenPort (None when aclEnable=false)."""
@@ -566,6 +570,7 @@ class BrokerController:
             "pid": os.getpid(), "startedAt": self.started_ms, "writable": self.writable and self.is_master(),
             "storePathRootDir": str(self.root_dir), "confPath": self.conf_path,
             "healthy": self.member_failure is None, "memberStopped": self.member_failure,
+            "openDoors": [d.to_json() for d in self.open_doors],
         }
         if sa is not None:
             out.update(sa.status())

@@ -17,13 +17,20 @@ anything; parsing alone does not, so ``mqupgrade`` can still read an old store's
   ``conf/`` (:data:`SAMPLE_SECRETS`) are public; they are refused as soon as the door they guard
   is reachable from another host (a non-loopback bind address or peer).
 
+- A door the operator opened on purpose is still reported (issue 23.10): :func:`open_doors`
+  lists every unauthenticated door with its bind address; one reachable off loopback
+  (``exposed``) is logged as a loud WARNING at every start, listed in ``/status``
+  (``openDoors``) and counted by ``rocketmq_broker_open_doors``; ``mqupgrade plan`` names the
+  doors the confs it writes leave open.
+
 Theory of operation: pure checks over a parsed conf; each refusal is one
 :class:`~broker.config.ConfigError` naming the key, the file and line, and the fix.
 """
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Iterable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from broker.java_properties import ConfigError
 
@@ -98,3 +105,54 @@ def check_doors(conf: "ParsedConf") -> None:
             f"{conf.where('dLegerAuthToken')}: not set, so anyone could vote and append in group {s.dleger_group}: "
             "set dLegerAuthToken=<secret> (the same on every member), or dLegerAllowInsecure=true "
             "(loopback-only groups)")
+
+
+@dataclass(frozen=True)
+class OpenDoor:
+    """A port that accepts unauthenticated traffic, and the key that made it so."""
+
+    door: str
+    port: int
+    bind: str
+    opened_by: str
+
+    @property
+    def exposed(self) -> bool:
+        return not is_loopback(self.bind)
+
+    def describe(self) -> str:
+        where = "every interface" if self.bind in ("0.0.0.0", "::", "") else self.bind
+        return (f"{self.door} {self.port} accepts unauthenticated traffic on {where} ({self.opened_by})"
+                + ("" if self.exposed else ", loopback only"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"door": self.door, "port": self.port, "bindAddress": self.bind, "openedBy": self.opened_by,
+                "exposed": self.exposed}
+
+
+def open_doors(broker: Any, store: Any) -> list[OpenDoor]:
+    """Every unauthenticated door of a broker with these configs (those :func:`check_doors` let
+    through because the operator said so), loopback ones included."""
+    out: list[OpenDoor] = []
+    bind = (broker.bind_address or "0.0.0.0").strip()
+    if not broker.acl_enable:
+        out.append(OpenDoor("listenPort", int(broker.listen_port), bind, "no aclEnable: remotingAllowInsecure=true"))
+        http = getattr(broker, "http_listen_port", None)
+        if http and int(http) != int(broker.listen_port):
+            out.append(OpenDoor("httpListenPort", int(http), bind, "no aclEnable: remotingAllowInsecure=true"))
+    if not store.enable_dleger_commit_log:
+        if not store.ha_auth_token:
+            port = int(store.ha_listen_port or 0) or int(broker.listen_port) + 1
+            out.append(OpenDoor("haListenPort", port, (store.ha_bind_address or bind).strip(),
+                                "no haAuthToken: haAllowInsecure=true"))
+    elif not store.dleger_auth_token:
+        addr = store.dledger_peer_map().get(store.dleger_self_id or "", "")
+        host, _, port = addr.rpartition(":")
+        out.append(OpenDoor("dLeger", int(port or 0), host, "no dLegerAuthToken: dLegerAllowInsecure=true"))
+    return out
+
+
+def exposed_warnings(doors: Iterable[OpenDoor]) -> list[str]:
+    """The start-up SECURITY lines for the open doors reachable off loopback."""
+    return [f"SECURITY: {d.describe()}; anyone who can reach this host can use it. Set the key that authenticates "
+            f"it, or bind it to 127.0.0.1" for d in doors if d.exposed]

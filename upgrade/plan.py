@@ -129,6 +129,18 @@ def _refusals(insp: Inspection) -> list[str]:
     return out
 
 
+def _exposed_doors(conf_text: str, source: str) -> list[str]:
+    """The unauthenticated doors reachable off loopback of a conf this plan writes."""
+    from broker.conf_file import parse_conf
+    from broker.security_policy import open_doors
+
+    try:
+        parsed = parse_conf(conf_text, source, validate=False)
+    except ConfigError:
+        return []
+    return [d.describe() for d in open_doors(parsed.broker, parsed.store) if d.exposed]
+
+
 def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Optional[dict[str, ParsedConf]] = None,
               master: Optional[str] = None, conf_dir: str | os.PathLike[str] = "dledger-conf",
               seed_consumequeue: str = "copy", sync_slave_config: bool = True, compare_last: Optional[int] = None,
@@ -279,6 +291,9 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
         own = confs.get(n.root)
         text = render_conf(n, own or mconf, own is not None, group, peers, file_size, broker_name, http_peers_of(nodes),
                            token)
+        exposed = _exposed_doors(text, n.conf_out)
+        if exposed:  # issue 23.10: the plan says which doors its confs leave open to the network
+            warnings.append(f"the conf written for {n.self_id} leaves open: {'; '.join(exposed)}")
         b.add("write_conf", n.self_id, f"DLedger conf of {n.self_id}: same dLegerPeers and mappedFileSizeCommitLog="
               f"{file_size} on every node, dLegerSelfId={n.self_id}, storePathRootDir={n.root}, listenPort={n.listen_port}",
               path=n.conf_out, content=text)
