@@ -2,5 +2,7 @@
 
 - :mod:`.route_info`: RouteInfoManager (pure tables + an injected clock).
 - :mod:`.server`: NamesrvController: request processors, broker expiry scan, CLI ``main``.
-Run: ``python -m broker.namesrv -p 9876``.
+- :mod:`.doors`: who may call what (ACL for writes, loopback unless told, explicit open).
+- :mod:`.kv_config`: the bounded KV config store.
+Run: ``python -m broker.namesrv -p 9876`` (loopback, open), or ``-c conf/namesrv/namesrv.properties``.
 """

@@ -8,21 +8,26 @@ Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``)
   ``haServerAddr``/``masterAddr``; body the (empty) order-topic KV table.
 - UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC (``TOPIC_NOT_EXIST`` "No topic route info in name
   server for the topic: T"), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-  QUERY_DATA_VERSION (also refreshes liveness), PUT/GET/DELETE_KV_CONFIG (in memory; GET of a
-  missing item is ``QUERY_NOT_FOUND``). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
+  QUERY_DATA_VERSION (also refreshes liveness), PUT/GET/DELETE_KV_CONFIG (in memory, bounded by
+  :mod:`.kv_config`: a put over a limit is ``SYSTEM_ERROR`` naming the limit; GET of a missing
+  item is ``QUERY_NOT_FOUND``). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
+- Who may call what (:mod:`.doors`): with ``aclEnable=true`` broker writes need a signed broker
+  or admin account, admin writes an admin account, route reads stay open unless
+  ``namesrvSignedReads=true``; without ACL it starts open on loopback only, elsewhere only with
+  ``namesrvAllowInsecure=true`` / ``--allow-insecure`` (loud warning), else exits 2.
 - The scan runs every ``scan_interval_ms`` (10 s) and drops brokers silent for
   ``broker_channel_max_idle_ms`` (120 s); a closed registering connection drops its brokers
   at once.
 
 - Listen address: ``--host``, else ``bindAddress`` from the ``-c`` properties file, else
-  ``0.0.0.0`` (Apache's default); logged at start. The port has the broker's listen limits
+  ``127.0.0.1`` (Apache's default is ``0.0.0.0``); logged at start. The port has the broker's listen limits
   (``broker.remoting.limits``): ``serverChannelMaxIdleTimeSeconds`` (120), ``serverReadTimeoutMillis``,
   ``serverMaxConnections``, ``serverMaxPendingBytes``, read from the properties file when set.
   Brokers register every 30 s, so a live broker's connection is never idle.
 
 Theory of operation: RemotingServer + RouteInfoManager on one asyncio loop. ``main`` parses
-``-p/--port`` (``listenPort``, default 9876), ``--host``, optional ``-c`` properties file, and the
-test knobs ``--broker-expiry-ms`` / ``--scan-interval-ms``.
+``-p/--port`` (``listenPort``, default 9876), ``--host``, ``--acl-file``, ``--allow-insecure``,
+optional ``-c`` properties file, and the test knobs ``--broker-expiry-ms`` / ``--scan-interval-ms``.
 """
 from __future__ import annotations
 
@@ -43,7 +48,10 @@ from broker.remoting.codes import ResponseCode as R
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
 from broker.java_properties import ConfigError, read_properties_file
+from broker.namesrv.doors import DEFAULT_HOST, DoorRefused, NamesrvAccess, check_doors, security_from
+from broker.namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
 from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
+from broker.remoting.acl import AclConfigError, PlainAccessValidator
 
 log = logging.getLogger("namesrv")
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -69,14 +77,17 @@ def _json_body(obj: Any) -> bytes:
 
 
 class NamesrvController:
-    def __init__(self, *, host: str = "0.0.0.0", port: int = 9876,
+    def __init__(self, *, host: str = DEFAULT_HOST, port: int = 9876,
                  broker_channel_max_idle_ms: int = BROKER_CHANNEL_MAX_IDLE_MS, scan_interval_ms: int = 10_000,
-                 limits: Optional[ListenLimits] = None) -> None:
+                 limits: Optional[ListenLimits] = None, kv_limits: Optional[KvLimits] = None,
+                 access: Optional[NamesrvAccess] = None) -> None:
         self.host, self.port = host, port
         self.route = RouteInfoManager(broker_channel_max_idle_ms)
         self.scan_interval_ms = scan_interval_ms
-        self.kv: dict[str, dict[str, str]] = {}
+        self.kv = KvConfigStore(kv_limits)
         self.server = RemotingServer(name="namesrv", limits=limits)
+        if access is not None:
+            self.server.rpc_hooks.append(access)
         self.server.close_listeners.append(self._on_close)
         for code, handler in {
             RC.REGISTER_BROKER: self.register_broker, RC.UNREGISTER_BROKER: self.unregister_broker,
@@ -130,7 +141,7 @@ class NamesrvController:
                                             f.get("haServerAddr"), wrapper if wrapper is not None else
                                             {"topicConfigTable": {}, "dataVersion": None}, conn, _now_ms())
         return cmd.response(R.SUCCESS, None, {k: v for k, v in result.items() if v},
-                            _json_body({"table": self.kv.get("ORDER_TOPIC_CONFIG", {})}))
+                            _json_body({"table": self.kv.table("ORDER_TOPIC_CONFIG")}))
 
     async def unregister_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         f = cmd.ext_fields
@@ -143,7 +154,7 @@ class NamesrvController:
         data = self.route.pickup_topic_route_data(topic)
         if data is None:
             return cmd.response(R.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}{FAQ}")
-        order = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
+        order = self.kv.table("ORDER_TOPIC_CONFIG").get(topic)
         if order:
             data["orderTopicConf"] = order
         return cmd.response(R.SUCCESS, None, body=_json_body(data))
@@ -167,28 +178,38 @@ class NamesrvController:
 
     async def put_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         f = cmd.ext_fields
-        self.kv.setdefault(f.get("namespace", ""), {})[f.get("key", "")] = f.get("value", "")
+        try:
+            self.kv.put(f.get("namespace", ""), f.get("key", ""), f.get("value", ""))
+        except KvLimitError as exc:
+            log.warning("refused PUT_KV_CONFIG from %s: %s", conn.remote_addr, exc)
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
         return cmd.response(R.SUCCESS)
 
     async def get_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         ns, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")
-        value = self.kv.get(ns, {}).get(key)
+        value = self.kv.get(ns, key)
         if value is None:
             return cmd.response(R.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
         return cmd.response(R.SUCCESS, None, {"value": value})
 
     async def delete_kv(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        self.kv.get(cmd.ext_fields.get("namespace", ""), {}).pop(cmd.ext_fields.get("key", ""), None)
+        self.kv.delete(cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", ""))
         return cmd.response(R.SUCCESS)
 
 
 # ---------------------------------------------------------------------------------- CLI
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ name server (remoting protocol)")
-    p.add_argument("-c", "--config", help="properties file (listenPort, bindAddress, serverChannelMaxIdleTimeSeconds, "
-                   "serverReadTimeoutMillis, serverMaxConnections, serverMaxPendingBytes)")
+    p.add_argument("-c", "--config", help="properties file (listenPort, bindAddress, aclEnable, plainAclFile, "
+                   "namesrvBrokerAccessKeys, namesrvSignedReads, namesrvAllowInsecure, kvConfigMax*, "
+                   "serverChannelMaxIdleTimeSeconds, serverReadTimeoutMillis, serverMaxConnections, "
+                   "serverMaxPendingBytes)")
     p.add_argument("-p", "--port", type=int, help="listenPort (default 9876)")
-    p.add_argument("--host", help="address to listen on (default: bindAddress from -c, else 0.0.0.0)")
+    p.add_argument("--host", help=f"address to listen on (default: bindAddress from -c, else {DEFAULT_HOST})")
+    p.add_argument("--acl-file", help="plain_acl.yml of the name server's accounts "
+                   "(same as aclEnable=true + plainAclFile)")
+    p.add_argument("--allow-insecure", action="store_true",
+                   help="without ACL, listen on a non-loopback address anyway (namesrvAllowInsecure=true)")
     p.add_argument("--broker-expiry-ms", type=int, default=BROKER_CHANNEL_MAX_IDLE_MS,
                    help="drop brokers silent this long (RocketMQ: 120000)")
     p.add_argument("--scan-interval-ms", type=int, default=10_000, help="expiry scan period (RocketMQ: 10000)")
@@ -211,16 +232,32 @@ def main(argv: Optional[list[str]] = None) -> int:
             read_timeout_s=float(props.get("serverReadTimeoutMillis", 30_000)) / 1000.0,
             max_connections=int(props.get("serverMaxConnections", 1024)),
             max_pending_bytes=int(props.get("serverMaxPendingBytes", 64 * 1024 * 1024)))
+        kv_limits = KvLimits.from_properties(props)
     except ValueError as exc:
         print(f"mqnamesrv: bad number in {args.config}: {exc}", file=sys.stderr)
         return 2
     if args.port is not None:
         port = args.port
-    host = args.host or props.get("bindAddress", "").strip() or "0.0.0.0"
+    access: Optional[NamesrvAccess] = None
+    try:
+        sec = security_from(props, host=args.host, acl_file=args.acl_file, allow_insecure=args.allow_insecure)
+        validator = PlainAccessValidator(sec.acl_file) if sec.acl_file else None
+        for line in check_doors(sec, validator):
+            log.warning("%s", line)
+    except (DoorRefused, AclConfigError) as exc:
+        print(f"mqnamesrv: refusing to start: {exc}", file=sys.stderr)
+        return 2
+    if validator is not None:
+        access = NamesrvAccess(validator, sec.broker_access_keys, sec.signed_reads)
+        log.info("ACL on (%s, %d accounts): broker writes need admin or namesrvBrokerAccessKeys %s, admin writes "
+                 "need admin, route reads %s", sec.acl_file, len(validator.accounts), sorted(sec.broker_access_keys),
+                 "need a signed account" if sec.signed_reads else "are open")
+    host = sec.host
 
     async def run() -> int:
         ctl = NamesrvController(host=host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
-                                scan_interval_ms=args.scan_interval_ms, limits=limits)
+                                scan_interval_ms=args.scan_interval_ms, limits=limits, kv_limits=kv_limits,
+                                access=access)
         try:
             await ctl.start()
         except OSError as exc:

@@ -13,6 +13,11 @@ Rules (apache/rocketmq 4.9.x ``BrokerController.registerBrokerAll``):
   broker whose connection closes, so a killed broker disappears from routes at once.
 - On shutdown: UNREGISTER_BROKER to every name server.
 - Failures are logged once per change of state (ok -> failing -> ok), never per attempt.
+- Signed (issue 23): with ``innerAccessKey``/``innerSecretKey`` set, every request to a name server
+  (register, unregister) carries AccessKey + Signature as Apache's ``AclClientRPCHook`` (RocketMQ
+  5.3's ``innerClientAuthenticationCredentials`` sign the broker's name server calls the same way).
+  A name server with ACL needs that account to be ``admin: true`` or in its
+  ``namesrvBrokerAccessKeys``; one without ACL ignores the fields. A refusal's log line says so.
 
 Theory of operation: one asyncio task polls (role, id, dataVersion) every ``poll_s`` and waits
 on an event in between; one :class:`RemotingClient` per name server, reconnected on demand.
@@ -26,10 +31,12 @@ import time
 import zlib
 from typing import Any, Optional
 
+from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
+from broker.slave_sync import inner_credentials
 from broker.tasks import cancel_and_wait, wait_for
 
 log = logging.getLogger("broker.registrar")
@@ -62,6 +69,8 @@ class BrokerRegistrar:
         self._task: Optional[asyncio.Task[None]] = None
         self.registrations = 0
         self.last_registered: Optional[tuple[int, str]] = None
+        creds = inner_credentials(getattr(controller, "broker_config", None))
+        self._rpc_hook = signer(*creds) if creds else None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-registrar")
@@ -99,7 +108,7 @@ class BrokerRegistrar:
     async def _client(self, addr: tuple[str, int]) -> RemotingClient:
         cl = self._clients.get(addr)
         if cl is None or cl.is_closed:
-            cl = await wait_for(RemotingClient.connect(*addr), self.timeout_s)
+            cl = await wait_for(RemotingClient.connect(*addr, rpc_hook=self._rpc_hook), self.timeout_s)
             self._clients[addr] = cl
         return cl
 
@@ -124,6 +133,9 @@ class BrokerRegistrar:
         try:
             cl = await self._client(addr)
             resp = await cl.invoke(RemotingCommand.request(RC.REGISTER_BROKER, fields, body), self.timeout_s)
+            if resp.code == R.NO_PERMISSION:
+                hint = "" if self._rpc_hook else "; no innerAccessKey/innerSecretKey set: the registration is unsigned"
+                raise RuntimeError(f"refused by the name server's ACL: {resp.remark}{hint}")
             if resp.code != R.SUCCESS:
                 raise RuntimeError(f"code {resp.code}: {resp.remark}")
         except (OSError, asyncio.TimeoutError, ConnectionError, RuntimeError) as exc:
