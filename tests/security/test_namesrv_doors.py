@@ -7,12 +7,15 @@
 - With no bind flag mqnamesrv listens on 127.0.0.1; off loopback without ACL it refuses to start
   unless ``--allow-insecure``.
 - A real broker of ours registers signed (innerAccessKey) and a client gets its route; a broker
-  without credentials is refused and says why.
+  without credentials is refused and says why. Apache's mqadmin signs KV writes as we check them.
+- The shipped sample conf starts ACL'd on loopback and its public secrets are refused elsewhere.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -298,4 +301,65 @@ def test_our_broker_registers_signed_and_a_client_gets_the_route(tmp_path: Path)
         assert BROKER_SK not in brokers[0].log() and BROKER_SK not in ns.log()
     finally:
         kill_all(brokers)
+        ns.kill9()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_the_shipped_sample_starts_on_loopback_and_its_secrets_are_refused_elsewhere(tmp_path: Path) -> None:
+    sample = str(REPO / "conf" / "namesrv" / "namesrv.properties")
+    proc, log, port = _start_bare(tmp_path, "-c", sample)
+    try:
+        wait_until(lambda: "boot success" in log.read_text(), 20, "the sample name server to start",
+                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+        assert "ACL on" in log.read_text() and listening_hosts(port) == ["127.0.0.1"]
+        r = asyncio.run(call(port, RC.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"}))
+        assert r.code == R.NO_PERMISSION
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proc, log, port = _start_bare(tmp_path, "-c", sample, "--host", "0.0.0.0")
+    try:
+        assert proc.wait(20) == 2
+        assert "public sample secret" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
+
+
+def _mqadmin(home: Path, *args: str) -> str:
+    env = dict(os.environ, ROCKETMQ_HOME=str(home), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
+    r = subprocess.run([str(APACHE / "bin" / "mqadmin"), *args], capture_output=True, text=True, env=env, timeout=60)
+    return r.stdout + r.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not (APACHE / "bin" / "mqadmin").exists() or not shutil.which("java"),
+                    reason="needs Apache RocketMQ 4.9.8 (APACHE_ROCKETMQ) and java")
+def test_apache_mqadmin_signs_kv_writes_as_the_name_server_checks_them(tmp_path: Path) -> None:
+    """Apache's mqadmin with ``conf/tools.yml`` credentials (its AclClientRPCHook): the admin
+    account writes KV, a non-admin account and no credentials are refused; reads stay open."""
+    homes = {}
+    for name, creds in {"admin": (ADMIN_AK, ADMIN_SK), "reader": (READER_AK, READER_SK), "none": None}.items():
+        conf = tmp_path / name / "conf"
+        conf.mkdir(parents=True)
+        shutil.copy(APACHE / "conf" / "logback_tools.xml", conf)
+        if creds:
+            (conf / "tools.yml").write_text(f"accessKey: {creds[0]}\nsecretKey: {creds[1]}\n")
+        homes[name] = tmp_path / name
+    ns = start_acl_namesrv(tmp_path)
+    try:
+        kv = ["updateKvConfig", "-n", ns.address, "-s", "ORDER_TOPIC_CONFIG", "-k", TOPIC, "-v"]
+        assert "success" in _mqadmin(homes["admin"], *kv, "broker-a:4")
+        assert "Need admin permission" in _mqadmin(homes["reader"], *kv, "evil:1")
+        assert "No accessKey is configured" in _mqadmin(homes["none"], *kv, "evil:1")
+        r = asyncio.run(call(ns.port, RC.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": TOPIC}))
+        assert (r.code, r.ext_fields.get("value")) == (R.SUCCESS, "broker-a:4")
+        assert "#Cluster Name" in _mqadmin(homes["none"], "clusterList", "-n", ns.address)  # an unsigned read
+    finally:
         ns.kill9()
