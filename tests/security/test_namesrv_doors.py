@@ -363,3 +363,36 @@ def test_apache_mqadmin_signs_kv_writes_as_the_name_server_checks_them(tmp_path:
         assert "#Cluster Name" in _mqadmin(homes["none"], "clusterList", "-n", ns.address)  # an unsigned read
     finally:
         ns.kill9()
+
+
+def test_every_code_has_a_kind_and_white_addresses_pass_as_in_rocketmq(tmp_path: Path) -> None:
+    """Pure: the hook's table (unknown codes need an admin) and ``globalWhiteRemoteAddresses``,
+    the way an Apache 4.9 broker, which does not sign registrations, registers with an ACL name server."""
+    from types import SimpleNamespace
+
+    from broker.namesrv.doors import ADMIN_WRITE, BROKER_WRITE, READ, NamesrvAccess, kind_of
+    from broker.remoting.acl import AclRefusal, PlainAccessValidator, sign_request
+
+    assert kind_of(RC.REGISTER_BROKER) == kind_of(RC.UNREGISTER_BROKER) == BROKER_WRITE
+    assert kind_of(RC.GET_ROUTEINFO_BY_TOPIC) == kind_of(RC.GET_KV_CONFIG) == READ
+    assert kind_of(RC.PUT_KV_CONFIG) == kind_of(RC.WIPE_WRITE_PERM_OF_BROKER) == kind_of(9999) == ADMIN_WRITE
+    acl = tmp_path / "acl.yml"
+    acl.write_text("globalWhiteRemoteAddresses:\n  - 10.1.2.*\n" + ACL)
+    hook = NamesrvAccess(PlainAccessValidator(acl), frozenset({BROKER_AK}))
+
+    def ask(code: int, ip: str, creds: Optional[tuple[str, str]] = None) -> Optional[str]:
+        cmd = RemotingCommand.request(code, {"brokerName": "b"}, b"body")
+        if creds:
+            sign_request(cmd, *creds)
+        try:
+            hook(cmd, SimpleNamespace(remote_addr=f"{ip}:4242"))  # type: ignore[arg-type]
+        except AclRefusal as exc:
+            return str(exc)
+        return None
+
+    assert ask(RC.REGISTER_BROKER, "10.1.2.3") is None  # white address: unsigned passes
+    assert ask(RC.REGISTER_BROKER, "10.1.3.3") == "No accessKey is configured"
+    assert ask(RC.REGISTER_BROKER, "10.1.3.3", (BROKER_AK, BROKER_SK)) is None
+    assert "Need admin permission" in (ask(RC.PUT_KV_CONFIG, "10.1.3.3", (BROKER_AK, BROKER_SK)) or "")
+    assert "Need admin permission" in (ask(9999, "10.1.3.3", (READER_AK, READER_SK)) or "")
+    assert ask(RC.GET_ROUTEINFO_BY_TOPIC, "10.1.3.3") is None
