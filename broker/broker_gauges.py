@@ -1,4 +1,4 @@
-"""The broker's Prometheus gauges: role, commitlog offsets, dispatch, HA, listen ports, DLedger member.
+"""The broker's Prometheus gauges: role, commitlog offsets, dispatch, HA, listen ports, held pulls, DLedger member.
 
 Rules: every gauge is a callback read at scrape time from a :class:`GaugeSource` (the
 ``BrokerController``); nothing is cached, so a scrape shows the state of that moment.
@@ -61,6 +61,13 @@ def register_broker_gauges(m: BrokerMetrics, b: GaugeSource) -> None:
                      lambda: _listen_samples(b, "open"))
     m.register_gauge("rocketmq_broker_listen_pending_bytes", "Bytes reserved by incomplete frames and HTTP bodies",
                      lambda: [({}, b.pending_budget.reserved)])
+    m.register_gauge("rocketmq_broker_pull_held", "Long-polled pulls held now (longPollingMaxHeld caps them)",
+                     lambda: _pull_hold_samples(b, "held"))
+    m.register_gauge("rocketmq_broker_pull_held_bytes", "Request bytes of the held pulls (longPollingMaxHeldBytes "
+                     "caps them)", lambda: _pull_hold_samples(b, "heldBytes"))
+    m.register_gauge("rocketmq_broker_pull_held_refused_total", "Pulls answered SYSTEM_BUSY at once: "
+                     "longPollingMaxHeld, longPollingMaxHeldPerConnection or longPollingMaxHeldBytes reached",
+                     lambda: _pull_hold_samples(b, "refused"), kind="counter")
     m.register_gauge("rocketmq_broker_gc_pause_seconds_total", "Time every thread stood still in Python's cyclic "
                      "garbage collector, per generation", lambda: _gc_samples("seconds"), kind="counter")
     m.register_gauge("rocketmq_broker_gc_pause_max_ms", "Longest garbage-collector pause, per generation",
@@ -72,6 +79,12 @@ def register_broker_gauges(m: BrokerMetrics, b: GaugeSource) -> None:
             ("refusedByPendingBudget", "refused_by_pending_budget", "Frames/bodies refused: serverMaxPendingBytes full")):
         m.register_gauge(f"rocketmq_broker_listen_{name}_total", help_text,
                          functools.partial(_listen_samples, b, key), kind="counter")
+
+
+def _pull_hold_samples(b: GaugeSource, key: str) -> list[tuple[dict[str, str], float]]:
+    """The remoting pull hold service's counter ``key`` (none while remoting is not running)."""
+    hold = getattr(getattr(getattr(b, "remoting", None), "pull", None), "hold", None)
+    return [({}, hold.status()[key])] if hold is not None else []
 
 
 def _gc_samples(key: str) -> list[tuple[dict[str, str], float]]:

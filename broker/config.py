@@ -132,6 +132,22 @@ class BrokerConfig:
     server_max_pending_bytes: int = _key("serverMaxPendingBytes", 64 * 1024 * 1024, ours=True)
     # at most this many messages in one batch send (HTTP or remoting); bytes are capped by maxMessageSize
     max_batch_message_count: int = _key("maxBatchMessageCount", 4096, ours=True)
+    # per-pull caps (issue 23.5, broker/store/transfer_limits.py): Apache's MessageStoreConfig keys
+    # and defaults, kept here because the store reads them through its broker_config
+    max_transfer_bytes_on_message_in_memory: int = _key("maxTransferBytesOnMessageInMemory", 256 * 1024)
+    max_transfer_count_on_message_in_memory: int = _key("maxTransferCountOnMessageInMemory", 32)
+    max_transfer_bytes_on_message_in_disk: int = _key("maxTransferBytesOnMessageInDisk", 64 * 1024)
+    max_transfer_count_on_message_in_disk: int = _key("maxTransferCountOnMessageInDisk", 8)
+    access_message_in_memory_max_ratio: int = _key("accessMessageInMemoryMaxRatio", 40)
+    # the HTTP pull's byte cap (its count is maxCount, at most 1024); at least one message always
+    http_pull_max_bytes: int = _key("httpPullMaxBytes", 4 * 1024 * 1024, ours=True)
+    # long polling (broker/remoting/processors/pull.py): a held pull waits at most this long
+    # whatever suspendTimeoutMillis asks, and at most this many are held per connection / in all;
+    # beyond, a pull is answered SYSTEM_BUSY at once (a Java consumer retries 3 s later)
+    long_polling_max_suspend_millis: int = _key("longPollingMaxSuspendMillis", 30_000, ours=True)
+    long_polling_max_held_per_connection: int = _key("longPollingMaxHeldPerConnection", 1024, ours=True)
+    long_polling_max_held: int = _key("longPollingMaxHeld", 8192, ours=True)
+    long_polling_max_held_bytes: int = _key("longPollingMaxHeldBytes", 16 * 1024 * 1024, ours=True)
 
     @property
     def api_listen_port(self) -> int:

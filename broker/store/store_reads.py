@@ -14,6 +14,11 @@ Rules:
 - A record that fails its CRC check (``broker.store.verify``) is never served: a pull returns
   the good records before it and stops there; a pull starting at it, or a lookup of it, raises
   :class:`~broker.store.verify.CorruptRecordError` naming node, file and offset.
+- Every pull is capped in bytes and count (``broker.store.transfer_limits``, Apache's
+  ``isTheBatchFull``, checked before the tags filter as in Apache): the remoting door passes
+  Apache's caps, a caller that passes none (the HTTP door) gets ``httpPullMaxBytes``; the
+  first message is always served, however big, and ``next_begin_offset`` points at the first
+  unit not served.
 
 Theory of operation: :class:`StoreReads` is a mixin of :class:`~broker.store.message_store.DefaultMessageStore`
 (split out of it to keep that module about wiring and lifecycle); it uses only the store's
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Callable
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.message import MessageExt, decode_message, decode_message_id
+from broker.store.transfer_limits import TransferLimits
 from broker.store.verify import CorruptRecordError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,10 +98,21 @@ class StoreReads:
         return sorted((cq for cq in self.consume_queue_store.consume_queues() if cq.topic == topic),
                       key=lambda cq: cq.queue_id)
 
+    @property
+    def read_limits(self) -> TransferLimits:
+        """The caps of a read that names none: ``httpPullMaxBytes`` of the store's broker conf."""
+        limits = self.__dict__.get("_read_limits")
+        if limits is None:
+            limits = self.__dict__["_read_limits"] = TransferLimits.http(getattr(self, "broker_config", None))
+        return limits
+
     def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
-                    tags_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
-        """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``)."""
+                    tags_filter: Callable[[int], bool] | None = None,
+                    limits: TransferLimits | None = None) -> GetMessageResult:
+        """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``),
+        within ``limits`` (default :attr:`read_limits`)."""
         assert self.commitlog is not None
+        caps = limits if limits is not None else self.read_limits
         check_member_running(self.commitlog)
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -111,12 +128,17 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         next_offset = offset
-        missing = corrupt = False
-        while result.message_count < max_num and next_offset < hi and not corrupt:
+        missing = corrupt = full = False
+        total = 0
+        max_phy = self.commitlog.max_offset
+        while result.message_count < max_num and next_offset < hi and not corrupt and not full:
             units = cq.get_units(next_offset, max_num - result.message_count)
             if not units:
                 break
             for phy, size, tags_code in units:
+                if caps.batch_full(size, max_num, total, result.message_count, caps.in_disk(phy, max_phy)):
+                    full = True
+                    break
                 next_offset += 1
                 if tags_filter is not None and not tags_filter(tags_code):
                     continue
@@ -133,6 +155,7 @@ class StoreReads:
                     continue
                 result.buffers.append(buf)
                 result.physical_offsets.append(phy)
+                total += size
         result.next_begin_offset = next_offset
         if missing:  # its files may have closed under this read: then nothing here is "removed"
             check_member_running(self.commitlog)

@@ -17,16 +17,22 @@ Rules (apache/rocketmq 4.9.x ``PullMessageProcessor``):
   maxOffset, suggestWhichBrokerId`` (0: the master).
 - Long polling: PULL_NOT_FOUND with the suspend bit is held until a message for that queue is
   dispatched or ``suspendTimeoutMillis`` (``longPollingEnable``; else
-  ``shortPollingTimeMills``) passes, then answered by a fresh read.
+  ``shortPollingTimeMills``) passes, then answered by a fresh read. Bounded (issue 23.5,
+  ``pull_hold.py``): the hold is clamped to ``longPollingMaxSuspendMillis``; a pull over the
+  held caps (count per connection / in all, bytes) is answered ``SYSTEM_BUSY`` at once (Apache 4.9's push
+  consumer then retries that queue after ``pullTimeDelayMillsWhenException``, 3 s; with
+  ``PULL_NOT_FOUND`` it would retry at once, a busy loop); a pull whose connection closed while
+  held gets no fresh read and no answer.
+- One pull carries at most Apache's per-pull caps (``maxTransferBytes/CountOnMessageInMemory``,
+  ``...InDisk``; ``broker.store.transfer_limits``), and always at least one message.
 - The commit-offset bit stores ``commitOffset`` for the group, on a master only.
 
-Theory of operation: :class:`PullRequestHoldService` keeps one asyncio future per waiting
-(topic, queueId); the store's dispatch listener (a reput thread) hops onto the loop with
-``call_soon_threadsafe`` and wakes the queues it dispatched to.
+Theory of operation: :class:`~broker.remoting.processors.pull_hold.PullRequestHoldService`
+keeps one asyncio future per held pull; the store's dispatch listener wakes the queues it
+dispatched to, the server's close listener the pulls of a closed connection.
 """
 from __future__ import annotations
 
-import asyncio
 import struct
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -35,9 +41,10 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import FAQ, HeaderError, Processor, field_int, field_str
+from broker.remoting.processors.pull_hold import PullRequestHoldService, request_bytes
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
-from broker.tasks import wait_for
+from broker.store.transfer_limits import TransferLimits
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.remoting.broker_remoting import BrokerRemoting
@@ -65,66 +72,23 @@ def tags_filter(expression: Optional[str], expression_type: Optional[str]) -> Op
     return codes.__contains__
 
 
-class PullRequestHoldService:
-    def __init__(self) -> None:
-        self._waiters: dict[tuple[str, int], list[asyncio.Future[None]]] = {}
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def on_dispatch(self, batch: list[Any]) -> None:
-        """Store arrival listener (reput thread)."""
-        loop = self._loop
-        if loop is None or not self._waiters:
-            return
-        keys = {(d.topic, d.queue_id) for d in batch}
-        try:
-            loop.call_soon_threadsafe(self._wake, keys)
-        except RuntimeError:  # loop closed during shutdown
-            pass
-
-    def _wake(self, keys: set[tuple[str, int]]) -> None:
-        for key in keys:
-            for fut in self._waiters.pop(key, []):
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def wait(self, topic: str, queue_id: int, timeout: float, ready: Callable[[], bool]) -> None:
-        """Until ``ready()`` or a dispatch to (topic, queue_id) or ``timeout`` seconds."""
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._waiters.setdefault((topic, queue_id), []).append(fut)
-        try:
-            if ready():
-                return
-            await wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            lst = self._waiters.get((topic, queue_id))
-            if lst is not None and fut in lst:
-                lst.remove(fut)
-                if not lst:
-                    del self._waiters[(topic, queue_id)]
-
-    def wake_all(self) -> None:
-        self._wake(set(self._waiters))
-
-
 class PullMessageProcessor(Processor):
     def __init__(self, ctx: "BrokerRemoting") -> None:
         super().__init__(ctx)
-        self.hold = PullRequestHoldService()
+        bc = getattr(self.c, "broker_config", None)
+        self.hold = PullRequestHoldService.from_config(bc)
+        self.limits = TransferLimits.remoting(bc)
 
     def register(self, server: Any) -> None:
         server.register(RC.PULL_MESSAGE, self.pull_message)
+        server.close_listeners.append(self.hold.on_close)
 
     def _read(self, topic: str, queue_id: int, offset: int, max_num: int,
               tag_filter: Optional[Callable[[int], bool]]) -> Any:
-        return self.c.store_access.store.get_message(topic, queue_id, offset, max_num, tags_filter=tag_filter)
+        return self.c.store_access.store.get_message(topic, queue_id, offset, max_num, tags_filter=tag_filter,
+                                                     limits=self.limits)
 
-    async def pull_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+    async def pull_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> Optional[RemotingCommand]:
         try:
             group = field_str(cmd, "consumerGroup", required=True) or ""
             topic = field_str(cmd, "topic", required=True) or ""
@@ -164,7 +128,9 @@ class PullMessageProcessor(Processor):
             hold_ms = suspend_ms if getattr(bc, "long_polling_enable", True) else getattr(bc, "short_polling_time_mills", 1000)
         else:
             hold_ms = 0
-        deadline = time.monotonic() + max(0, hold_ms) / 1000.0
+        deadline = time.monotonic() + self.hold.suspend_millis(hold_ms) / 1000.0
+        held = False
+        nbytes = request_bytes(cmd) if hold_ms > 0 else 0
         while True:
             res = self._read(topic, queue_id, offset, max_num, tag_filter)
             status = getattr(res.status, "value", str(res.status))
@@ -174,15 +140,24 @@ class PullMessageProcessor(Processor):
             remaining = deadline - time.monotonic()
             if code != R.PULL_NOT_FOUND or remaining <= 0 or self.ctx.stopping:
                 break
+            if conn.closed:
+                return None  # released by the close listener: nobody to answer
+            if not held and not self.hold.admit(conn, nbytes):
+                return cmd.response(R.SYSTEM_BUSY, f"[PULL]too many held pulls ({self.hold.held} in all, "
+                                    f"{self.hold.held_by(conn)} on this connection), try again later")
+            held = True
             sa = c.store_access
-            await self.hold.wait(topic, queue_id, remaining, lambda: sa.max_offset_in_queue(topic, queue_id) > offset)
+            await self.hold.wait(topic, queue_id, remaining, lambda: sa.max_offset_in_queue(topic, queue_id) > offset,
+                                 conn, nbytes)
+            if conn.closed:
+                return None  # released by the close listener: nobody to answer
         if code == R.PULL_OFFSET_MOVED and not is_master:
             code = R.PULL_RETRY_IMMEDIATELY
         header = {"suggestWhichBrokerId": 0, "nextBeginOffset": res.next_begin_offset, "minOffset": res.min_offset,
                   "maxOffset": res.max_offset}
         body = b""
         if code == R.SUCCESS:
-            body = b"".join(bytes(b) for b in res.buffers)
+            body = b"".join(res.buffers)
             c.metrics.get_messages.inc(topic, amount=len(res.buffers))
             self.ctx.broker_stats.counts.add("GROUP_GET_NUMS", f"{topic}@{group}", len(res.buffers))
         return cmd.response(code, status, header, body)
