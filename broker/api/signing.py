@@ -159,7 +159,7 @@ class ReplayGuard:
     """Remembers accepted signatures, per account, while their timestamps are inside the window
     (module rules). ``per_account`` bounds one account's book, ``capacity`` all books together."""
 
-    def __init__(self, capacity: int = 131072, window_ms: int = MAX_SKEW_MS, per_account: int = 32768) -> None:
+    def __init__(self, capacity: int = 65536, window_ms: int = MAX_SKEW_MS, per_account: int = 16384) -> None:
         self.capacity = capacity
         self.window_ms = window_ms
         self.per_account = per_account
