@@ -118,7 +118,8 @@ class StoreAccess:
         from broker.store.message_store import DefaultMessageStore  # noqa: WPS433
 
         # brokers run retention (broker.store.clean); stores opened by tools and tests do not
-        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config, retention=True)
+        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config, retention=True,
+                                   record_shape=True)
         ok = store.load()  # takes the lock (StoreLockedError), recovers
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")

@@ -516,6 +516,8 @@ class DLedgerCommitLog(DLedgerReads):
             files = mfq.mapped_files
             if len(files) == 1 and n < max_delete and (clean_immediately or files[0].age_seconds(now) >= expired_seconds):
                 log.info("delete the last old commitlog file %s", files[0].path)
+                if mfq.before_delete is not None:  # the old region becomes empty: it starts at the divide
+                    mfq.before_delete(self.divided_commitlog_offset)
                 files[0].destroy()
                 mfq.mapped_files = []
                 n += 1

@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from broker.store.errors import StoreLayoutError
 from broker.store.mapped_file import MappedFile, file_name_to_offset, offset_to_file_name
@@ -98,6 +99,8 @@ class MappedFileQueue:
         self.flushed_where = 0
         self.committed_where = 0
         self.store_timestamp = 0  # STORETIMESTAMP of the last message known flushed
+        # retention calls it with the new first file's offset before deleting files (broker.store.shape)
+        self.before_delete: Callable[[int], None] | None = None
 
     # --- load -------------------------------------------------------------------------------
     def load(self, read_only: bool = False) -> None:
@@ -268,6 +271,8 @@ class MappedFileQueue:
             else:
                 break
         if doomed:
+            if self.before_delete is not None:  # the store records its new low mark first (broker.store.shape)
+                self.before_delete(files[len(doomed)].file_from_offset)
             self.mapped_files = files[len(doomed):]
             for mf in doomed:
                 log.info("delete expired file %s", mf.path)

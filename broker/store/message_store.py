@@ -45,7 +45,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from broker.store import commitlog_recovery, verify
+from broker.store import commitlog_recovery, shape, verify
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import StoreCleaner
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
@@ -108,6 +108,8 @@ class StoreSettings:
     # DLedger mode (dledger_commitlog.py): DLedgerConfig kwargs, MessageStoreConfig.dledger_settings()
     enable_dleger_commit_log: bool = False
     dledger_settings: dict[str, Any] | None = None
+    # brokers record and check the store's shape (broker.store.shape); tools that only read do not
+    record_shape: bool = False
 
     @classmethod
     def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
@@ -153,6 +155,7 @@ class DefaultMessageStore(StoreReads):
         self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
         self.skipped = SkippedRecords()  # records no dispatch path accepted (module rules)
         self.cleaner: StoreCleaner | None = None  # retention (broker.store.clean), made at start
+        self.shape: shape.ShapeRecorder | None = None  # record_shape: storeshape of this store
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
 
@@ -230,9 +233,12 @@ class DefaultMessageStore(StoreReads):
             if not self.last_exit_ok:
                 self._drop_empty_files_after_crash()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            recorded = self._check_shape_mode() if s.record_shape else None
             self.commitlog = self._make_commitlog()
             verify.configure_read_guard(self)
             self.commitlog.load()
+            if s.record_shape and isinstance(self.commitlog, CommitLog):  # before recovery can drop the CQs
+                shape.check_held(self.root, recorded, self._held_min())
             self.consume_queue_store = ConsumeQueueStore(
                 self.root, s.mapped_file_size_consume_queue, checkpoint=self.checkpoint)
             self.consume_queue_store.load()
@@ -241,12 +247,50 @@ class DefaultMessageStore(StoreReads):
                                                   checkpoint=self.checkpoint)
                 self.index_service.load(self.last_exit_ok)
             self.recover()
+            if s.record_shape:
+                self._record_shape(recorded)
         except BaseException:
             self._close_parts()
             self.lock.release()
             raise
         self._loaded = True
         return True
+
+    # --- the store's shape (broker.store.shape, issue 24.1) ----------------------------------
+    def _broker_name(self) -> str:
+        return str(getattr(self.broker_config, "broker_name", "") or "")
+
+    def _check_shape_mode(self) -> shape.StoreShape | None:
+        s = self.settings
+        return shape.check_mode(self.root, (s.dledger_settings or {}) if s.enable_dleger_commit_log else None,
+                                self._broker_name())
+
+    def _held_min(self) -> int:
+        """The lowest commitlog offset held (DLedger mode: of the old region; the divide when it is
+        empty), -1 when nothing is held that a shape records."""
+        cl = self.commitlog
+        if isinstance(cl, CommitLog):
+            files = cl.mapped_file_queue.mapped_files
+            return files[0].file_from_offset if files else -1
+        assert cl is not None
+        old = cl.old.mapped_file_queue.mapped_files
+        return old[0].file_from_offset if old else cl.divided_commitlog_offset
+
+    def _record_shape(self, recorded: shape.StoreShape | None) -> None:
+        s, cl = self.settings, self.commitlog
+        assert cl is not None
+        held = self._held_min()
+        if isinstance(cl, CommitLog):
+            now = shape.StoreShape(shape.CLASSIC, self._broker_name(), min_offset=held)
+            mfq = cl.mapped_file_queue
+        else:
+            shape.check_held(self.root, recorded, held)
+            d = s.dledger_settings or {}
+            now = shape.StoreShape(shape.DLEDGER, self._broker_name(), str(d.get("group") or ""),
+                                   str(d.get("self_id") or ""), cl.divided_commitlog_offset, held)
+            mfq = cl.old.mapped_file_queue
+        self.shape = shape.ShapeRecorder(self.root, now)
+        mfq.before_delete = self.shape.raise_min
 
     def _drop_empty_files_after_crash(self) -> None:
         """A crash between creating a ConsumeQueue file and sizing it leaves a 0-byte file, which

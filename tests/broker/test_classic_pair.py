@@ -176,12 +176,16 @@ def test_metadata_changes_reach_slave(tmp_path: Path) -> None:
     with _started_pair(tmp_path, "ASYNC_MASTER", connected=False) as (master, slave):
         with master.client() as c:
             c.create_topic("TopicMeta", read_queue_nums=3, write_queue_nums=3)
-            c.commit_offset("GroupMeta", "TopicMeta", 1, 42)
+            for q in (1, 2):  # an offset is committed inside its queue (broker.offset_commit)
+                for i in range(8):
+                    c.send("TopicMeta", f"m{i}", queue_id=q)
+            wait_until(lambda: c.topic_status("TopicMeta")["queues"][2]["maxOffset"] == 8, 10, "8 dispatched")
+            c.commit_offset("GroupMeta", "TopicMeta", 1, 6)
             topics_version = c.config_file("topics")["dataVersion"]
         with slave.client() as s:
             # SlaveSynchronize: first pull 3 s after start, then every 10 s
             wait_until(lambda: any(t["topicName"] == "TopicMeta" for t in s.topics()["topics"]), 20, "topic on slave")
-            wait_until(lambda: s.query_offsets("GroupMeta")["offsets"].get("TopicMeta@GroupMeta", {}).get("1") == 42,
+            wait_until(lambda: s.query_offsets("GroupMeta")["offsets"].get("TopicMeta@GroupMeta", {}).get("1") == 6,
                        20, "consumer offset on slave")
             assert s.config_file("topics")["dataVersion"] == topics_version
             # later changes arrive with the next periodic sync
