@@ -317,7 +317,7 @@ def parse_dleger_peers(peers: str) -> dict[str, str]:
             continue
         pid, sep, addr = part.partition("-")
         host, colon, port = addr.rpartition(":")
-        if not sep or not _PEER_ID.match(pid) or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not _PEER_ID.fullmatch(pid) or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"peer {part!r} is not <letter><digits>-<host>:<port>")
         if pid in out:
             raise ValueError(f"peer id {pid!r} appears twice")
