@@ -576,6 +576,8 @@ class BrokerController:
             out.update(sa.status())
         out["ha"] = self.ha_status()
         out["listen"] = self.listen_status()
+        if self.remoting is not None:  # long-polled pulls held now, and refused by the caps (issue 23.5)
+            out["pullHold"] = self.remoting.pull.hold.status()
         if self.schedule is not None:
             out["schedule"] = self.schedule.status()
         if self.transactions is not None:

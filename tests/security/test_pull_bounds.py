@@ -196,6 +196,8 @@ def test_held_pulls_are_capped_and_dropped_with_their_connection(broker: BrokerP
         with lock:
             answered = dict(codes)
         assert held == held_cap, (held, answered)
+        with broker.client() as c:  # operators see the same in /status
+            assert c.status()["pullHold"]["held"] == held_cap
         assert answered == {R.SYSTEM_BUSY: CONNECTIONS * PULLS_EACH - held_cap}, answered
         assert _metric(broker, "rocketmq_broker_pull_held_refused_total") >= CONNECTIONS * PULLS_EACH - held_cap
         grown_mb = (peak - baseline) / 1024
