@@ -16,7 +16,8 @@ Rules:
 - Given ``access_key``/``secret_key`` (an account of the broker's ``plain_acl.yml``), every
   request is signed (``broker.api.signing``: ``X-RMQ-AccessKey``, ``X-RMQ-Timestamp``,
   ``X-RMQ-Nonce``, ``X-RMQ-Signature``), as RocketMQ's ``AclClientRPCHook`` signs remoting
-  requests. The library reads no environment; :func:`broker.api.signing.credentials_from`
+  requests; the signature covers the ``Host`` header, which the client sets to the address it
+  was given (``host:port``), so a request is good only on that broker. The library reads no environment; :func:`broker.api.signing.credentials_from`
   resolves ``$RMQ_ACCESS_KEY``/``$RMQ_SECRET_KEY`` for tools (mqadmin).
 - A broker address that is not ``host:port`` raises :class:`BrokerClientError`
   (``BAD_ADDRESS``) at construction, not a ``ValueError`` later.
