@@ -208,3 +208,38 @@ def test_replay_guard_books_are_per_account() -> None:
     later = now + 59_000 + 300_001
     assert g.admit("admin", "after", later, later) is None
     assert len(g) <= 1000
+
+
+class _Conn:
+    def __init__(self, addr: str, trust: int = 0, last: float = 0.0) -> None:
+        from broker.remoting.limits import ConnectionClock
+
+        self.remote_addr, self.clock, self.closed_for = addr, ConnectionClock(last_activity=last), None
+        self.clock.prove(trust)
+
+    def guard_close(self, reason: str) -> None:
+        self.closed_for = reason
+
+
+def test_eviction_order_spares_admins_and_small_addresses() -> None:
+    """The port guard's rule (no sockets): the biggest address gives way first, least proven and
+    longest idle first; admins are never evicted; a port full of admins refuses."""
+    from broker.remoting.limits import ADMIN_TRUST, AUTHENTICATED_TRUST, EVICTED, ListenLimits, PortGuard
+
+    g = PortGuard("unit", ListenLimits(max_connections=5, evict_unproven=True))
+    admin = _Conn("10.0.0.9:1", ADMIN_TRUST, last=0.0)
+    producer = _Conn("10.0.0.2:1", AUTHENTICATED_TRUST, last=0.0)
+    flood = [_Conn(f"10.0.0.1:{i}", last=float(i)) for i in range(3)]
+    for c in (admin, producer, *flood):
+        assert g.admit(c)
+    newcomer = _Conn("10.0.0.3:1", last=100.0)
+    assert g.admit(newcomer)
+    assert flood[0].closed_for == EVICTED and all(c.closed_for is None for c in (admin, producer, *flood[1:]))
+    for i in range(10):  # the flood keeps coming: it only pushes out its own, then others one by one
+        assert g.admit(_Conn(f"10.0.0.1:{100 + i}", last=200.0 + i))
+    assert admin.closed_for is None and admin in g.conns
+    assert producer.closed_for is None and newcomer.closed_for is None  # other addresses untouched
+    assert g.stats.evicted == 11
+    only_admins = PortGuard("admins", ListenLimits(max_connections=2, evict_unproven=True))
+    assert only_admins.admit(_Conn("a:1", ADMIN_TRUST)) and only_admins.admit(_Conn("a:2", ADMIN_TRUST))
+    assert not only_admins.admit(_Conn("b:1")) and only_admins.stats.refused_by_cap == 1
