@@ -29,6 +29,13 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   (``BrokerController.member_stopped``: unhealthy, reads and writes refused, then exit; see the
   controller's rules for why it exits rather than restarting the member). Polling two plain
   attributes keeps ``dledger/server.py`` free of broker hooks.
+- A member whose term is exhausted and that knows no leader (``DLedgerServer.terms.cannot_elect()``,
+  issue 23.2: its group cannot elect until ``dledger reset-term`` is run on every stopped member)
+  is reported by the same watcher as the controller's ``member_failure`` *without* stopping the
+  broker: ``/health`` answers 503 with "cannot elect a leader: ... term exhausted ..." and the
+  recovery, ``/status`` says unhealthy, writes stay refused (they were: no master); reads keep
+  working. A later real stop of the member still stops the broker; a SIGTERM exits 0 (the
+  exhausted term is on disk, so the next start reports it again).
 
 Theory of operation: the DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
 ("DLedgerLoop"); its role-change and leader-ready listeners are called there. They only record
@@ -101,6 +108,7 @@ class DLedgerRoleChangeHandler:
         self.changes = 0
         self.last_change_ms = 0
         self.last_leader_wait_ms: Optional[float] = None
+        self.cannot_elect: Optional[str] = None  # issue 23.2: set once, what /health reports
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -127,9 +135,22 @@ class DLedgerRoleChangeHandler:
         while True:
             reason = self.member_failure()
             if reason is not None:
+                if self.cannot_elect is not None and self.c.member_failure == self.cannot_elect:
+                    self.c.member_failure = None  # the real stop replaces the term report (and exits)
                 self.c.member_stopped(f"{self.self_id}: {reason}")
                 return
+            self._report_cannot_elect()
             await asyncio.sleep(self.poll_s * 10)
+
+    def _report_cannot_elect(self) -> None:
+        """Issue 23.2: an exhausted term and no leader make the broker unhealthy, with the reason."""
+        terms = getattr(self.server, "terms", None)
+        why = terms.cannot_elect() if terms is not None else None
+        if why is None or self.cannot_elect is not None or self.c.member_failure is not None:
+            return
+        self.cannot_elect = f"DLedger group of broker {self.c.broker_name} cannot elect a leader: {self.self_id}: {why}"
+        self.c.member_failure = self.cannot_elect
+        log.critical("%s", self.cannot_elect)
 
     def _register_gauges(self) -> None:
         """Prometheus gauges read from plain attributes (no hop to the DLedger loop per scrape)."""
@@ -161,6 +182,8 @@ class DLedgerRoleChangeHandler:
         await cancel_and_wait(self._watch)
         await cancel_and_wait(self._task)
         self._task = self._watch = None
+        if self.cannot_elect is not None and self.c.member_failure == self.cannot_elect:
+            self.c.member_failure = None  # an asked-for stop of a healthy process exits 0; the next start reports again
 
     def api_address_of(self, peer_id: Optional[str]) -> Optional[str]:
         return self.http_peers.get(peer_id) if peer_id else None

@@ -3,7 +3,8 @@
 Rules
 -----
 * Sub-commands: ``server`` (runs until SIGTERM/SIGINT, then shuts down cleanly: flush,
-  checkpoint, close), ``append``, ``get``, ``status``, ``transfer``. Client commands take the
+  checkpoint, close), ``append``, ``get``, ``status``, ``transfer``, and the offline
+  ``reset-term`` (recovery of an exhausted term, :mod:`dledger.term_reset`). Client commands take the
   same ``--peers``/``--group``/``--auth-token`` as the server and find the leader themselves.
 * Output of client commands is JSON on stdout (one object per line for ``append --count``
   summaries and ``get``), so scripts and tests can parse it.
@@ -128,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transfer", help="hand leadership to another member")
     _common(t)
     t.add_argument("--to", required=True, help="id of the new leader")
+
+    r = sub.add_parser("reset-term", help="offline: show a member's term, or reset an exhausted one "
+                                          "(every member stopped, same --term on each; README Security)")
+    r.add_argument("--store", required=True, help="the member's storeBaseDir (holds dledger-<id>/)")
+    r.add_argument("--id", required=True, dest="self_id", help="this member's id")
+    r.add_argument("--peers", required=True, type=_peers, metavar="ID-HOST:PORT;...",
+                   help="all members: the command refuses while any of them accepts connections")
+    r.add_argument("--term", type=int, default=None, help="new term, above every member's last log term")
+    r.add_argument("--yes", action="store_true", help="confirm: the whole group is stopped")
     return ap
 
 
@@ -292,7 +302,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.cmd == "server":
+        if args.cmd == "reset-term":
+            from .term_reset import ResetRefused, run
+
+            try:
+                _out(run(args.store, args.self_id, args.peers, args.term, args.yes))
+            except ResetRefused as exc:
+                raise UserError(str(exc)) from None
+        elif args.cmd == "server":
             logging.basicConfig(level=args.log_level, stream=sys.stderr,
                                 format="%(asctime)s %(levelname)s %(name)s %(message)s")
             cfg = config_from_args(args)

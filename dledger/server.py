@@ -66,6 +66,7 @@ from .entry import BODY_OFFSET, Buffer
 from .store.file_store import MAX_ENTRY_SIZE
 from .statewriter import StateWriter
 from .storelog import GroupFlusher, StoreLog, open_store
+from .term_guard import TermGuard
 
 log = logging.getLogger("dledger.server")
 #: a tick this late is logged and counted (``loop_stalls``): the loop did not run for that long,
@@ -136,6 +137,7 @@ class DLedgerServer(ClientChannel):
         self.store = open_store(config)
         self.log_view = StoreLog(self.store)
         self.core = self.log_view.make_core(config, self._rng, barrier=leader_barrier_body is not None)
+        self.terms = TermGuard(self.core, config.self_id)  # issue 23.2: implausible / exhausted terms
         self.transport = tp.PeerTransport(
             config.group, config.self_id, self.peer_map,
             on_peer_message=self._on_peer_message,
@@ -414,12 +416,10 @@ class DLedgerServer(ClientChannel):
             for p in st.peers
         }
         return {
-            "group": self.config.group,
-            "self_id": self.config.self_id,
+            "group": self.config.group, "self_id": self.config.self_id, "terms": self.terms.status(),
             "role": st.role.dledger_name() if hasattr(st.role, "dledger_name") else st.role.value,
             "term": st.term,
-            "leader_id": st.leader_id,
-            "leader_addr": self.config.address_of(st.leader_id),
+            "leader_id": st.leader_id, "leader_addr": self.config.address_of(st.leader_id),
             "vote": st.vote,
             "begin_index": self.log_view.ledger_begin_index,
             "end_index": self.log_view.ledger_end_index,
@@ -553,7 +553,7 @@ class DLedgerServer(ClientChannel):
                         type(msg).__name__, src, msg.src, msg.dst)
             return
         self._heard[src] = time.monotonic()
-        self.core.step(msg)
+        self.terms.step(msg)
         self._kick()
 
     async def _tick_loop(self) -> None:

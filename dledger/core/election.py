@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from dledger.core.codes import Role, VoteResult
-from dledger.core.messages import MAX_TERM, VoteRequest, VoteResponse
+from dledger.core import terms
+from dledger.core.messages import VoteRequest, VoteResponse
 
 if TYPE_CHECKING:
     from dledger.core.raft import RaftCore
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 def campaign(r: "RaftCore", transfer: bool = False) -> None:
     """Election timer fired (or TimeoutNow arrived): pre-vote first unless transferring."""
-    if r.term >= MAX_TERM:  # term+1 would not fit DLedger's long; stay put rather than persist it
+    if terms.exhausted(r.term):  # term+1 would reach terms.TERM_LIMIT: stay put, report (issue 23.2)
         return
     if r.cfg.pre_vote and not transfer:
         r.become_pre_candidate()

@@ -16,7 +16,8 @@ Rules
 
 Theory of operation
 -------------------
-Term rules (every message): a higher term makes us a follower of that term -- except
+Term rules (every message): a term no honest group reaches (``terms.py``: more than 2^32 ahead,
+or at/above 2^62) is dropped and counted first. A higher term makes us a follower of that term -- except
 pre-vote requests and granted pre-vote responses (which never change terms), and (pre-)vote
 requests arriving while we are in a leader lease (ignored).  A lower-term AppendRequest is
 answered with our term (EXPIRED_TERM) so a deposed leader steps down; other lower-term messages
@@ -39,7 +40,7 @@ import random
 from collections import deque
 from typing import Callable, Optional
 
-from dledger.core import election, replication
+from dledger.core import election, replication, terms
 from dledger.core.codes import Code, Role
 from dledger.core.config import Config
 from dledger.core.log import LogView, RaftLog
@@ -93,6 +94,8 @@ class RaftCore:
         # counters
         self.dropped_unknown = 0
         self.begin_resets = 0        # follower: times our log was reset to a leader's begin
+        self.term_refusals = 0       # messages dropped for an implausible term (terms.py)
+        self.last_term_refusal: Optional[tuple[str, str, int, str]] = None  # (src, type, term, reason)
         self._reset_timers()
 
     # ================================================================== inputs
@@ -103,6 +106,11 @@ class RaftCore:
             self.dropped_unknown += 1
             return
         if m.term > self.term:
+            why = terms.refused(self.term, m.term)
+            if why is not None:
+                self.term_refusals += 1
+                self.last_term_refusal = (m.src, type(m).__name__, m.term, why)
+                return
             if isinstance(m, VoteRequest) and not m.transfer and election.in_lease(self):
                 return
             if isinstance(m, VoteRequest) and m.pre_vote:
