@@ -9,10 +9,11 @@ Rules
 * The same port also serves **clients** (applications, the CLI): a connection whose handshake
   role is ``"client"`` carries request frames ``{"t": "req", "rid", "op", ...}`` answered, in any
   order, by ``{"t": "resp", "rid", "code", ...}`` frames (see ``client.py``).
-* Every connection starts with the handshake of ``framing.py`` (group check, member check,
-  role check, HMAC proof of ``dLegerAuthToken``, identity check: file sizes and broker name
-  from ``identity``, ``DLedgerConfig.handshake_identity``); a failed handshake gets a reject frame, one
-  warning line naming the remote address, the claimed id and the reason, and is closed.
+* Every connection starts with the handshake of ``framing.py`` (a challenge that reveals nothing,
+  then the HMAC proof of ``dLegerAuthToken`` first, then group, member and role checks and the
+  identity check: file sizes and broker name from ``identity``,
+  ``DLedgerConfig.handshake_identity``); a failed handshake gets a reject frame, one warning line
+  (rate-limited) naming the remote address, the claimed id and the reason, and is closed.
   ``serve_clients=False`` (a broker-hosted member) rejects the client role in the handshake:
   outsiders can neither append nor read.
 * With a secret, every later frame in both directions carries a tag under the connection's
