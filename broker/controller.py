@@ -558,6 +558,9 @@ class BrokerController:
         if self.member_failure is not None:
             return {"ok": False, "error": self.member_failure,
                     "fix": member_stopped_fix(self.member_failure, self.root_dir)}
+        full = self.store_access.disk_refusal() if self.store_access is not None and self.is_master() else None
+        if full is not None:  # a master that refuses every put for disk space cannot serve (issue 24.4)
+            return {"ok": False, "error": full}
         return {"ok": True}
 
     # ------------------------------------------------------------------ status and metadata

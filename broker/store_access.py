@@ -291,8 +291,14 @@ class StoreAccess:
                                  "mergedRequests": self.coalescer.merged_requests}} if self.coalescer else {}),
             "sendDedup": self.dedup.status() if self.dedup is not None else {"windowSeconds": 0},
             "retention": s.cleaner.status() if s.cleaner is not None else None,
+            "disk": s.disk_guard.status(),
             "verify": self.verify_status(),
         }
+
+    def disk_refusal(self) -> str | None:
+        """Why puts are refused for disk space now (retention's round or the put path's own measure)."""
+        c = self.store.cleaner
+        return (c.space_error if c is not None else None) or self.store.disk_guard.error
 
     def verify_status(self) -> dict[str, Any]:
         """Corrupt records met by reads and recovery (broker.store.verify) and the verified offset."""
@@ -315,7 +321,17 @@ class StoreAccess:
             kind="counter")
         metrics.register_gauge(
             "rocketmq_broker_disk_space_refusing_puts", "1 while disk usage is above 90% and puts are refused",
-            lambda: [({}, int(c.space_error is not None))] if (c := self.store.cleaner) is not None else [])
+            lambda: [({}, int(self.disk_refusal() is not None))])
+        metrics.register_gauge(
+            "rocketmq_broker_disk_used_ratio", "Used fraction of the commitlog's and the ConsumeQueues' disks",
+            lambda: [({"disk": what}, ratio) for what, (ratio, _free) in list(self.store.disk_guard.last.items())])
+        metrics.register_gauge(
+            "rocketmq_broker_disk_refused_puts_total", "Puts refused because a disk was too full",
+            lambda: [({}, self.store.disk_guard.refused)], kind="counter")
+        metrics.register_gauge(
+            "rocketmq_broker_retention_forced_deleted_files_total",
+            "Commitlog files deleted whatever their age because the disk was above 85%",
+            lambda: [({}, c.forced_deleted_total)] if (c := self.store.cleaner) is not None else [], kind="counter")
         metrics.register_gauge(
             "rocketmq_broker_send_dedup_hits_total", "Sends answered from the dedup window (a retried UNIQ_KEY)",
             lambda: [({}, self.dedup.hits if self.dedup is not None else 0)], kind="counter")

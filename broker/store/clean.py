@@ -13,6 +13,9 @@ Rules (4.9.8 ``DefaultMessageStore.CleanCommitLogService.deleteExpiredFiles``; i
 - At most ``DELETE_FILES_BATCH_MAX`` (10) files per round, oldest first, never the last file. In
   DLedger mode the old region goes first (``DLedgerCommitLog.delete_expired_files``), then DLedger
   data files holding only committed entries (its index list is trimmed with them).
+- A forced deletion (disk pressure) is counted (``forcedDeletedFiles``/``Bytes`` in status,
+  ``rocketmq_broker_retention_forced_deleted_files_total``) and logged as a ``DISK PRESSURE``
+  WARNING naming the offsets lost, since it may delete messages acknowledged seconds ago.
 - Then the ConsumeQueue files and IndexFiles wholly below the new commitlog min offset are
   deleted, and every ConsumeQueue's min offset is corrected, so a consumer below it gets
   OFFSET_TOO_SMALL with the first offset still held.
@@ -86,6 +89,9 @@ class StoreCleaner:
         self.space_error: str | None = None
         self.rounds = 0
         self.deleted_total = 0
+        self.forced_deleted_total = 0  # files deleted whatever their age (disk above 85%)
+        self.forced_deleted_bytes = 0
+        self.last_forced: dict[str, int] | None = None
         self.last: CleanRound | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -128,10 +134,21 @@ class StoreCleaner:
             r.triggers.append("manual")
         if r.triggers:
             r.forced = force and self.forcibly
+            before = self.store.commitlog.min_offset
             r.deleted_files = self.store.delete_expired_files(clean_immediately=r.forced, now=now,
                                                               max_delete=DELETE_FILES_BATCH_MAX)
             if r.deleted_files:
                 self.deleted_total += r.deleted_files
+                if r.forced:  # issue 24.4: what disk pressure costs is counted and said
+                    after = self.store.commitlog.min_offset
+                    self.forced_deleted_total += r.deleted_files
+                    self.forced_deleted_bytes += max(0, after - before)
+                    self.last_forced = {"atMs": int(now * 1000), "files": r.deleted_files, "fromOffset": before,
+                                        "toOffset": after}
+                    log.warning("DISK PRESSURE: retention deleted %d commitlog file(s) whatever their age "
+                                "(offsets [%d, %d), %s); messages there are gone, however recently they were "
+                                "acknowledged: consumers behind %d will skip them. Add disk or lower the write rate",
+                                r.deleted_files, before, after, "; ".join(r.triggers), after)
                 log.info("retention deleted %d commitlog file(s) (%s%s); min offset now %d", r.deleted_files,
                          "; ".join(r.triggers), ", forced" if r.forced else "", self.store.commitlog.min_offset)
         r.min_offset = self.store.commitlog.min_offset
@@ -165,4 +182,6 @@ class StoreCleaner:
         return {"rounds": self.rounds, "deletedFiles": self.deleted_total, "spaceError": self.space_error,
                 "fileReservedTimeHours": self.reserved_s / 3600, "deleteWhen": sorted(self.hours),
                 "diskMaxUsedSpaceRatio": self.max_used,
-                "lastTriggers": last.triggers if last else [], "lastForced": bool(last and last.forced)}
+                "lastTriggers": last.triggers if last else [], "lastForced": bool(last and last.forced),
+                "forcedDeletedFiles": self.forced_deleted_total, "forcedDeletedBytes": self.forced_deleted_bytes,
+                "lastForcedDeletion": self.last_forced}

@@ -50,6 +50,7 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import StoreCleaner
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
+from broker.store.disk_guard import DiskGuard
 from broker.store.dispatch import DispatchRequest, SkippedRecords, StoreFile
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
@@ -153,6 +154,9 @@ class DefaultMessageStore(StoreReads):
         self._cq_flush_stop = threading.Event()
         self._stopping = threading.Event()
         self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
+        # puts refused before the disk fills, measured on the put path (issue 24.4)
+        self.disk_guard = DiskGuard({"commitlog": str(self.store_path_commitlog), "consumequeue": str(self.root)},
+                                    min_free_bytes=s.mapped_file_size_commit_log)
         self.skipped = SkippedRecords()  # records no dispatch path accepted (module rules)
         self.cleaner: StoreCleaner | None = None  # retention (broker.store.clean), made at start
         self.shape: shape.ShapeRecorder | None = None  # record_shape: storeshape of this store
@@ -484,6 +488,9 @@ class DefaultMessageStore(StoreReads):
         if self.cleaner is not None and self.cleaner.space_error is not None:
             return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                           error=f"store not writeable: {self.cleaner.space_error}")
+        full = self.disk_guard.check(sum(len(m.body) for m in msgs) + 256 * len(msgs))
+        if full is not None:
+            return None, PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=f"store not writeable: {full}")
         out = []
         for msg in msgs:
             why = self._check(msg)

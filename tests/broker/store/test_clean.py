@@ -15,6 +15,8 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
+
 from broker.devtools.procs import free_port
 from broker.store.clean import StoreCleaner, delete_hours
 from broker.store.message import MessageExt
@@ -139,3 +141,28 @@ def test_puts_refused_above_the_warning_level_and_accepted_after(tmp_path: Path)
 
 def test_delete_when_hours() -> None:
     assert delete_hours("04") == {4} and delete_hours("04;16") == {4, 16} and delete_hours("x;25;7") == {7}
+
+
+def test_forced_deletions_are_counted_and_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 24.4: above 85% retention deletes files whatever their age; that loss is counted,
+    shown in status and logged with the offsets it took."""
+    store = DefaultMessageStore(store_path_root_dir=str(tmp_path / "f"), **SETTINGS)
+    store.load()
+    store.start()
+    try:
+        i = 0
+        while len(store.commitlog.mapped_file_queue.mapped_files) < 4:
+            assert store.put_message(msg(i)).status is PutMessageStatus.PUT_OK
+            i += 1
+        assert store.wait_dispatched()
+        cleaner = StoreCleaner(store, disk_ratio=lambda _p: 0.88)  # forced, but puts still accepted
+        store.cleaner = cleaner
+        with caplog.at_level("WARNING", logger="broker.store.clean"):
+            r = cleaner.run_once()
+        assert r.forced and r.deleted_files == 3  # every file but the last, however young
+        st = cleaner.status()
+        assert st["forcedDeletedFiles"] == 3 and st["forcedDeletedBytes"] == 3 * FILE
+        assert st["lastForcedDeletion"]["fromOffset"] == 0 and st["lastForcedDeletion"]["toOffset"] == 3 * FILE
+        assert any("DISK PRESSURE" in rec.message and f"[0, {3 * FILE})" in rec.message for rec in caplog.records)
+    finally:
+        store.shutdown()
