@@ -98,8 +98,8 @@ def reset(store: Path, self_id: str, peers: dict[str, tuple[str, int]], new_term
     if new_term <= info["last_log_term"]:
         raise ResetRefused(f"--term {new_term} is not above this member's last log term {info['last_log_term']}; "
                            "take the largest last log term of all members, plus one")
-    if new_term < 1 or exhausted(new_term):
-        raise ResetRefused(f"--term {new_term} must be at least 1 and below {TERM_LIMIT - 1}")
+    if new_term < 0 or exhausted(new_term):
+        raise ResetRefused(f"--term {new_term} must be at least 0 and below {TERM_LIMIT - 1}")
     state = MemberStateFile(Path(info["member_dir"]))
     if state.path.exists():
         shutil.copy2(state.path, state.path.with_name(state.path.name + ".before-reset"))

@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 
+from broker.api.client import body_bytes
 from dledger.core.terms import MAX_TERM_JUMP
 from dledger.rpc import framing as fr
 from dledger.store.state_files import MemberStateFile
@@ -158,12 +159,15 @@ def _health(port: int) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-def test_broker_health_says_the_group_cannot_elect(tmp_path):
+def test_broker_health_says_the_group_cannot_elect_until_reset_term(tmp_path):
     g = DLedgerGroup(tmp_path)
     try:
         g.start()
-        g.wait_master()
+        master = g.wait_master()
         assert all(_health(g.http[n]) == (200, {"ok": True}) for n in IDS)
+        with g.procs[master].client() as c:
+            assert c.send("TopicTerms", "before", queue_id=0)["queueOffset"] == 0
+        g.wait_in_sync()
         g.stop()
         for n in IDS:
             MemberStateFile(g.roots[n] / f"dledger-{n}").save(MAX_LONG, "n1")
@@ -180,6 +184,34 @@ def test_broker_health_says_the_group_cannot_elect(tmp_path):
             assert "cannot elect a leader" in body["error"] and "term exhausted" in body["error"], body
             assert "dledger reset-term" in body["error"], body
         assert all(p.alive() for p in g.procs.values())  # reported, not stopped: reads keep working
+        g.stop()  # exits 0: the report is not a failure of the process
+
+        conf = dict(ln.split("=", 1) for ln in g.procs["n0"].conf.read_text().splitlines()
+                    if "=" in ln and not ln.startswith("#"))
+        peers = conf["dLegerPeers"].strip()
+
+        def reset_term(n: str, *extra: str) -> dict:
+            r = subprocess.run([sys.executable, "-m", "dledger.cli", "reset-term", "--store", str(g.roots[n]),
+                                "--id", n, "--peers", peers, *extra], cwd=REPO, capture_output=True, text=True,
+                               timeout=30)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)
+
+        new_term = max(reset_term(n)["last_log_term"] for n in IDS) + 1
+        for n in IDS:
+            assert reset_term(n, "--term", str(new_term), "--yes")["term"] == new_term
+        g.start()
+        master = g.wait_master()
+        assert all(_health(g.http[n]) == (200, {"ok": True}) for n in IDS)
+        with g.procs[master].client() as c:
+            assert c.send("TopicTerms", "after-reset", queue_id=0)["queueOffset"] == 1
+            deadline = time.monotonic() + 10
+            while True:  # dispatch follows the commit: wait for it, bounded
+                got = [body_bytes(m).decode() for m in c.pull("TopicTerms", 0, 0, 16)["messages"]]
+                if len(got) >= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert got == ["before", "after-reset"]
         g.stop()
     finally:
         g.kill_all()
