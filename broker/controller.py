@@ -226,6 +226,8 @@ class BrokerController:
         old = (self.broker_role, self.broker_id)
         if self.slave_sync is not None:
             self.slave_sync.set_master_address(None)
+        if self.store_access is not None:  # the retry window of the log this node now leads (issue 24.2)
+            self.store_access.rebuild_dedup_window()
         self.broker_id = 0
         self.broker_role = role
         self._master_api_address = None

@@ -11,7 +11,8 @@ Rules:
   60; 0 turns deduplication off), at most :attr:`RecentSends.MAX_KEYS` keys, oldest evicted
   first. It is fed by the store's arrival listener on every node, so a DLedger leader, which
   accepts writes only once its whole log is committed and dispatched, knows every key of the
-  entries it inherited. It is memory only: a restarted broker starts with an empty window.
+  entries it inherited. A restarted broker rebuilds it from the commitlog's tail before it
+  serves (``broker.put_dedup_rebuild``, issue 24.2), each key with its real age.
 - A put whose messages all carry a UNIQ_KEY found in the window (same topic) is answered PUT_OK
   with the stored offsets and ids; nothing is appended. A batch with only some of its keys
   found is stored whole (at-least-once, as before: a batch is never split).
@@ -112,6 +113,22 @@ class RecentSends:
                     put(f"{r.topic}\0{r.uniq_key}", now,
                         pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit, self.MAX_KEYS)
             self._keys.trim(limit, self.MAX_KEYS)
+
+    def on_arrival_at(self, batch: Sequence[Any], age_s: float) -> None:
+        """Remember messages dispatched ``age_s`` seconds ago (the window rebuilt at start,
+        ``broker.put_dedup_rebuild``): they leave the window when they would have."""
+        if not self.enabled or age_s >= self.window:
+            return
+        now = self._clock()
+        at = now - max(0.0, age_s)
+        limit = now - self.window
+        pack = _STORED.pack
+        with self._lock:
+            for r in batch:
+                if r.uniq_key:
+                    self._keys.put(f"{r.topic}\0{r.uniq_key}", at,
+                                   pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit,
+                                   self.MAX_KEYS)
 
     @staticmethod
     def keys_of(msgs: Sequence[Any]) -> list[Key] | None:

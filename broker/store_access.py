@@ -98,13 +98,29 @@ class StoreAccess:
 
         self.coalescer = coalescer_for(store)
         self.dedup: RecentSends | None = None  # set by enable_dedup (broker.put_dedup)
+        self._dedup_rebuild_pending = False
 
     def enable_dedup(self, window_seconds: float, store_host: tuple[str, int]) -> None:
         """Answer retried sends (same topic + UNIQ_KEY) from a window fed by dispatch."""
         if window_seconds <= 0:
             return
         self.dedup = RecentSends(window_seconds, store_host)
-        self.store.arrival_listeners.append(self.dedup.on_arrival)
+        self.store.arrival_listeners.append(self.dedup.on_arrival)  # first: nothing dispatched from now is missed
+        self._dedup_rebuild_pending = True
+        if not self.store.settings.enable_dleger_commit_log:
+            self.rebuild_dedup_window()
+        # DLedger mode: the log is readable only up to what is known committed, which a restarted
+        # member learns from its leader (or by leading): rebuilt when this node becomes master,
+        # before it accepts a write (BrokerController.change_to_master)
+
+    def rebuild_dedup_window(self) -> None:
+        """Once per start: the dedup window from the commitlog's tail (broker.put_dedup_rebuild)."""
+        if self.dedup is None or not self._dedup_rebuild_pending:
+            return
+        self._dedup_rebuild_pending = False
+        from broker.put_dedup_rebuild import rebuild_window  # noqa: WPS433
+
+        rebuild_window(self.store, self.dedup.window, self.dedup.on_arrival_at)
 
     @staticmethod
     def store_takes_lock() -> bool:

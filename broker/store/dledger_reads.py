@@ -48,6 +48,11 @@ class DLedgerReads:
     def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
         return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
 
+    def scan_start_of(self, record_offset: int) -> int:
+        """Where a scan that should meet the record at ``record_offset`` starts: the record itself
+        in the old region, its entry's header (48 bytes before it) in the DLedger region."""
+        return record_offset if self._in_old(record_offset) else record_offset - DLEDGER_BODY_OFFSET
+
     def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
         """Size of the DLedger entry at physical ``offset`` (``buf[pos:]``) whatever its body, or -1
         (the old region, or not an entry frame): lets dispatch skip an entry whose body is not a

@@ -58,6 +58,8 @@ def test_sigterm_is_clean_kill9_is_recovered(tmp_path: Path) -> None:
         broker.start()
         with broker.client() as c:
             sent = [c.send("TopicCtl", b"m%d" % i, queue_id=0) for i in range(20)]
+            # an offset is committed inside the queue as dispatched (broker.offset_commit)
+            wait_until(lambda: c.topic_status("TopicCtl")["queues"][0]["maxOffset"] == 20, 10, "dispatched")
             c.commit_offset("GroupCtl", "TopicCtl", 0, 5)
         assert broker.stop() == 0
         assert not (root / "abort").exists()
