@@ -318,3 +318,36 @@ async def test_peers_only_port_refuses_the_client_role():
         assert seen == []
     finally:
         await n0.stop()
+
+
+async def test_an_impostor_acceptor_cannot_make_a_connector_buffer_a_huge_welcome():
+    """Issue 23.1, the dialling side: before the handshake completes a connector (a member's link
+    or a client) also refuses a length prefix over 4 KiB, at the header."""
+    from dledger.rpc.client import RpcConnection
+
+    peers = peers_for(["n0", "n1"])
+    sent: list[int] = []
+
+    async def impostor(reader, writer):
+        writer.write(fr.encode_frame({"t": "challenge", "v": fr.PROTOCOL_VERSION, "nonce": b"\0" * 16}))
+        await reader.read(4096)  # the hello
+        writer.write(struct.pack(">I", 10 * 1024 * 1024) + b"\0" * 100_000)
+        try:
+            await writer.drain()
+            sent.append(1)
+            await asyncio.wait_for(reader.read(), 5)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(impostor, "127.0.0.1", peers["n1"][1])
+    n0 = Node("n0", peers, secret="a-shared-secret-of-16+")
+    await n0.t.start()
+    try:
+        await wait_for(lambda: n0.t.stats()["oversize_frames"] >= 1)
+        assert not n0.t.is_connected("n1")
+        with pytest.raises((fr.FrameError, ConnectionError)):
+            await RpcConnection.open("127.0.0.1", peers["n1"][1], "g", secret="a-shared-secret-of-16+", timeout=3)
+    finally:
+        await n0.t.stop()
+        server.close()
+        await server.wait_closed()
