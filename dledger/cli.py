@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 from .config import DLedgerConfig
 from .errors import DLedgerError
 from .rpc import framing as fr
+from .rpc.admission import PortLimits
 
 
 class UserError(Exception):
@@ -110,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--coalesce-max-entries", type=int, default=1024, help="entries per merged proposal")
     s.add_argument("--coalesce-max-bytes", type=_size, default=4 * 1024 * 1024, help="body bytes per merged proposal")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    lim = PortLimits()  # issue 23.1: admission on the port (dledger.rpc.admission)
+    s.add_argument("--max-connections", type=int, default=lim.max_connections,
+                   help="accepted connections in all (default %(default)s)")
+    s.add_argument("--max-unauthenticated", type=int, default=lim.max_unauthenticated,
+                   help="connections still in their handshake; a newcomer evicts the oldest (default %(default)s)")
+    s.add_argument("--max-unauthenticated-per-host", type=int, default=lim.max_unauthenticated_per_host,
+                   help="the same, per remote address (default %(default)s)")
+    s.add_argument("--max-pending-bytes", type=_size, default=lim.max_pending_bytes,
+                   help="bytes of unfinished frames over 64 KiB, all connections together (default 128m)")
 
     a = sub.add_parser("append", help="append entries through the leader")
     _common(a)
@@ -157,7 +167,9 @@ def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
         max_pending_requests=args.max_pending, max_batch_push_bytes=args.max_batch_push_bytes,
         enable_batch_push=not args.no_batch_push, preferred_leader_ids=args.preferred_leader,
         auth_token=args.auth_token, entry_crc=not args.no_crc, allow_insecure=args.allow_insecure,
-        serve_clients=args.client_port == "on",
+        serve_clients=args.client_port == "on", max_connections=args.max_connections,
+        max_unauthenticated=args.max_unauthenticated, max_unauthenticated_per_host=args.max_unauthenticated_per_host,
+        max_pending_bytes=args.max_pending_bytes,
     )
     try:
         return cfg.validate().check_auth()
