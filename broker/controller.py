@@ -75,7 +75,7 @@ from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
 from broker.shutdown import (WATCHDOG_GRACE_S, ExitWatchdog, ShutdownStep, SignalGate, in_thread, install_stack_dump,
                              run_steps)
 from broker.slave_sync import SlaveSynchronize, inner_credentials
-from broker.store.lockfile import StoreLock, StoreLockedError
+from broker.store.lockfile import AbortFile, StoreLock, StoreLockedError, undo_failed_start
 from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
 from broker.security_policy import exposed_warnings, open_doors
@@ -276,10 +276,17 @@ class BrokerController:
                 self._lock = StoreLock(self.root_dir).acquire()
             except StoreLockedError as exc:
                 raise BrokerStartError(str(exc)) from None
+        abort_existed = AbortFile(self.root_dir).exists
         try:
             self.store_access = StoreAccess.open(self)  # lock first: nothing is touched before it
         except StoreLockedError as exc:
             raise BrokerStartError(str(exc)) from None
+        except BaseException as exc:  # issue 24.8: no abort file or lock left by a start that failed
+            undo_failed_start(self.root_dir, abort_existed)
+            if isinstance(exc, OSError) and self.dledger_enabled:  # the member's own port (dLegerPeers)
+                raise BrokerStartError(f"cannot start the DLedger member (its address in dLegerPeers): "
+                                       f"{exc.strerror or exc}") from None
+            raise
         self.store = self.store_access.store
         self.store_access.enable_dedup(self.broker_config.send_dedup_window_seconds, self.store_host)
         self.metadata.load()

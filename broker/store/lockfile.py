@@ -13,6 +13,10 @@ Rules (RocketMQ ``DefaultMessageStore``; reference §2.4):
 - ``<storePathRootDir>/abort``: created when the store has started (5.x writes the pid as text;
   4.9.x leaves it empty), deleted on a clean shutdown. Its presence at start-up means the last
   run did not shut down cleanly, so recovery must be the abnormal one.
+- A start that fails in this process (a port already in use, issue 24.8) is undone by
+  :func:`undo_failed_start`: the ``abort`` file is deleted only if this process wrote it on a store
+  that had none (an earlier crash's ``abort`` stays, so its recovery still runs), and this
+  process's lock on the store is released (the ``lock`` file itself stays, as after any stop).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from dledger.store.safefile import fsync_dir
 LOCK_FILE_NAME = "lock"
 ABORT_FILE_NAME = "abort"
 
-_held: set[str] = set()
+_held: dict[str, "StoreLock"] = {}
 _held_lock = threading.Lock()
 
 
@@ -92,7 +96,7 @@ class StoreLock:
                 ) from None
             os.pwrite(fd, b"lock", 0)
             os.fsync(fd)
-            _held.add(key)
+            _held[key] = self
             self._fd = fd
         return self
 
@@ -106,7 +110,7 @@ class StoreLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
-                _held.discard(str(self.path.resolve()))
+                _held.pop(str(self.path.resolve()), None)
 
     def __enter__(self) -> "StoreLock":
         return self.acquire()
@@ -151,3 +155,17 @@ class AbortFile:
         except (FileNotFoundError, UnicodeDecodeError):
             return None
         return int(text) if text.isdigit() else None
+
+
+def undo_failed_start(root: str | os.PathLike[str], abort_existed: bool) -> None:
+    """After a start of the store at ``root`` failed in this process: delete the ``abort`` file this
+    process created (only when ``abort_existed`` is False and it holds our pid) and release this
+    process's lock on the store, whoever in the process took it."""
+    abort = AbortFile(root)
+    if not abort_existed and abort.pid() == os.getpid():
+        abort.delete()
+    lock_path = Path(root) / LOCK_FILE_NAME
+    with _held_lock:
+        holder = _held.get(str(lock_path.resolve()))
+    if holder is not None:
+        holder.release()
