@@ -7,7 +7,8 @@ Rules:
   physical offset, the last file's tail (is the end-of-file blank already written, i.e. frozen?),
   clean shutdown (``abort`` absent), lock holder, ConsumeQueue agreement, ``config/`` files,
   ``dledger-*`` dirs (already upgraded?), free disk, and the messages the ConsumeQueues hold.
-- An upgraded store (DLedger data under ``dledger-*``) is still a problem for ``plan``/``apply``,
+- An upgraded store (DLedger data under ``dledger-*``, or ``storeshape`` recording ``mode=dledger``
+  even with its ``dledger-*`` directory gone) is still a problem for ``plan``/``apply`` (exit 2),
   but is inspected in full: its old region is walked as usual and ``max_offset`` is the end of
   the committed DLedger log across the divide (``upgrade.inspect_dledger``).
 - A store root that does not exist is an error of the ``inspect`` command (exit 1, one line
@@ -44,6 +45,7 @@ from broker.store.consume_queue import ConsumeQueueStore, is_consume_queue_dispa
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.message import check_message_and_return_size, explain_invalid_record
 from broker.store.record_walk import END, RECORD, ROLL, walk
+from broker.store.shape import DLEDGER, StoreShapeError, read_shape, shape_path
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
 from upgrade.store_links import refuse_links
@@ -191,6 +193,20 @@ def _lock_holder(root: Path) -> Optional[str]:
         return f"cannot probe the lock ({exc.strerror})"
     lock.release()
     return None
+
+
+def _recorded_upgrade(root: Path) -> list[str]:
+    """Issue 24.8: a store whose ``storeshape`` says it ran in DLedger mode is upgraded, even when
+    no ``dledger-*/data`` is beside it (moved or deleted): one problem line naming the record."""
+    try:
+        shape = read_shape(root)
+    except StoreShapeError as exc:
+        return [f"unreadable store record: {exc}"]
+    if shape is None or shape.mode != DLEDGER:
+        return []
+    return [f"already upgraded: {shape_path(root)} records mode=dledger (group {shape.group}, self id "
+            f"{shape.self_id}, divide {shape.divided}) but no dledger-*/data holds DLedger files here; the DLedger "
+            f"log was moved or deleted: put dledger-{shape.self_id} back, or `mqupgrade reseed` this node"]
 
 
 def _free_bytes(path: Path) -> int:
@@ -357,6 +373,8 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
     for d in s.dledger_dirs:
         if _list_files(rootp / d / "data"):
             s.problems.append(f"already upgraded: {d}/data holds DLedger files")
+    if not any(p.startswith("already upgraded") for p in s.problems):
+        s.problems.extend(_recorded_upgrade(rootp))
     if conf is None and not settings:
         cq_files = sorted((rootp / "consumequeue").glob("*/*/" + "[0-9]" * 20))
         if cq_files:
@@ -384,7 +402,7 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
         return s
     s.min_offset = s.files[0].from_offset
     upgraded = [d for d in s.dledger_dirs if _list_files(rootp / d / "data")]
-    if s.problems and not (upgraded and all(p.startswith("already upgraded") for p in s.problems)):
+    if s.problems and not all(p.startswith("already upgraded") for p in s.problems):
         return s
     _find_end(s, rootp)
     s.messages = count_messages(rootp, s.cq_file_size)
