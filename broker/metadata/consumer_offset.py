@@ -6,6 +6,7 @@ Rules (``broker/offset/ConsumerOffsetManager.java``; reference §2.5):
   strict JSON. 5.x adds ``dataVersion``; other derived getters fastjson may emit are kept
   verbatim but ignored.
 - ``query_offset`` answers -1 when nothing was committed, as RocketMQ does.
+- :meth:`ConsumerOffsetManager.remove_topic` drops a deleted topic's offsets (DELETE_TOPIC_IN_BROKER).
 - Commits are frequent, so they only mark the manager dirty and bump the version; the broker
   persists on its ``flushConsumerOffsetInterval`` timer and at shutdown.
 """
@@ -53,6 +54,16 @@ class ConsumerOffsetManager(ConfigManager):
             self.offset_table.setdefault(self.key(topic, group), {})[queue_id] = offset
             self.data_version.next_version()
 
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on one topic (a deleted topic); returns how many groups had some."""
+        with self._lock:
+            keys = [k for k in self.offset_table if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]
+            for k in keys:
+                del self.offset_table[k]
+            if keys:
+                self.data_version.next_version()
+            return len(keys)
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         with self._lock:
             return self.offset_table.get(self.key(topic, group), {}).get(queue_id, -1)
@@ -66,9 +77,24 @@ class ConsumerOffsetManager(ConfigManager):
             return {k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[0] for k in self.offset_table
                     if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[1] == group}
 
+    def which_group_by_topic(self, topic: str) -> set[str]:
+        with self._lock:
+            return {k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.offset_table
+                    if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[0] == topic}
+
     def remove_offset(self, group: str) -> None:
         """Forget every topic's offsets of one group."""
         with self._lock:
             for k in [k for k in self.offset_table if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[1] == group]:
                 del self.offset_table[k]
             self.data_version.next_version()
+
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on one topic (a deleted topic); returns how many groups had some."""
+        with self._lock:
+            keys = [k for k in self.offset_table if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]
+            for k in keys:
+                del self.offset_table[k]
+            if keys:
+                self.data_version.next_version()
+            return len(keys)

@@ -10,7 +10,8 @@ Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``)
   server for the topic: T"), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
   QUERY_DATA_VERSION (also refreshes liveness), PUT/GET/DELETE_KV_CONFIG (in memory, bounded by
   :mod:`.kv_config`: a put over a limit is ``SYSTEM_ERROR`` naming the limit; GET of a missing
-  item is ``QUERY_NOT_FOUND``). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
+  item is ``QUERY_NOT_FOUND``), DELETE_TOPIC_IN_NAMESRV (``topic``: its route is forgotten; mqadmin
+  deleteTopic sends it after DELETE_TOPIC_IN_BROKER). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
 - Who may call what (:mod:`.doors`): with ``aclEnable=true`` broker writes need a signed broker
   or admin account, admin writes an admin account, route reads stay open unless
   ``namesrvSignedReads=true``; without ACL it starts open on loopback only, elsewhere only with
@@ -94,6 +95,7 @@ class NamesrvController:
             RC.GET_ROUTEINFO_BY_TOPIC: self.get_route_info, RC.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list, RC.QUERY_DATA_VERSION: self.query_data_version,
             RC.PUT_KV_CONFIG: self.put_kv, RC.GET_KV_CONFIG: self.get_kv, RC.DELETE_KV_CONFIG: self.delete_kv,
+            RC.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
         }.items():
             self.server.register(code, handler)
         self._scan_task: Optional[asyncio.Task[None]] = None
@@ -164,6 +166,12 @@ class NamesrvController:
 
     async def get_topic_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         return cmd.response(R.SUCCESS, None, body=_json_body({"topicList": self.route.topic_list()}))
+
+    async def delete_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        topic = cmd.ext_fields.get("topic") or ""
+        if self.route.topic_queue_table.pop(topic, None) is not None:
+            log.info("deleteTopicInNamesrv %s called by %s", topic, conn.remote_addr)
+        return cmd.response(R.SUCCESS)
 
     async def query_data_version(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         addr = cmd.ext_fields.get("brokerAddr", "")

@@ -84,6 +84,7 @@ _OPS = (
     Operation("delete-topic", Need.ADMIN, "admin"),
     Operation("update-group", Need.ADMIN, "admin"),
     Operation("delete-group", Need.ADMIN, "admin"),
+    Operation("reset-offsets", Need.ADMIN, "admin"),
     Operation("update-broker-config", Need.ADMIN, "admin"),
     Operation("delete-files", Need.ADMIN, "admin"),
     Operation("leadership", Need.ADMIN, "admin"),
@@ -115,6 +116,7 @@ REMOTING: dict[int, str] = {
     RC.DELETE_TOPIC_IN_BROKER: "delete-topic",
     RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "update-group",
     RC.DELETE_SUBSCRIPTIONGROUP: "delete-group",
+    RC.INVOKE_BROKER_TO_RESET_OFFSET: "reset-offsets",
     RC.UPDATE_BROKER_CONFIG: "update-broker-config",
     RC.TRIGGER_DELETE_FILES: "delete-files",
 }

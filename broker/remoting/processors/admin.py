@@ -18,7 +18,8 @@ Rules (apache/rocketmq 4.9.x):
   syncs (``SlaveSynchronize``).
 - UPDATE_AND_CREATE_TOPIC (``topic, readQueueNums, writeQueueNums, perm``) -> create/update on
   the master (a slave answers SERVICE_NOT_AVAILABLE); a topic named like the cluster is
-  ``SYSTEM_ERROR``. The name server learns it at the next registration, which the registrar
+  ``SYSTEM_ERROR``, and so is a name over 127 characters from a client below 5.0 (4.9.8's "The
+  specified topic is longer than topic max length."; ``topic_group_admin.refuse_long_topic``). The name server learns it at the next registration, which the registrar
   sends at once when the topic table's dataVersion changes.
 - GET_BROKER_RUNTIME_INFO -> ``{"table": {...}}`` with a few of RocketMQ's keys.
 """
@@ -36,6 +37,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_int, field_str,
                                                raw_message_at)
+from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import decode_message, record_store_timestamp
 
@@ -148,6 +150,9 @@ class AdminBrokerProcessor(Processor):
             perm = field_int(cmd, "perm", 6)
         except (HeaderError, TopicValidationError) as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
+        refused = refuse_long_topic(cmd, topic)  # over 127 characters from a client below 5.0
+        if refused is not None:
+            return refused
         if topic == self.c.cluster_name:
             return cmd.response(R.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
         try:

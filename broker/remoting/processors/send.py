@@ -13,6 +13,9 @@ Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProc
 - ``%RETRY%<group>`` topics: the subscription group must exist (auto-created); when
   ``reconsumeTimes >= maxReconsumeTimes`` (header, else the group's ``retryMaxTimes``) the
   message goes to ``%DLQ%<group>`` instead.
+- A topic over 127 characters from a client that announces a version below 5.0 (header
+  ``version`` < 413, MQVersion V5_0_0) is 4.9.8's ``SYSTEM_ERROR`` "The specified topic is longer
+  than topic max length." (its records are in RocketMQ 5's format); 5.x clients keep them.
 - Response header ``msgId`` (offset msgId; comma-joined for a batch), ``queueId``,
   ``queueOffset``. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE are answered
   with those codes and the full header: the message is stored.
@@ -38,6 +41,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import (FAQ, HeaderError, Processor, api_error_response, field_bool, field_int,
                                                field_str)
+from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt, string_to_properties
 from broker.store.put_result import PutMessageStatus
@@ -163,6 +167,9 @@ class SendMessageProcessor(Processor):
         try:
             topic = field_str(cmd, "topic", required=True) or ""
             validate_topic(topic)
+            refused = refuse_long_topic(request, topic)  # a 4.x client cannot read such a topic's records
+            if refused is not None:
+                return refused
             queue_id = field_int(cmd, "queueId", -1)
             sys_flag = field_int(cmd, "sysFlag", 0)
             born_ts = field_int(cmd, "bornTimestamp", int(time.time() * 1000))
