@@ -11,8 +11,8 @@ Rules:
   recorded yet): classic recovery would zero the old commitlog's tail blank, drop the
   post-upgrade messages from the ConsumeQueues and write into the frozen region. The error
   names the conf to use. (A DLedger start on a classic store is the in-place upgrade itself:
-  allowed.) A DLedger start under another group or self id is refused too (the member's own
-  ``identity`` file checks the same of its directory; this one covers a moved directory).
+  allowed; a DLedger start under another group or self id is refused by the member's own
+  ``identity`` file, which names the key to fix.)
 - After recovery (:func:`check_held`), a store whose commitlog now starts above the recorded
   ``minCommitlogOffset`` is missing data it held: refused, naming the missing range and
   ``mqupgrade reseed``. Such a node must not serve (consumers would be told OFFSET_TOO_SMALL
@@ -123,13 +123,8 @@ def check_mode(root: str | Path, dledger: Optional[dict[str, Any]], broker_name:
                     f"it in master/slave mode, which would lose every message written since the upgrade. Start it "
                     f"with its DLedger conf (enableDLegerCommitLog=true, dLegerSelfId={found[0].name[len('dledger-'):]})")
         return shape
-    if shape is not None and shape.mode == DLEDGER:
-        for key, recorded, configured in (("dLegerGroup", shape.group, dledger.get("group")),
-                                          ("dLegerSelfId", shape.self_id, dledger.get("self_id"))):
-            if recorded and configured and recorded != str(configured):
-                raise StoreShapeError(
-                    f"{rootp} is the store of {key}={recorded} (recorded in {shape_path(rootp)}), and this conf says "
-                    f"{key}={configured}: point this member at its own store, or set {key}={recorded}")
+    # a DLedger start: group, self id and file sizes are the member's own ``identity`` file's to
+    # check (dledger.store.identity, before any data file opens); classic -> DLedger is the upgrade
     return shape
 
 
