@@ -101,6 +101,12 @@ class DLedgerConfig:
     max_unauthenticated: int = 64
     max_unauthenticated_per_host: int = 8
     max_pending_bytes: int = 128 * 1024 * 1024
+    # silent peers (issue 24.5; dledger.rpc.liveness), 0 = derived from the timing above:
+    # silence max(election_timeout_max_ms, 5 heartbeats), a dial (connect + handshake) at most
+    # max(1000, silence) ms, TCP_USER_TIMEOUT max(2000, 2 x silence) ms
+    peer_silence_timeout_ms: int = 0
+    peer_dial_timeout_ms: int = 0
+    tcp_user_timeout_ms: int = 0
 
     preferred_leader_ids: Optional[str] = None
     pre_vote: bool = True
@@ -177,6 +183,13 @@ class DLedgerConfig:
         return PortLimits(self.max_connections, self.max_unauthenticated, self.max_unauthenticated_per_host,
                           self.max_pending_bytes)
 
+    def link_timeouts(self) -> dict[str, Any]:
+        """The peer transport's liveness settings (:mod:`dledger.rpc.liveness`), defaults derived."""
+        silence = self.peer_silence_timeout_ms or max(self.election_timeout_max_ms, 5 * self.heartbeat_interval_ms)
+        return {"silence_s": silence / 1000.0,
+                "dial_timeout_s": (self.peer_dial_timeout_ms or max(1000, silence)) / 1000.0,
+                "tcp_user_timeout_ms": self.tcp_user_timeout_ms or max(2000, 2 * silence)}
+
     def validate(self) -> "DLedgerConfig":
         peers = self.peer_map  # raises ValueError with a readable message
         if self.self_id not in peers:
@@ -192,6 +205,9 @@ class DLedgerConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("peer_silence_timeout_ms", "peer_dial_timeout_ms", "tcp_user_timeout_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: derived), got {getattr(self, name)}")
         if self.election_timeout_max_ms < self.election_timeout_min_ms:
             raise ValueError("election_timeout_max_ms must be >= election_timeout_min_ms")
         if self.heartbeat_interval_ms >= self.election_timeout_min_ms:

@@ -38,8 +38,12 @@ Rules
   iteration hands them all to ``transport.writelines``. When the kernel buffer is full
   (``pause_writing``), frames stay queued until ``resume_writing``.
 * Outbound links reconnect with exponential backoff from ``reconnect_min_s`` doubling to
-  ``reconnect_max_s`` (capped, with jitter); a handshake refusal (misconfiguration) backs off at
-  the cap.
+  ``reconnect_max_s`` (capped, with jitter) after a refused or reset dial; a dial that timed out
+  (connect plus handshake within ``dial_timeout_s``) has already waited and is retried at once;
+  a handshake refusal (misconfiguration) backs off at the cap.
+* Silent peers (issue 24.5, :mod:`.liveness`): a peer we queued frames for that sent nothing for
+  ``silence_s`` gets both its connections aborted (ours redials, its own sees the reset), counted
+  in ``silent_resets``; every socket carries keepalive and ``TCP_USER_TIMEOUT``.
 
 Theory of operation
 -------------------
@@ -57,105 +61,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import deque
 from typing import Any, Callable, Optional
 
 from ..aio import wait_for
 from ..ratelog import RateLimitedLog
 from . import framing as fr
 from .admission import Admission, PendingBudget, PortLimits
+from .liveness import PeerWatch, tune_socket
+from .outbox import Counters, _Outbox
+
+__all__ = ["ClientSession", "Counters", "PeerTransport", "_Outbox"]  # Counters/_Outbox: re-exported for client.py
 
 log = logging.getLogger("dledger.rpc")
 
 PeerMessageHandler = Callable[[str, Any], None]
 PeerStateHandler = Callable[[str, bool], None]
 ClientRequestHandler = Callable[["ClientSession", dict], None]
-
-
-class Counters:
-    """Plain integer counters; ``as_dict`` for status/metrics."""
-
-    __slots__ = (
-        "frames_sent", "bytes_sent", "writes", "frames_received", "bytes_received", "dropped_full",
-        "connects", "disconnects", "handshake_failures", "frame_errors", "oversize_frames",
-        "auth_failures", "client_requests", "refused_connections", "evicted_unauthenticated", "budget_refusals",
-    )
-    frames_sent: int
-    bytes_sent: int
-    writes: int
-    frames_received: int
-    bytes_received: int
-    dropped_full: int
-    connects: int
-    disconnects: int
-    handshake_failures: int
-    frame_errors: int
-    oversize_frames: int
-    auth_failures: int
-    client_requests: int
-    refused_connections: int
-    evicted_unauthenticated: int
-    budget_refusals: int
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-
-class _Outbox:
-    """Bounded FIFO of encoded payloads with coalesced flushing to one asyncio transport;
-    ``sealer`` (the writing connection's) frames and tags them at flush time."""
-
-    def __init__(self, counters: Counters, max_bytes: int) -> None:
-        self.counters = counters
-        self.max_bytes = max_bytes
-        self.frames: deque[bytes] = deque()
-        self.nbytes = 0
-        self.transport: Optional[asyncio.Transport] = None
-        self.paused = False
-        self.sealer: Optional[fr.FrameSealer] = None
-        self._scheduled = False
-
-    def attach(self, transport: Optional[asyncio.Transport], sealer: Optional[fr.FrameSealer]) -> None:
-        """Write to ``transport`` from now on, sealing with ``sealer`` (None: untagged frames)."""
-        self.transport = transport
-        self.sealer = sealer
-
-    def put(self, frame: bytes) -> None:
-        self.frames.append(frame)
-        self.nbytes += len(frame)
-        if self.nbytes > self.max_bytes:
-            frames = self.frames
-            while self.nbytes > self.max_bytes and len(frames) > 1:
-                self.nbytes -= len(frames.popleft())
-                self.counters.dropped_full += 1
-        self.schedule()
-
-    def schedule(self) -> None:
-        if not self._scheduled and self.transport is not None and not self.paused:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self) -> None:
-        self._scheduled = False
-        t = self.transport
-        if t is None or self.paused or not self.frames or t.is_closing():
-            return
-        frames = self.frames
-        self.counters.frames_sent += len(frames)
-        self.counters.bytes_sent += self.nbytes
-        self.counters.writes += 1
-        parts: list[bytes] = []
-        if self.sealer is not None:
-            self.sealer.seal(frames, parts)
-        else:
-            fr.plain_frames(frames, parts)
-        t.writelines(parts)
-        self.frames = deque()
-        self.nbytes = 0
 
 
 class _Conn(asyncio.Protocol):
@@ -176,6 +97,7 @@ class _Conn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._hs_timer = asyncio.get_running_loop().call_later(self.owner.handshake_timeout_s, self._hs_timeout)
+        tune_socket(transport.get_extra_info("socket"), self.owner.tcp_user_timeout_ms)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         if self._hs_timer:
@@ -355,6 +277,7 @@ class _AcceptedConn(_Conn):
                 self.owner.counters.client_requests += 1
                 self.owner.on_client_request(self.session, frame)
             return
+        self.owner.watch.heard(self.remote_id)  # type: ignore[arg-type]
         self.owner.on_peer_message(self.remote_id, frame)  # type: ignore[arg-type]
 
     def on_closed(self) -> None:
@@ -380,6 +303,7 @@ class _DialledConn(_Conn):
             if self.session is not None:
                 self.decoder.opener = self.session.opener
             self.mark_ready()
+            self.owner.watch.heard(self.link.peer_id)
             if not self.handshake_done.done():
                 self.handshake_done.set_result(None)
 
@@ -393,6 +317,7 @@ class _DialledConn(_Conn):
             self.handshake_done.exception()  # retrieved: the link may already be gone
 
     def on_frame(self, frame: Any) -> None:
+        self.owner.watch.heard(self.link.peer_id)
         self.owner.on_peer_message(self.link.peer_id, frame)
 
     def on_closed(self) -> None:
@@ -421,13 +346,14 @@ class _PeerLink:
         host, port = self.addr
         while not self.closing:
             conn: Optional[_DialledConn] = None
+            deadline = loop.time() + self.owner.dial_timeout_s  # connect + handshake
             try:
                 _, dialled = await wait_for(
                     loop.create_connection(lambda: _DialledConn(self.owner, self), host, port),
-                    self.owner.handshake_timeout_s,
+                    self.owner.dial_timeout_s,
                 )
                 conn = dialled
-                await wait_for(asyncio.shield(dialled.handshake_done), self.owner.handshake_timeout_s)
+                await wait_for(asyncio.shield(dialled.handshake_done), max(0.0, deadline - loop.time()))
                 if self.closing:
                     dialled.abort()
                     return
@@ -443,6 +369,8 @@ class _PeerLink:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if conn is not None:
                     conn.abort()
+                if isinstance(exc, asyncio.TimeoutError):  # the timeout already paced us
+                    delay = self.owner.reconnect_min_s
             else:
                 assert conn is not None  # set before the handshake wait that completed
                 self.conn = conn
@@ -495,8 +423,11 @@ class PeerTransport:
         max_frame_size: int = fr.DEFAULT_MAX_FRAME_SIZE,
         max_queue_bytes: int = 32 * 1024 * 1024,
         reconnect_min_s: float = 0.02,
-        reconnect_max_s: float = 1.0,
+        reconnect_max_s: float = 0.25,
         handshake_timeout_s: float = 2.0,
+        dial_timeout_s: float = 1.0,
+        silence_s: float = 0.0,  # 0: no silent-peer resets (the server passes DLedgerConfig.link_timeouts())
+        tcp_user_timeout_ms: int = 2000,
         listen_host: Optional[str] = None,
         identity: Optional[dict[str, tuple[Any, str]]] = None,
         limits: Optional[PortLimits] = None,
@@ -516,6 +447,9 @@ class PeerTransport:
         self.reconnect_min_s = reconnect_min_s
         self.reconnect_max_s = reconnect_max_s
         self.handshake_timeout_s = handshake_timeout_s
+        self.dial_timeout_s = dial_timeout_s
+        self.tcp_user_timeout_ms = tcp_user_timeout_ms
+        self.watch = PeerWatch(self, silence_s)  # silent peers (issue 24.5)
         self.listen_host = listen_host
         self.limits = limits or PortLimits()
         self.admission = Admission(self.limits)
@@ -539,10 +473,12 @@ class PeerTransport:
         )
         for link in self.links.values():
             link.task = loop.create_task(link.run(), name=f"dledger-link-{self.self_id}->{link.peer_id}")
+        self.watch.start()
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        await self.watch.stop()
         for link in self.links.values():
             link.close()
         tasks = [lk.task for lk in self.links.values() if lk.task is not None]
@@ -564,6 +500,7 @@ class PeerTransport:
         if link is None:
             raise KeyError(f"unknown peer {peer_id!r}")
         link.outbox.put(fr.encode_payload(msg))
+        self.watch.sent(peer_id)
 
     def is_connected(self, peer_id: str) -> bool:
         link = self.links.get(peer_id)
@@ -574,7 +511,7 @@ class PeerTransport:
         out: dict[str, Any] = self.counters.as_dict()
         out["peers"] = {
             pid: {"connected": lk.connected, "queued_frames": len(lk.outbox.frames), "queued_bytes": lk.outbox.nbytes,
-                  "last_error": lk.last_error}
+                  "last_error": lk.last_error, "silent_resets": self.watch.resets.get(pid, 0)}
             for pid, lk in self.links.items()
         }
         out["inbound_connections"] = len(self._accepted)
@@ -583,6 +520,15 @@ class PeerTransport:
         return out
 
     # -- internals
+    def reset_peer(self, peer_id: str) -> None:
+        """Abort both connections with ``peer_id`` (it went silent): ours redials at once."""
+        link = self.links.get(peer_id)
+        if link is not None and link.conn is not None:
+            link.conn.abort()
+        inbound = self._inbound_by_peer.get(peer_id)
+        if inbound is not None:
+            inbound.abort()
+
     def _inbound_peer_ready(self, conn: _AcceptedConn) -> None:
         old = self._inbound_by_peer.get(conn.remote_id)  # type: ignore[arg-type]
         if old is not None and old is not conn:

@@ -12,6 +12,9 @@ Rules
   - ``blackhole``: bytes are read and discarded (the connection stays open, silent: a partition
     in which packets vanish). Every connection that lost bytes is reset when the fault heals, as a
     TCP connection that died during the partition would be, so no stream resumes mid-frame.
+    With ``keep_dead`` those connections are not reset: they stay silent after the heal (bytes
+    read and dropped both ways, no close), as a TCP connection whose retransmission timer backed
+    off to tens of seconds stays useless; only new connections carry traffic (issue 24.5).
   - ``loss`` (probability per unit): in *framed* mode (``u32be``: ``[len:4][payload]``, DLedger
     RPC) whole frames are dropped after each direction's first two frames (the handshake), so the
     stream stays valid and the peers see message loss. In byte mode (classic HA) a lost chunk
@@ -50,6 +53,7 @@ class Fault:
     loss: float = 0.0
     delay_ms: float = 0.0
     jitter_ms: float = 0.0
+    keep_dead: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -84,6 +88,7 @@ class _Conn:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     frames: dict[str, int] = field(default_factory=lambda: {"fwd": 0, "rev": 0})
     dirty: bool = False
+    dead: bool = False  # keep_dead: lost bytes in a partition, silent forever after the heal
     closed: bool = False
 
     def reset(self) -> None:
@@ -107,7 +112,8 @@ class Link:
         self.faults: dict[str, Fault] = {"fwd": OK, "rev": OK}
         self.conns: set[_Conn] = set()
         self.port = 0
-        self.stats = {"units": 0, "bytes": 0, "dropped_units": 0, "dropped_bytes": 0, "resets": 0, "accepted": 0}
+        self.stats = {"units": 0, "bytes": 0, "dropped_units": 0, "dropped_bytes": 0, "resets": 0, "accepted": 0,
+                      "kept_dead": 0}
         self._server: Optional[asyncio.base_events.Server] = None
 
     async def start(self) -> None:
@@ -150,6 +156,10 @@ class Link:
                 units = splitter.feed(data) if splitter is not None else [data]
                 for unit in units:
                     f = self.faults[direction]
+                    if conn.dead:
+                        self.stats["dropped_units"] += 1
+                        self.stats["dropped_bytes"] += len(unit)
+                        continue
                     lose = f.blackhole or (f.loss > 0 and self.rng.random() < f.loss
                                            and (not self.framed or conn.frames[direction] >= 2))
                     if lose:
@@ -203,6 +213,10 @@ class Link:
         self.faults[direction] = fault
         if old.blackhole and not fault.blackhole:
             for c in [c for c in self.conns if c.dirty]:
+                if old.keep_dead:
+                    c.dead = True
+                    self.stats["kept_dead"] += 1
+                    continue
                 self.stats["resets"] += 1
                 c.reset()
 
