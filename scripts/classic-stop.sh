@@ -4,11 +4,13 @@
 # shutdownTimeoutMillis + 5 s).
 set -uo pipefail
 RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
+# a stale pid file may name a process that is not ours: only an mqbroker is signalled
+ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "broker.cli.mqbroker -c"; }
 for name in broker-a-s broker-a; do
   pidfile="$RUN/$name.pid"
   [ -f "$pidfile" ] || continue
   pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+  if kill -0 "$pid" 2>/dev/null && ours "$pid"; then
     kill -TERM "$pid"
     for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then

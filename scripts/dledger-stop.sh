@@ -4,12 +4,14 @@
 # past that its stacks are asked for with SIGUSR1 first, into its log).
 set -uo pipefail
 RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
+# a stale pid file may name a process that is not ours: only an mqbroker is signalled
+ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "broker.cli.mqbroker -c"; }
 pids=()
 for n in n0 n1 n2; do
   pidfile="$RUN/dledger-$n.pid"
   [ -f "$pidfile" ] || continue
   pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+  if kill -0 "$pid" 2>/dev/null && ours "$pid"; then
     kill -TERM "$pid"
     pids+=("$n:$pid")
   fi
