@@ -17,6 +17,11 @@ Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_B
     mqadmin dledgerStatus    -b ADDR[,ADDR...]          DLedger role, term, indexes, follower lag
     mqadmin transferLeader   -b ADDR --to n1           (ADDR may be any node: follows to the leader)
     mqadmin setPreferredLeader -b ADDR[,ADDR...] --id n1   (--id "" clears; runtime only)
+    mqadmin getBrokerConfig  -b ADDR | -n NAMESRV [-c CLUSTER]   (remoting, as Apache's; see mqadmin_stats)
+    mqadmin brokerStatus     -b ADDR | -n NAMESRV [-c CLUSTER]
+    mqadmin consumerProgress -b ADDR | -n NAMESRV -g GROUP [-t TOPIC]
+    mqadmin consumerConnection -b ADDR | -n NAMESRV -g GROUP
+    mqadmin statsAll         -b ADDR | -n NAMESRV [-t TOPIC] [-a]
 
 ACL (``aclEnable=true`` on the broker): every command signs its requests with an account of the
 broker's ``plain_acl.yml`` given as ``--access-key AK --secret-key SK`` or, better (a secret on
@@ -29,6 +34,10 @@ error (printed as ``CODE: message``), 2 for usage errors (a bad ``-b`` address, 
 the other: one line, no traceback), 3 when a broker is unreachable.
 ``consumeMessage -g GROUP`` without ``-o`` starts at the group's committed offset and commits
 the next offset afterwards.
+``sendMessage`` follows the leader (issue 24.8): it tries every ``-b`` address in turn, goes to
+the ``masterAddress`` a ``NOT_MASTER`` answer names, and keeps trying (rounds 0.2 s apart) while
+no node is master, for at most ``--timeout`` seconds; every try carries the same ``uniqKey``, so
+a try whose outcome was unknown is not stored twice.
 """
 from __future__ import annotations
 
@@ -38,8 +47,13 @@ import os
 import sys
 from typing import Any, Callable
 
-from broker.api.client import BrokerClientError, BrokerUnavailable, SyncBrokerClient, body_bytes, split_address
+import time
+
+from broker.api.client import (
+    BrokerClientError, BrokerUnavailable, SyncBrokerClient, body_bytes, new_uniq_key, split_address,
+)
 from broker.api.signing import credentials_from
+from broker.cli import mqadmin_stats
 
 DEFAULT_ADDR = os.environ.get("RMQ_BROKER_ADDR", "127.0.0.1:10911")
 
@@ -133,11 +147,44 @@ def cmd_topic_status(args: argparse.Namespace) -> Any:
     return 0
 
 
+FOLLOW_CODES = frozenset({"NOT_MASTER", "SERVICE_NOT_AVAILABLE", "CONNECT_FAILED", "FLUSH_SLAVE_TIMEOUT"})
+
+
+def send_following(args: argparse.Namespace, send: Callable[[SyncBrokerClient], Any]) -> tuple[str, Any]:
+    """(address that stored it, answer): every ``-b`` address in turn, a NOT_MASTER's
+    ``masterAddress`` first, rounds until ``--timeout`` (module rules)."""
+    seeds = _addresses(args)
+    deadline = time.monotonic() + args.timeout
+    last: BrokerClientError | None = None
+    while True:
+        queue, tried = list(seeds), set()
+        while queue:
+            addr = queue.pop(0)
+            if addr in tried:
+                continue
+            tried.add(addr)
+            try:
+                return addr, send(_client_for(args, addr))
+            except BrokerClientError as exc:
+                if not isinstance(exc, BrokerUnavailable) and exc.code not in FOLLOW_CODES:
+                    raise
+                last = exc
+                master = exc.body.get("masterAddress") if exc.code == "NOT_MASTER" else None
+                if master and master not in tried:
+                    queue.insert(0, master)
+        if time.monotonic() + 0.2 >= deadline:
+            assert last is not None
+            raise last
+        time.sleep(0.2)
+
+
 def cmd_send(args: argparse.Namespace) -> Any:
-    data = _client(args).send(args.topic, args.body, tags=args.tags, keys=args.keys, queue_id=args.queue_id)
+    uniq = new_uniq_key()  # one id for every try: a retried put is answered, not stored twice
+    addr, data = send_following(args, lambda c: c.send(args.topic, args.body, tags=args.tags, keys=args.keys,
+                                                       queue_id=args.queue_id, uniq_key=uniq))
     if args.json:
         return data
-    _table([[args.broker[0], data.get("queueId"), data.get("status"), data.get("msgId"), data.get("queueOffset")]],
+    _table([[addr, data.get("queueId"), data.get("status"), data.get("msgId"), data.get("queueOffset")]],
            ["#Broker", "#QID", "#Send Result", "#MsgId", "#QueueOffset"])
     return 0
 
@@ -284,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--secret-key", help="its secret key (default $RMQ_SECRET_KEY; prefer the variable)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, fn: Callable[[argparse.Namespace], Any], help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, fn: Callable[[argparse.Namespace], Any], help_text: str, broker_flag: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common], help=help_text)
+        sp.set_defaults(namesrv=None)
         sp.set_defaults(fn=fn)
         return sp
 
@@ -331,11 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--to", required=True, help="peer id, e.g. n1")
     sp = add("setPreferredLeader", cmd_set_preferred_leader, "set the preferred DLedger leader(s) on brokers")
     sp.add_argument("--id", required=True, help="peer id(s), ';'-separated; empty clears")
+    mqadmin_stats.register(add)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.broker_addrs = list(args.broker or []) or ([] if args.namesrv else [DEFAULT_ADDR])
     if not args.broker:
         args.broker = [DEFAULT_ADDR]
     try:

@@ -9,8 +9,25 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
   rates "10s 60s 600s" (from :class:`RuntimeStats`), ``msgPutTotal*``/``msgGetTotal*`` counts
   since this process started and at the last local midnight it saw (Apache counts from its
   stats manager's day boundaries; a broker started today has 0 for the earlier mornings),
-  ``commitLogDiskRatio`` the used ratio of the commitlog's filesystem, ``earliestMessageTimeStamp``
-  the store timestamp of the first message.
+  ``commitLogDiskRatio`` (and ``commitLogDiskRatio_<path>``) the used ratio of the commitlog's
+  filesystem as a Java double, ``commitLogDirCapacity`` ``Total : 252.0 GiB, Free : 70.5 GiB.`` and
+  ``remainHowManyDataToFlush`` in Java's ``humanReadableByteCount`` (binary units), and
+  ``earliestMessageTimeStamp`` the store timestamp of the first message: in DLedger mode the
+  commitlog's min offset is an *entry* offset (its record starts ``DLEDGER_BODY_OFFSET`` later,
+  and an entry may hold no message), so the first few entries are walked (issue 25.3).
+  ``brokerVersion`` is 409 (what Apache 4.9.8's broker answers).
+- The StoreStatsService keys (issue 25.6, 4.9.8's ``getRuntimeInfo``): ``putMessageEntireTimeMax``
+  (ms), ``putMessageFailedTimes``, ``putMessageSizeTotal`` (body bytes put OK; Apache counts whole
+  records), ``putMessageAverageSize`` (Java double), ``putMessageDistributeTime`` (Apache's 13
+  buckets ``[<=0ms]:n [0~10ms]:n ... [10s~]:n `` since start; Apache prints the last minute's, or
+  ``null`` in its first minute), ``putLatency99``/``putLatency999`` (``%.2f`` ms, the smallest
+  whole ms under which that share of puts finished), ``dispatchMaxBuffer`` and
+  ``getMessageEntireTimeMax`` (0: not measured), ``remainTransientStoreBufferNumbs``
+  (``2147483647``: no transient store pool). Put times are the ones the put paths already observe
+  in ``metrics.put_latency`` (HTTP and remoting): :class:`PutTimes` wraps that histogram's
+  ``observe`` to keep a max and a per-millisecond count (bounded: 10,001 keys at most).
+- GET_BROKER_CONFIG's ``brokerRole``/``brokerId`` are the live ones (a DLedger leader
+  ``SYNC_MASTER``/0, a follower ``SLAVE``/its id), as Apache's role change handler sets them.
 - GET_TOPIC_STATS_INFO (202) ``topic``: TopicStatsTable ``{"offsetTable":{<MessageQueue>:<TopicOffset>}}``
   with fastjson's object keys (``{"brokerName","queueId","topic"}``); unknown topic:
   TOPIC_NOT_EXIST.
@@ -35,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import math
 import os
 import time
 from typing import Any, Optional
@@ -44,8 +62,18 @@ from broker.remoting.codes import RequestCode as RC, ResponseCode as R
 from broker.remoting.processors.common import HeaderError, Processor, field_str
 from broker.remoting.server import RemotingConnection
 
+from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
+
 SECRET_KEYS = frozenset({"dLegerAuthToken", "haAuthToken", "innerSecretKey", "metricsBearerToken", "secretKey"})
 WINDOWS_S = (10, 60, 600)
+EARLIEST_SCAN_ENTRIES = 64  # DLedger entries walked for the first message (non-message entries are rare)
+JAVA_INT_MAX = 2147483647
+# Apache's StoreStatsService.PUT_MESSAGE_ENTIRE_TIME_MAX_DESC: (upper bound in ms, exclusive; label)
+DISTRIBUTE_BUCKETS = ((1, "[<=0ms]"), (10, "[0~10ms]"), (50, "[10~50ms]"), (100, "[50~100ms]"),
+                      (200, "[100~200ms]"), (500, "[200~500ms]"), (1000, "[500ms~1s]"), (2000, "[1~2s]"),
+                      (3000, "[2~3s]"), (4000, "[3~4s]"), (5000, "[4~5s]"), (10000, "[5~10s]"),
+                      (math.inf, "[10s~]"))
+MS_CAP = 10000  # per-ms counts above this go to one key
 
 
 def _json(obj: Any) -> str:
@@ -54,6 +82,61 @@ def _json(obj: Any) -> str:
 
 def _mq_key(broker: str, topic: str, queue_id: int) -> str:
     return _json({"brokerName": broker, "queueId": queue_id, "topic": topic})
+
+
+def java_double(value: float) -> str:
+    """``String.valueOf(double)`` for the plain values these tables hold (``175.0``, ``0.31``)."""
+    text = repr(float(value))
+    return text if "e" not in text else f"{value:.17g}"
+
+
+def human_bytes(n: int) -> str:
+    """Java ``MixAll.humanReadableByteCount(bytes, false)``: ``0 B``, ``1.5 KiB``, ``252.0 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+class PutTimes:
+    """Max, Apache's distribution buckets and per-ms counts of put times (ms), fed by the
+    ``put_latency`` histogram's ``observe`` (seconds), which this wraps on its instance."""
+
+    def __init__(self, histogram: Any) -> None:
+        self.max_ms = 0
+        self.per_ms: dict[int, int] = collections.defaultdict(int)
+        self.buckets = [0] * len(DISTRIBUTE_BUCKETS)
+        observe = histogram.observe
+
+        def observing(value: float, *labels: str) -> None:
+            self.add(value * 1000.0)
+            observe(value, *labels)
+
+        histogram.observe = observing
+
+    def add(self, ms: float) -> None:
+        whole = max(0, int(ms))
+        self.max_ms = max(self.max_ms, whole)
+        self.per_ms[min(whole, MS_CAP)] += 1
+        for i, (bound, _label) in enumerate(DISTRIBUTE_BUCKETS):
+            if whole < bound:
+                self.buckets[i] += 1
+                break
+
+    def distribution(self) -> str:
+        return "".join(f"{label}:{n} " for (_bound, label), n in zip(DISTRIBUTE_BUCKETS, self.buckets))
+
+    def percentile(self, share: float) -> float:
+        """The smallest whole ms under which ``share`` of the puts finished (0 with none)."""
+        total = sum(self.per_ms.values())
+        if total == 0:
+            return 0.0
+        seen = 0
+        for ms in sorted(self.per_ms):
+            seen += self.per_ms[ms]
+            if seen >= share * total:
+                return float(ms + 1)
+        return float(MS_CAP)
 
 
 class RuntimeStats:
@@ -114,6 +197,15 @@ class RuntimeStats:
         return int(self.mornings[i][name]) if i >= 0 else 0
 
 
+def _dledger_entry_size(cl: Any, offset: int) -> int:
+    """Size of the DLedger entry at ``offset`` (-1: not one, or a classic commitlog)."""
+    entry_size_at = getattr(cl, "entry_size_at", None)
+    if entry_size_at is None:
+        return -1
+    data = cl.get_data(offset)
+    return int(entry_size_at(data.buffer, 0, offset)) if data is not None else -1
+
+
 class AdminStatsProcessor(Processor):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -122,6 +214,7 @@ class AdminStatsProcessor(Processor):
             "put": lambda: sum(v for (_t, status), v in m.put_messages.values.items() if status == "PUT_OK"),
             "get": lambda: sum(m.get_messages.values.values()),
         })
+        self.put_times = PutTimes(m.put_latency)
 
     def register(self, server: Any) -> None:
         server.register(RC.GET_BROKER_CONFIG, self.get_broker_config)
@@ -137,6 +230,7 @@ class AdminStatsProcessor(Processor):
         from broker.conf_file import to_properties  # noqa: WPS433
 
         props = to_properties(self.c.broker_config, self.c.store_config, only_changed=False)
+        props["brokerRole"], props["brokerId"] = str(self.c.broker_role), str(self.c.broker_id)  # live (issue 25.3)
         lines = [f"{k}={'******' if k in SECRET_KEYS and v else v}" for k, v in props.items()]
         version = _json({"counter": 1, "timestamp": self.c.started_ms})
         return cmd.response(R.SUCCESS, None, {"version": version}, ("\n".join(lines) + "\n").encode("utf-8"))
@@ -147,7 +241,7 @@ class AdminStatsProcessor(Processor):
         totals = st.totals()
         put_total, get_total = totals["put"], totals["get"]
         table = {
-            "brokerVersionDesc": "V4_9_8", "brokerVersion": "413", "brokerRole": c.broker_role,
+            "brokerVersionDesc": "V4_9_8", "brokerVersion": "409", "brokerRole": c.broker_role,
             "brokerId": str(c.broker_id), "bootTimestamp": str(c.started_ms),
             "msgPutTotalYesterdayMorning": str(st.morning("put", 1)), "msgPutTotalTodayMorning": str(st.morning("put", 0)),
             "msgPutTotalTodayNow": str(int(put_total)),
@@ -162,38 +256,69 @@ class AdminStatsProcessor(Processor):
             "queryThreadPoolQueueHeadWaitTimeMills": "0",
             "earliestMessageTimeStamp": str(self._earliest_timestamp(store)),
             "startAcceptSendRequestTimeStamp": "0",
-            "remainHowManyDataToFlush": str(max(0, sa.max_phy_offset() - int(store.get_flushed_where() or 0))),
+            "remainHowManyDataToFlush": human_bytes(max(0, sa.max_phy_offset() - int(store.get_flushed_where() or 0))),
+            "remainTransientStoreBufferNumbs": str(JAVA_INT_MAX),
             "commitLogMaxOffset": str(sa.max_phy_offset()), "commitLogMinOffset": str(sa.min_phy_offset()),
             "putTps": st.rates("put"), "getTransferedTps": st.rates("get"), "getFoundTps": st.rates("get"),
             "getMissTps": "0.00 0.00 0.00", "getTotalTps": st.rates("get"),
-            "putMessageTimesTotal": str(int(put_total)),
+            "putMessageTimesTotal": str(max(1, int(put_total))),  # Apache: 1 when nothing was put
             "runtime": f"[ {int((time.time() * 1000 - c.started_ms) / 1000)} seconds ]",
         }
+        table.update(self._put_stats(max(1, int(put_total))))
         table.update(self._disk(store))
         return table
 
+    def _put_stats(self, put_times_total: int) -> dict[str, str]:
+        m, pt = self.c.metrics, self.put_times
+        size_total = int(sum(m.put_bytes.values.values()))
+        failed = int(sum(v for (_t, status), v in m.put_messages.values.items() if status != "PUT_OK"))
+        return {
+            "putMessageEntireTimeMax": str(pt.max_ms), "putMessageFailedTimes": str(failed),
+            "putMessageSizeTotal": str(size_total),
+            "putMessageAverageSize": java_double(size_total / put_times_total),
+            "putMessageDistributeTime": pt.distribution(),
+            "putLatency99": f"{pt.percentile(0.99):.2f}", "putLatency999": f"{pt.percentile(0.999):.2f}",
+            "dispatchMaxBuffer": "0", "getMessageEntireTimeMax": "0",
+        }
+
     @staticmethod
     def _earliest_timestamp(store: Any) -> int:
+        """Store timestamp of the first message at or after the commitlog's min offset, or -1."""
         try:
             cl = store.commitlog
-            offset = cl.min_offset
-            msg = store.look_message_by_offset(offset) if offset < cl.max_offset else None
-            return msg.store_timestamp if msg is not None else -1
+            offset, end = cl.min_offset, cl.max_offset
+            for _ in range(EARLIEST_SCAN_ENTRIES):
+                if offset >= end:
+                    return -1
+                msg = store.look_message_by_offset(offset)  # a record offset: classic, old region
+                if msg is not None:
+                    return int(msg.store_timestamp)
+                size = _dledger_entry_size(cl, offset)
+                if size <= 0:
+                    return -1
+                msg = store.look_message_by_offset(offset + DLEDGER_BODY_OFFSET)
+                if msg is not None:
+                    return int(msg.store_timestamp)
+                offset += size  # an entry without a message: the next one
+            return -1
         except Exception:  # noqa: BLE001 - a statistic: never fail the request over it
             return -1
 
     @staticmethod
     def _disk(store: Any) -> dict[str, str]:
         out = {}
-        for key, path in (("commitLogDiskRatio", store.store_path_commitlog), ("consumeQueueDiskRatio", store.root)):
+        cl_path = str(store.store_path_commitlog)
+        for key, path in (("commitLogDiskRatio", cl_path), ("consumeQueueDiskRatio", store.root)):
             try:
                 s = os.statvfs(path)
                 total = s.f_blocks * s.f_frsize
-                out[key] = f"{(total - s.f_bavail * s.f_frsize) / total:.4f}" if total else "0"
+                out[key] = java_double((total - s.f_bavail * s.f_frsize) / total) if total else "0.0"
                 if key == "commitLogDiskRatio":
-                    out["commitLogDirCapacity"] = f"Total : {total} Free : {s.f_bavail * s.f_frsize}"
+                    out[f"commitLogDiskRatio_{cl_path}"] = out[key]
+                    out["commitLogDirCapacity"] = (f"Total : {human_bytes(total)}, "
+                                                   f"Free : {human_bytes(s.f_bavail * s.f_frsize)}.")
             except OSError:
-                out[key] = "-1"
+                out[key] = "-1.0"
         return out
 
     async def get_broker_runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
