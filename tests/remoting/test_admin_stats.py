@@ -103,7 +103,7 @@ def test_mqadmin_reads(tmp_path: Path) -> None:
         q1 = mq_entries(cs.body)[("StatsTopic", 1)]
         assert q1["brokerOffset"] == 5 and q1["consumerOffset"] == 3 and q1["lastTimestamp"] > 0
 
-        assert json.loads(r[(300, "StatsTopic")].body)["groupSet"] == ["G1"]
+        assert json.loads(r[(300, "StatsTopic")].body)["groupList"] == ["G1"]  # GroupList.groupList (issue 25.2)
     finally:
         kill_all([b])
 

@@ -196,3 +196,40 @@ def test_slave_refuses_admin_writes_and_syncs_groups(tmp_path: Path) -> None:
         assert bad.code == 1 and "SubscriptionGroupConfig" in bad.remark
     finally:
         kill_all([m, s])
+
+
+def test_dledger_leader_admin_writes_followers_refuse_and_sync(tmp_path: Path) -> None:
+    """Three DLedger members: the leader serves 215/200/207/222, a follower refuses them as a
+    slave and copies the group and the topic deletion at its metadata sync."""
+    from tests.broker.test_dledger_group import IDS, DLedgerGroup
+
+    g = DLedgerGroup(tmp_path)
+    try:
+        g.start()
+        leader = g.wait_master()
+        lp = g.http[leader]
+        follower = next(n for n in IDS if n != leader)
+        fp = g.http[follower]
+        assert call(lp, 17, {"topic": "DT", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}).code == 0
+        with g.procs[leader].client() as c:
+            stamps = [c.by_offset(c.send("DT", f"m{i}", queue_id=0)["commitLogOffset"])["storeTimestamp"]
+                      for i in range(3)]
+            wait_until(lambda: c.topic_status("DT")["queues"][0]["maxOffset"] == 3, 10.0, "dispatched")
+        commit(lp, "DG", "DT", 0, 3)
+        r = call(lp, 222, {"topic": "DT", "group": "DG", "timestamp": stamps[1], "isForce": "true"})
+        assert r.code == 206 and r.remark.startswith("Consumer not online, so can not reset offset, Group: DG Topic: DT")
+        assert offsets(lp, "DG", "DT", 1) == [1]  # committed by the broker all the same
+        assert call(lp, 200, {}, json.dumps({"groupName": "DG", "retryMaxTimes": 7}).encode()).code == 0
+        for code, fields, body in ((215, {"topic": "DT"}, b""), (207, {"groupName": "DG"}, b""),
+                                   (200, {}, b'{"groupName":"X"}')):
+            r = call(fp, code, fields, body)
+            assert (r.code, r.remark) == (1, SLAVE_REMARK), (code, r.code, r.remark)
+        wait_until(lambda: dump(fp, 201)["subscriptionGroupTable"].get("DG", {}).get("retryMaxTimes") == 7,
+                   30.0, "the follower synced the group")
+        assert call(lp, 215, {"topic": "DT"}).code == 0
+        assert "DT" not in dump(lp, 21)["topicConfigTable"] and "DT@DG" not in dump(lp, 43)["offsetTable"]
+        wait_until(lambda: "DT" not in dump(fp, 21)["topicConfigTable"], 30.0, "the follower synced the deletion")
+        assert call(lp, 207, {"groupName": "DG", "removeOffset": "true"}).code == 0
+        assert "DG" not in dump(lp, 201)["subscriptionGroupTable"]
+    finally:
+        g.kill_all()
