@@ -570,6 +570,9 @@ class BrokerController:
         full = self.store_access.disk_refusal() if self.store_access is not None and self.is_master() else None
         if full is not None:  # a master that refuses every put for disk space cannot serve (issue 24.4)
             return {"ok": False, "error": full}
+        refused = self.role_handler.cannot_serve() if self.role_handler is not None else None
+        if refused is not None:  # e.g. peers refuse its diverging configuration (issue 24.7)
+            return {"ok": False, "error": refused[0], "fix": refused[1]}
         return {"ok": True}
 
     # ------------------------------------------------------------------ status and metadata

@@ -36,6 +36,12 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   recovery, ``/status`` says unhealthy, writes stay refused (they were: no master); reads keep
   working. A later real stop of the member still stops the broker; a SIGTERM exits 0 (the
   exhausted term is on disk, so the next start reports it again).
+- A member its peers refuse for a diverging configuration (the handshake's ``ident`` check: data
+  or index file size, broker name; issue 24.7) and that therefore reaches no majority cannot
+  serve: the watcher records it (:meth:`cannot_serve`, one ERROR line when it starts and one when
+  it heals) and ``/health`` answers 503 with the peer's refusal (which names both values and the
+  key) and the fix. It clears by itself once enough links connect (the operator fixed the conf and
+  restarted); nothing is stopped.
 
 Theory of operation: the DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
 ("DLedgerLoop"); its role-change and leader-ready listeners are called there. They only record
@@ -70,6 +76,16 @@ class RoleEvent:
     term: int
     role: Role
     leader_id: Optional[str]
+
+
+CONFIG_REFUSAL_FIX = ("give every member of the group the same value of the key the refusal names (in each broker's "
+                      "conf), then restart the member(s) that differ; a member whose store was written with another "
+                      "value keeps it (its dledger-<selfId>/identity names it)")
+
+
+def _is_config_refusal(error: Optional[str]) -> bool:
+    """A handshake refusal for a diverging ``ident`` (``framing.compare_ident``'s sentence)."""
+    return bool(error) and str(error).startswith("handshake rejected") and " differs: " in str(error)
 
 
 def slave_broker_id(self_id: str) -> int:
@@ -109,6 +125,7 @@ class DLedgerRoleChangeHandler:
         self.last_change_ms = 0
         self.last_leader_wait_ms: Optional[float] = None
         self.cannot_elect: Optional[str] = None  # issue 23.2: set once, what /health reports
+        self.config_refusal: Optional[str] = None  # issue 24.7: peers refuse our configuration, no majority
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -140,6 +157,7 @@ class DLedgerRoleChangeHandler:
                 self.c.member_stopped(f"{self.self_id}: {reason}")
                 return
             self._report_cannot_elect()
+            self._watch_config_refusal()
             await asyncio.sleep(self.poll_s * 10)
 
     def _report_cannot_elect(self) -> None:
@@ -151,6 +169,29 @@ class DLedgerRoleChangeHandler:
         self.cannot_elect = f"DLedger group of broker {self.c.broker_name} cannot elect a leader: {self.self_id}: {why}"
         self.c.member_failure = self.cannot_elect
         log.critical("%s", self.cannot_elect)
+
+    def _watch_config_refusal(self) -> None:
+        """Issue 24.7: peers refusing this member's configuration, and no majority reachable."""
+        transport = getattr(self.server, "transport", None)
+        peers = transport.stats().get("peers", {}) if transport is not None else {}
+        refusals = [f"{pid}: {p['last_error']}" for pid, p in sorted(peers.items())
+                    if not p.get("connected") and _is_config_refusal(p.get("last_error"))]
+        reachable = 1 + sum(1 for p in peers.values() if p.get("connected"))
+        why = None
+        if refusals and reachable < (len(peers) + 1) // 2 + 1:
+            why = (f"DLedger member {self.self_id} of broker {self.c.broker_name} cannot serve: its peers refuse its "
+                   f"configuration and it reaches no majority ({reachable} of {len(peers) + 1} members): "
+                   + "; ".join(refusals))
+        if why is not None and self.config_refusal is None:
+            log.error("%s; %s", why, CONFIG_REFUSAL_FIX)
+        elif why is None and self.config_refusal is not None:
+            log.warning("DLedger member %s: its peers accept its configuration again; it can serve", self.self_id)
+        self.config_refusal = why
+
+    def cannot_serve(self) -> Optional[tuple[str, str]]:
+        """(reason, fix) while this member cannot serve though it runs (for ``/health``), else None."""
+        why = self.config_refusal
+        return (why, CONFIG_REFUSAL_FIX) if why is not None else None
 
     def _register_gauges(self) -> None:
         """Prometheus gauges read from plain attributes (no hop to the DLedger loop per scrape)."""
