@@ -186,11 +186,11 @@ def test_our_consumer_commands_print_what_apache_prints(tmp_path: Path) -> None:
             out = {}
             try:
                 for cmd in (["consumerProgress", "-g", "ProgGroup"], ["consumerConnection", "-g", "ProgGroup"],
-                            ["statsAll", "-t", "ProgTopic"]):
+                            ["statsAll", "-t", "ProgTopic"], ["consumerProgress"]):
                     a = await asyncio.to_thread(apache, home, cmd[0], "-n", ns.address, *cmd[1:])
                     o = await asyncio.to_thread(ours, cmd[0], "-n", ns.address, *cmd[1:])
                     assert o.returncode == 0, o.stderr
-                    out[cmd[0]] = (a, o.stdout)
+                    out[" ".join(cmd[:2])] = (a, o.stdout)
             finally:
                 done.set()
                 await holder
@@ -199,18 +199,17 @@ def test_our_consumer_commands_print_what_apache_prints(tmp_path: Path) -> None:
         wait_until(lambda: "ProgTopic" in apache(home, "topicList", "-n", ns.address), 30.0, "route registered")
         out = asyncio.run(run())
 
-        def rows(text: str) -> list[list[str]]:
-            return [line.split()[:6] for line in text.splitlines() if line.startswith("ProgTopic")]
-        a, o = out["consumerProgress"]
-        assert rows(a) and rows(a) == rows(o), (a, o)
-        assert [ln for ln in a.splitlines() if ln.startswith("Consume Diff Total")] == \
-               [ln for ln in o.splitlines() if ln.startswith("Consume Diff Total")]
-        a, o = out["consumerConnection"]
-        assert [ln.split() for ln in a.splitlines() if ln.strip()] == [ln.split() for ln in o.splitlines() if ln.strip()], (a, o)
-        a, o = out["statsAll"]
-        assert [ln.split()[:3] for ln in a.splitlines() if ln.startswith("ProgTopic")] == \
-               [ln.split()[:3] for ln in o.splitlines() if ln.startswith("ProgTopic")], (a, o)
-        assert rows(o), o
+        def lines(text: str) -> list[str]:
+            return [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+
+        # the same lines, character for character (widths, headers, version names, times)
+        for key in ("consumerProgress -g", "consumerConnection -g", "consumerProgress"):
+            a, o = out[key]
+            assert any(ln.startswith(("ProgTopic", "ProgGroup", "127.0.0.1@4242")) for ln in lines(a)), (key, a)
+            assert lines(a) == lines(o), (key, a, o)
+        a, o = out["statsAll -t"]  # #InTPS is a one-minute rate: the runs are seconds apart
+        assert [ln.split()[:3] for ln in lines(a) if ln.startswith("ProgTopic")] == \
+               [ln.split()[:3] for ln in lines(o) if ln.startswith("ProgTopic")] != [], (a, o)
     finally:
         kill_all([b])
         ns.kill9()

@@ -15,7 +15,8 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
   ``earliestMessageTimeStamp`` the store timestamp of the first message: in DLedger mode the
   commitlog's min offset is an *entry* offset (its record starts ``DLEDGER_BODY_OFFSET`` later,
   and an entry may hold no message), so the first few entries are walked (issue 25.3).
-  ``brokerVersion`` is 409 (what Apache 4.9.8's broker answers).
+  ``brokerVersion`` is 409 (what Apache 4.9.8's broker answers); ``runtime`` is
+  ``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``.
 - The StoreStatsService keys (issue 25.6, 4.9.8's ``getRuntimeInfo``): ``putMessageEntireTimeMax``
   (ms), ``putMessageFailedTimes``, ``putMessageSizeTotal`` (body bytes put OK; Apache counts whole
   records), ``putMessageAverageSize`` (Java double), ``putMessageDistributeTime`` (Apache's 13
@@ -96,6 +97,12 @@ def human_bytes(n: int) -> str:
         return f"{n} B"
     exp = min(int(math.log(n) / math.log(1024)), 6)
     return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def format_runtime(ms: int) -> str:
+    """StoreStatsService's ``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``."""
+    secs = max(0, ms) // 1000
+    return f"[ {secs // 86400} days, {secs % 86400 // 3600} hours, {secs % 3600 // 60} minutes, {secs % 60} seconds ]"
 
 
 class PutTimes:
@@ -262,7 +269,7 @@ class AdminStatsProcessor(Processor):
             "putTps": st.rates("put"), "getTransferedTps": st.rates("get"), "getFoundTps": st.rates("get"),
             "getMissTps": "0.00 0.00 0.00", "getTotalTps": st.rates("get"),
             "putMessageTimesTotal": str(max(1, int(put_total))),  # Apache: 1 when nothing was put
-            "runtime": f"[ {int((time.time() * 1000 - c.started_ms) / 1000)} seconds ]",
+            "runtime": format_runtime(int(time.time() * 1000 - c.started_ms)),
         }
         table.update(self._put_stats(max(1, int(put_total))))
         table.update(self._disk(store))
