@@ -233,3 +233,47 @@ def test_dledger_leader_admin_writes_followers_refuse_and_sync(tmp_path: Path) -
         assert "DG" not in dump(lp, 201)["subscriptionGroupTable"]
     finally:
         g.kill_all()
+
+
+@pytest.mark.skipif(not HAVE_MQADMIN, reason="needs Apache RocketMQ 4.9.8 (APACHE_ROCKETMQ) and java")
+def test_mqadmin_reset_offset_with_a_java_consumer_online(tmp_path: Path) -> None:
+    """Apache's benchmark consumer (Java 4.9.8 push consumer) online: mqadmin takes the broker's
+    ResetOffsetBody (its "#offset" table, not the offline fallback's "#resetOffset") and the
+    consumer, told by RESET_CONSUMER_CLIENT_OFFSET, consumes the reset messages again."""
+    ns = NamesrvProc(tmp_path).start()
+    conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true", namesrvAddr=ns.address)
+    b = BrokerProc(conf, port, "m", tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    consumer = None
+    try:
+        b.start()
+        assert call(port, 17, {"topic": "RT", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}).code == 0
+        wait_until(lambda: "RT" in mqadmin(home, "topicList", "-n", ns.address), 30.0, "the route registered")
+        env = dict(os.environ, JAVA_OPT=f"-Xms64m -Xmx256m -Duser.home={home}")
+        log = open(tmp_path / "consumer.log", "wb")
+        consumer = subprocess.Popen([str(APACHE / "bin" / "bench-consumer"), "-n", ns.address, "-t", "RT", "-g", "RG",
+                                     "-w", "2"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_until(lambda: call(port, 203, {"consumerGroup": "RG"}).code == 0, 60.0, "the Java consumer online")
+        stamps = []
+        with b.client() as c:
+            for i in range(6):
+                stamps.append(c.by_offset(c.send("RT", f"m{i}", queue_id=i % 2)["commitLogOffset"])["storeTimestamp"])
+                time.sleep(0.02)
+        wait_until(lambda: offsets(port, "RG", "RT", 2) == [3, 3], 60.0, "the consumer consumed and committed")
+        gets_before = dump(port, 43)["offsetTable"]["RT@RG"]
+        out = mqadmin(home, "resetOffsetByTime", "-n", ns.address, "-g", "RG", "-t", "RT", "-s", str(stamps[3]))
+        assert "#resetOffset" not in out and re.search(r"broker-a\s+0\s+2\s", out) and re.search(r"broker-a\s+1\s+1\s", out), out
+        assert gets_before == {"0": 3, "1": 3}
+
+        def pulled_again() -> bool:  # the client pulls from the reset offsets: the broker's get counts grow
+            r = call(port, 315, {"statsName": "GROUP_GET_NUMS", "statsKey": "RT@RG"})
+            return r.code == 0 and json.loads(r.body)["statsDay"]["sum"] >= 9
+        wait_until(pulled_again, 60.0, "the 3 reset messages consumed again (6 + 3 gets)")
+        wait_until(lambda: offsets(port, "RG", "RT", 2) == [3, 3], 60.0, "committed at the end again")
+    finally:
+        if consumer is not None:
+            consumer.kill()
+            consumer.wait(10)
+        kill_all([b])
+        ns.kill9()
