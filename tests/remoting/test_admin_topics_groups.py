@@ -107,6 +107,8 @@ def test_mqadmin_delete_topic_sub_groups_reset_offset_stats_all(tmp_path: Path) 
         stats = mqadmin(home, "statsAll", "-n", ns.address, "-t", "DelMe")
         assert re.search(r"DelMe\s+G1\s", stats), stats
         assert "NO_CONSUMER" not in stats, stats
+        track = mqadmin(home, "queryMsgByOffset", "-n", ns.address, "-t", "DelMe", "-b", "broker-a", "-i", "0", "-o", "0")
+        assert "No Consumer" not in track and "G1" in track, track
 
         # ---- resetOffsetByTime with no consumer online: to the first message at or after stamps[3]
         out = mqadmin(home, "resetOffsetByTime", "-n", ns.address, "-g", "G1", "-t", "DelMe", "-s", str(stamps[3]))
