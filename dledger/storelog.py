@@ -80,6 +80,7 @@ def core_config(cfg: DLedgerConfig) -> CoreConfig:
         election_ticks_max=emax,
         heartbeat_ticks=hb,
         pre_vote=cfg.pre_vote,
+        boot_lease=True,  # a restarting member never helps depose a live leader (issue 24.6)
         max_inflight=cfg.max_inflight_pushes,
         max_batch_bytes=cfg.max_batch_push_bytes,
         max_batch_entries=1024 if cfg.enable_batch_push else 1,

@@ -12,6 +12,8 @@ Rules
   steps down (DLedger: "no quorum heartbeat for maxHeartBeatLeak*interval => CANDIDATE").  It is
   also what makes the voters' *leader lease* sound: a node that heard from a leader within the
   minimum election timeout ignores (pre-)votes, unless they carry ``transfer=True``.
+- ``boot_lease`` (the server turns it on): the lease also covers a node's first
+  ``election_ticks_min`` ticks, before it could have heard from a live leader (issue 24.6).
 - ``pre_vote`` (default on) is the chosen defence against term inflation by a partitioned node.
   DLedger's alternative (same-term revote) is not implemented.
 - ``leader_barrier``: a new leader asks the driver (``Ready.append_barrier``) to append one
@@ -33,6 +35,7 @@ class Config:
     heartbeat_ticks: int = 2
     pre_vote: bool = True
     check_quorum: bool = True
+    boot_lease: bool = False          # ignore (pre-)votes for election_ticks_min after start (election.py)
     # replication / flow control
     max_inflight: int = 64            # batches in flight per follower (REPLICATE state)
     max_batch_bytes: int = 1 << 20    # payload bytes per AppendRequest (at least one entry)

@@ -14,6 +14,13 @@ Rules
   driver persists before sending the response (Ready ordering).
 - Leader lease (with check_quorum): a node that heard from a leader within
   ``election_ticks_min`` ticks ignores higher-term (pre-)votes, unless ``transfer=True``.
+- Boot lease (``Config.boot_lease``, on in the server; issue 24.6): a node that just started has heard from no leader yet, but one may
+  well be alive (its heartbeats need a redial and a round trip to reach us), so for its first
+  ``election_ticks_min`` ticks it ignores higher-term (pre-)votes too. Otherwise a restarting
+  (or wiped, hence maximally behind) follower is the one vote another follower needs to depose a
+  leader that merely stalled for an election timeout -- what made 2 of 4 wiped-follower restarts
+  elect a new leader. Refusing a vote is always safe; members started together lose nothing (no
+  timer fires before ``election_ticks_min``), one started alone at most that long.
 - Transfer target: :class:`TimeoutNow` from the current leader makes a follower campaign at
   once, skipping pre-vote, with ``transfer=True`` (DLedger's take-leadership).
 
@@ -57,8 +64,12 @@ def _start_real_vote(r: "RaftCore", transfer: bool = False) -> None:
 
 
 def in_lease(r: "RaftCore") -> bool:
-    return (r.cfg.check_quorum and r.leader_id is not None
-            and r.election_elapsed < r.cfg.election_ticks_min)
+    """Leader lease, or the boot lease of a node in its first ``election_ticks_min`` ticks."""
+    if not r.cfg.check_quorum:
+        return False
+    if r.leader_id is not None and r.election_elapsed < r.cfg.election_ticks_min:
+        return True
+    return r.cfg.boot_lease and r.now < r.cfg.election_ticks_min
 
 
 def handle_vote_request(r: "RaftCore", m: VoteRequest) -> None:
