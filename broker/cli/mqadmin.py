@@ -3,7 +3,7 @@
 Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_BROKER_ADDR`` or
 ``127.0.0.1:10911``; ``--json`` prints the raw JSON instead of the readable form)::
 
-    mqadmin clusterList      -b 127.0.0.1:10911,127.0.0.1:10921
+    mqadmin clusterList      -b 127.0.0.1:10911,127.0.0.1:10921   (or -n NAMESRV [-c CLUSTER]: all it lists)
     mqadmin topicList        -b ADDR
     mqadmin updateTopic      -b ADDR -t TOPIC [-r READQ] [-w WRITEQ] [-p PERM]
     mqadmin topicStatus      -b ADDR -t TOPIC
@@ -93,7 +93,11 @@ def _table(rows: list[list[Any]], header: list[str]) -> None:
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> Any:
-    addrs = [a for part in args.broker for a in part.split(",") if a]
+    if args.namesrv and not args.broker_addrs:  # Apache's form: every broker the name server lists
+        args.broker_addrs = mqadmin_stats.resolve_all(args)
+        if not args.broker_addrs:
+            return 3
+    addrs = [a for part in args.broker_addrs for a in part.split(",") if a]
     rows, raw = [], []
     worst = 0
     for addr in addrs:
@@ -337,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
         return sp
 
-    add("clusterList", cmd_cluster_list, "status of one or more brokers")
+    sp = add("clusterList", cmd_cluster_list, "status of one or more brokers (-b, or all of -n's)")
+    sp.add_argument("-n", "--namesrvAddr", dest="namesrv", help="name server(s) host:port[;host:port]")
+    sp.add_argument("-c", "--clusterName", dest="cluster")
     add("topicList", cmd_topic_list, "topics of a broker")
     sp = add("updateTopic", cmd_update_topic, "create or update a topic")
     sp.add_argument("-t", "--topic", required=True)

@@ -7,7 +7,7 @@ Rules:
   ``StatsAllSubCommand``): ``-b`` broker address(es), ``-c`` cluster and ``-n`` name server
   (``host:port[;host:port]``), ``-g`` group, ``-t`` topic, ``-a`` active topics only.
 - Brokers asked: ``-b`` (comma-separated) when given, else every master (brokerId 0) the name
-  server lists (of cluster ``-c`` if given). Our brokers speak remoting on their listen port, so
+  server lists (of cluster ``-c`` if given); ``clusterList -n`` asks every broker it lists. Our brokers speak remoting on their listen port, so
   ``-b`` is the same address the HTTP commands take.
 - consumerProgress without ``-g`` lists the groups of every ``%RETRY%<group>`` topic (name
   server's topic list, or the ``-b`` brokers'), as Apache. One difference, because the data is
@@ -86,8 +86,9 @@ def mq_entries(body: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return [(json.loads(k), json.loads(v)) for k, v in _MQ_ENTRY.findall(body)]
 
 
-async def brokers(args: argparse.Namespace) -> list[str]:
-    """``-b`` addresses, else the masters the name server lists (cluster ``-c`` only, if given)."""
+async def brokers(args: argparse.Namespace, every_id: bool = False) -> list[str]:
+    """``-b`` addresses, else the masters the name server lists (cluster ``-c`` only, if given;
+    ``every_id``: slaves too, by broker name then id)."""
     if args.broker_addrs:
         return [a for part in args.broker_addrs for a in part.split(",") if a]
     if not args.namesrv:
@@ -102,11 +103,13 @@ async def brokers(args: argparse.Namespace) -> list[str]:
         names = None
         if getattr(args, "cluster", None):
             names = set(info.get("clusterAddrTable", {}).get(args.cluster, []))
-        out = []
+        out: list[str] = []
         for name, data in sorted(info.get("brokerAddrTable", {}).items()):
-            addr = (data.get("brokerAddrs") or {}).get("0")
-            if addr and (names is None or name in names):
-                out.append(addr)
+            if names is not None and name not in names:
+                continue
+            addrs = data.get("brokerAddrs") or {}
+            ids = sorted(addrs, key=int) if every_id else ["0"]
+            out.extend(addrs[i] for i in ids if addrs.get(i))
         return out
     raise last or RemoteError(-2, "no name server")
 
@@ -327,6 +330,15 @@ def run(fn: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace
             print(f"CODE: {exc.code}  DESC: {exc.remark}" if exc.code >= 0 else f"mqadmin: {exc.remark}", file=sys.stderr)
             return 3 if exc.unreachable else (2 if exc.code == -2 else 1)
     return runner
+
+
+def resolve_all(args: argparse.Namespace) -> list[str]:
+    """Every broker address of the name server ``-n`` (masters and slaves), for the HTTP commands."""
+    try:
+        return asyncio.run(brokers(args, every_id=True))
+    except RemoteError as exc:
+        print(f"mqadmin: {exc.remark}", file=sys.stderr)
+        return []
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:

@@ -207,6 +207,8 @@ def test_our_consumer_commands_print_what_apache_prints(tmp_path: Path) -> None:
             a, o = out[key]
             assert any(ln.startswith(("ProgTopic", "ProgGroup", "127.0.0.1@4242")) for ln in lines(a)), (key, a)
             assert lines(a) == lines(o), (key, a, o)
+        cl = ours("clusterList", "-n", ns.address)  # Apache's flag: every broker the name server lists
+        assert cl.returncode == 0 and b.address in cl.stdout and "ASYNC_MASTER" in cl.stdout, cl.stdout + cl.stderr
         a, o = out["statsAll -t"]  # #InTPS is a one-minute rate: the runs are seconds apart
         assert [ln.split()[:3] for ln in lines(a) if ln.startswith("ProgTopic")] == \
                [ln.split()[:3] for ln in lines(o) if ln.startswith("ProgTopic")] != [], (a, o)
