@@ -135,7 +135,7 @@ class StoreAccess:
 
         # brokers run retention (broker.store.clean); stores opened by tools and tests do not
         store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config, retention=True,
-                                   record_shape=True)
+                                   record_shape=True, page_checksums=True)
         ok = store.load()  # takes the lock (StoreLockedError), recovers
         if ok is False:
             raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")

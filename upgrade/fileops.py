@@ -253,6 +253,9 @@ def _verify_and_rename(src: str | os.PathLike[str], tmp: Path, dst: Path, start:
         raise CopyVerifyError(f"copy of {src} [{start}, {end}) to {dst} does not verify ({got} != {want})")
     os.replace(tmp, dst)
     fsync_dir(dst.parent)
+    # the broker's page checksums of the file it replaced no longer hold (broker.store.page_crc):
+    # dropped, and sealed again from the new bytes at the broker's next start
+    (dst.parent.with_name(dst.parent.name + ".pagecrc") / dst.name).unlink(missing_ok=True)
     return want
 
 

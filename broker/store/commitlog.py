@@ -116,6 +116,7 @@ class CommitLog:
         self.writable = True
         # the read guard (broker.store.verify): set by the store, which knows the node's name
         self.verify_reads = True
+        self.page_crc: Any = None  # broker.store.page_crc.PageChecksums (brokers), checked by the read guard
         self.node_label = self.store_path
         self.corrupt_fix = fix_for_classic(self.store_path)
         self.corruption = CorruptionLog()
@@ -429,6 +430,8 @@ class CommitLog:
 
     def _verify(self, view: memoryview, mf: Any, pos: int, offset: int, size: int) -> None:
         problem = record_problem_at(view, 0, size)
+        if problem is None and self.page_crc is not None:  # every byte, not only the body (issue 24.3)
+            problem = self.page_crc.check(mf, pos, size)
         if problem is not None:
             exc = CorruptRecordError(self.node_label, str(mf.path), pos, offset, problem, self.corrupt_fix)
             self.corruption.report(exc)

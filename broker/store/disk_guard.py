@@ -4,7 +4,7 @@ Rules:
 - A put is refused (``SERVICE_NOT_AVAILABLE``, naming the disk, its ratio and the fix) while the
   filesystem of the commitlog or of the ConsumeQueues is fuller than
   ``DISK_WARNING_RATIO`` (0.90, Apache's ``diskSpaceWarningLevelRatio``), or when its free space
-  is below ``min_free_bytes`` (two commitlog files: a mapped file whose pages cannot be allocated
+  is below ``min_free_bytes`` (one commitlog file: a mapped file whose pages cannot be allocated
   kills the process with SIGBUS, which no error handling can catch).
 - The disks are measured on the put path, at most every ``interval_s`` (50 ms) and after every
   ``recheck_bytes`` (8 MiB) appended since the last measure, so a fast producer cannot outrun
@@ -81,11 +81,11 @@ class DiskGuard:
             ratio, free = self.space(path)
             self.last[what] = (ratio, free)
             if error is None and ratio > self.ratio:
-                error = (f"the {what} disk ({path}) is {ratio:.1%} full, above {self.ratio:.0%}: puts are refused "
+                error = (f"disk full: the {what} disk ({path}) is {ratio:.1%} used, above {self.ratio:.0%}: puts are refused "
                          "until retention frees space (fileReservedTime, diskMaxUsedSpaceRatio) or disk is added")
             elif error is None and 0 <= free < self.min_free_bytes:
-                error = (f"the {what} disk ({path}) has {free >> 20} MiB free, less than two commitlog files "
-                         f"({self.min_free_bytes >> 20} MiB): puts are refused until space is freed")
+                error = (f"disk full: the {what} disk ({path}) has {free >> 20} MiB free, less than one commitlog "
+                         f"file ({self.min_free_bytes >> 20} MiB): puts are refused until space is freed")
         if error != self.error:
             if error:
                 log.error("%s", error)

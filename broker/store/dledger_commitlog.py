@@ -519,6 +519,8 @@ class DLedgerCommitLog(DLedgerReads):
                 if mfq.before_delete is not None:  # the old region becomes empty: it starts at the divide
                     mfq.before_delete(self.divided_commitlog_offset)
                 files[0].destroy()
+                if mfq.on_deleted is not None:
+                    mfq.on_deleted(files[0])
                 mfq.mapped_files = []
                 n += 1
             return n

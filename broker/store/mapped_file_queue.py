@@ -101,6 +101,10 @@ class MappedFileQueue:
         self.store_timestamp = 0  # STORETIMESTAMP of the last message known flushed
         # retention calls it with the new first file's offset before deleting files (broker.store.shape)
         self.before_delete: Callable[[int], None] | None = None
+        # page checksums (broker.store.page_crc): told of flushes, truncations and deleted files
+        self.after_flush: Callable[[MappedFile, int], None] | None = None
+        self.on_truncate: Callable[[int], None] | None = None
+        self.on_deleted: Callable[[MappedFile], None] | None = None
 
     # --- load -------------------------------------------------------------------------------
     def load(self, read_only: bool = False) -> None:
@@ -208,6 +212,8 @@ class MappedFileQueue:
             return True
         ts = mf.store_timestamp
         pos = mf.flush()
+        if self.after_flush is not None:
+            self.after_flush(mf, pos)
         where = mf.file_from_offset + pos
         result = where == self.flushed_where
         if where > self.flushed_where:
@@ -231,6 +237,8 @@ class MappedFileQueue:
     def truncate_dirty_files(self, offset: int) -> None:
         """Forget everything at or beyond ``offset``: positions move back, the rest of that file
         is zeroed (so no stale record can be mistaken for data later), later files go."""
+        if self.on_truncate is not None:
+            self.on_truncate(offset)
         keep: list[MappedFile] = []
         for mf in self.mapped_files:
             tail = mf.file_from_offset + self.mapped_file_size
@@ -244,6 +252,8 @@ class MappedFileQueue:
             else:
                 log.warning("truncate dirty file %s (offset %d)", mf.path, offset)
                 mf.destroy()
+                if self.on_deleted is not None:
+                    self.on_deleted(mf)
         self.mapped_files = keep
         if self.allocate_service is not None:
             self.allocate_service.discard_after(self.store_path)
@@ -277,6 +287,8 @@ class MappedFileQueue:
             for mf in doomed:
                 log.info("delete expired file %s", mf.path)
                 mf.destroy()
+                if self.on_deleted is not None:
+                    self.on_deleted(mf)
         return len(doomed)
 
     def shutdown(self) -> None:

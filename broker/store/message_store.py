@@ -55,6 +55,7 @@ from broker.store.dispatch import DispatchRequest, SkippedRecords, StoreFile
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
+from broker.store.page_crc import PageChecksums
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
     MessageExt, decode_message, java_hashmap_ordered, parse_delay_levels,
@@ -111,6 +112,8 @@ class StoreSettings:
     dledger_settings: dict[str, Any] | None = None
     # brokers record and check the store's shape (broker.store.shape); tools that only read do not
     record_shape: bool = False
+    # brokers seal per-page checksums of the classic commitlog (broker.store.page_crc)
+    page_checksums: bool = False
 
     @classmethod
     def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
@@ -309,6 +312,7 @@ class DefaultMessageStore(StoreReads):
         if not isinstance(self.commitlog, CommitLog):  # DLedgerCommitLog recovers both address spaces and the CQs
             self.commitlog.recover_with_store(self)
             verify.verify_after_recovery(self)
+            self._seal_pages()
             self.recover_topic_queue_table()
             return
         cl, cqs = self.commitlog, self.consume_queue_store
@@ -328,7 +332,23 @@ class DefaultMessageStore(StoreReads):
                 log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
             cqs.truncate_dirty(end)
         verify.verify_after_recovery(self)
+        self._seal_pages()
         self.recover_topic_queue_table()
+
+    def _seal_pages(self) -> None:
+        """Brokers: page checksums for the classic commitlog (or the old region), sealed up to
+        what recovery has just verified, and kept from then on (broker.store.page_crc)."""
+        if not (self.settings.page_checksums and self.settings.check_crc_on_read):
+            return
+        cl = self.commitlog
+        classic, end = (cl, cl.max_offset) if isinstance(cl, CommitLog) else (cl.old, cl.divided_commitlog_offset)
+        if classic is None:
+            return
+        pc = PageChecksums(classic.store_path, classic.mapped_file_size)
+        mfq = classic.mapped_file_queue
+        pc.seal_upto(mfq.mapped_files, end if end >= 0 else mfq.get_max_offset())
+        classic.page_crc = pc
+        mfq.after_flush, mfq.on_truncate, mfq.on_deleted = pc.after_flush, pc.truncated, pc.deleted
 
     def recover_topic_queue_table(self) -> None:
         """``topic_queue_table`` = every ConsumeQueue's max offset (after full dispatch)."""

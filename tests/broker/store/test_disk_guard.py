@@ -56,7 +56,7 @@ def test_puts_stop_above_the_hard_ratio_before_the_disk_is_full(tmp_path: Path) 
             if r.status == PutMessageStatus.PUT_OK:
                 stored += 1
             else:
-                assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE and "full, above 90%" in (r.error or "")
+                assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE and "used, above 90%" in (r.error or "") and "disk full" in (r.error or "")
                 refused += 1
         ratio, _free = store.disk_guard.space("")
         assert refused > 0 and stored > 0
@@ -67,7 +67,7 @@ def test_puts_stop_above_the_hard_ratio_before_the_disk_is_full(tmp_path: Path) 
 
 def test_free_space_below_a_commitlog_file_stops_puts_too(tmp_path: Path) -> None:
     guard = DiskGuard({"commitlog": "/x"}, min_free_bytes=1 << 30, space=lambda p: (0.5, 512 << 20))
-    assert "less than two commitlog files" in (guard.check(100) or "") or "MiB free" in (guard.check(100) or "")
+    assert "disk full" in (guard.check(100) or "") and "512 MiB free, less than one commitlog file" in (guard.check(100) or "")
     ok = DiskGuard({"commitlog": "/x"}, min_free_bytes=1 << 30, space=lambda p: (0.5, 2 << 30))
     assert ok.check(100) is None
 
@@ -86,14 +86,14 @@ async def test_health_status_and_metrics_say_the_disk_is_full(tmp_path: Path) ->
             controller.store.disk_guard.interval_s = 0.0
             with pytest.raises(BrokerClientError) as exc:
                 await c.send("TopicDisk", "no room", queue_id=0)
-            assert "97.0% full" in str(exc.value)
+            assert "97.0% used" in str(exc.value)
             st = await c.status()
             assert st["disk"]["refusingPuts"] and st["disk"]["refusedPuts"] >= 1
             metrics = await c.metrics()
             assert "rocketmq_broker_disk_space_refusing_puts 1" in metrics
             assert 'rocketmq_broker_disk_used_ratio{disk="commitlog"} 0.97' in metrics
             status, body = await _health(controller.api_address)
-            assert status == 503 and "97.0% full" in body["error"], body
+            assert status == 503 and "97.0% used" in body["error"], body
             controller.store.disk_guard.space = lambda _p: (0.5, 1 << 30)
             await c.send("TopicDisk", "room again", queue_id=0)
             assert await _health(controller.api_address) == (200, {"ok": True})
