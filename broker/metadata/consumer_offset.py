@@ -88,13 +88,3 @@ class ConsumerOffsetManager(ConfigManager):
             for k in [k for k in self.offset_table if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[1] == group]:
                 del self.offset_table[k]
             self.data_version.next_version()
-
-    def remove_topic(self, topic: str) -> int:
-        """Forget every group's offsets on one topic (a deleted topic); returns how many groups had some."""
-        with self._lock:
-            keys = [k for k in self.offset_table if k.rsplit(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]
-            for k in keys:
-                del self.offset_table[k]
-            if keys:
-                self.data_version.next_version()
-            return len(keys)
