@@ -36,6 +36,16 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   recovery, ``/status`` says unhealthy, writes stay refused (they were: no master); reads keep
   working. A later real stop of the member still stops the broker; a SIGTERM exits 0 (the
   exhausted term is on disk, so the next start reports it again).
+- The broker role follows the Raft role within a second even when the DLedger loop does not run
+  (issue 24.7: a leader whose loop waits on a slow disk stayed master 8-10 s after the group
+  elected another leader, because the role change is only noticed by that loop). The watcher,
+  on the broker loop, demotes a master **at once** (``change_to_slave``, no leader known) when
+  the member is no longer LEADER (read directly, not waiting for the listener), or its leader
+  lease lapsed: the DLedger loop has not ticked, or no majority (itself included) has sent it a
+  message, for ``dLegerElectionTimeoutMs``'s upper bound (after that another leader may exist; the
+  lower bound would trip on the 100-300 ms loop delays a loaded machine shows). One WARNING line names the cause. When the lease holds again and the member still
+  leads the same term, the LEADER event is re-posted: promotion still waits for commit and
+  dispatch as above. Demotion never waits on the DLedger loop; promotion always does.
 - A member its peers refuse for a diverging configuration (the handshake's ``ident`` check: data
   or index file size, broker name; issue 24.7) and that therefore reaches no majority cannot
   serve: the watcher records it (:meth:`cannot_serve`, one ERROR line when it starts and one when
@@ -126,6 +136,11 @@ class DLedgerRoleChangeHandler:
         self.last_leader_wait_ms: Optional[float] = None
         self.cannot_elect: Optional[str] = None  # issue 23.2: set once, what /health reports
         self.config_refusal: Optional[str] = None  # issue 24.7: peers refuse our configuration, no majority
+        cfg = self.server.config
+        self.lease_s = getattr(cfg, "election_timeout_max_ms", 600) / 1000  # past it, another leader may exist
+        self._ticks_seen = -1
+        self._ticks_at = time.monotonic()
+        self._lapsed_term: Optional[int] = None  # the term whose leadership the lease check dropped
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -158,6 +173,7 @@ class DLedgerRoleChangeHandler:
                 return
             self._report_cannot_elect()
             self._watch_config_refusal()
+            self._check_lease()
             await asyncio.sleep(self.poll_s * 10)
 
     def _report_cannot_elect(self) -> None:
@@ -169,6 +185,48 @@ class DLedgerRoleChangeHandler:
         self.cannot_elect = f"DLedger group of broker {self.c.broker_name} cannot elect a leader: {self.self_id}: {why}"
         self.c.member_failure = self.cannot_elect
         log.critical("%s", self.cannot_elect)
+
+    def _check_lease(self) -> None:
+        """Issue 24.7: demote a master at once when its member may no longer lead (module rules)."""
+        now = time.monotonic()
+        ticks = self.server.counters.get("ticks", 0)
+        if ticks != self._ticks_seen:
+            self._ticks_seen, self._ticks_at = ticks, now
+        why = self._lease_lapse(now)
+        if self.c.is_master():
+            if why is not None:
+                self._demote_now(why)
+        elif self._lapsed_term is not None and why is None:
+            term, self._lapsed_term = self._lapsed_term, None
+            if self.server.role is Role.LEADER and self.server.term == term:
+                log.info("DLedger %s: leader lease of term %d holds again; becoming master once caught up",
+                         self.self_id, term)
+                self._post_event(term, Role.LEADER, self.server.leader_id)
+
+    def _lease_lapse(self, now: float) -> Optional[str]:
+        """Why this member may no longer be the group's leader, or None while its lease holds."""
+        srv = self.server
+        if srv.role is not Role.LEADER:
+            return f"the DLedger member is {srv.role.value} in term {srv.term}"
+        if now - self._ticks_at > self.lease_s:
+            return f"the DLedger loop has not run for {(now - self._ticks_at) * 1000:.0f} ms"
+        heard = getattr(srv, "_heard", None)  # seam: peer -> monotonic time of its last message
+        quorum = getattr(getattr(getattr(srv, "core", None), "cfg", None), "quorum", None)
+        if isinstance(heard, dict) and isinstance(quorum, int):
+            recent = 1 + sum(1 for t in list(heard.values()) if now - t <= self.lease_s)
+            if recent < quorum:
+                return f"only {recent} of the {quorum} members a majority needs were heard from in the last " \
+                       f"{self.lease_s * 1000:.0f} ms"
+        return None
+
+    def _demote_now(self, why: str) -> None:
+        term = self.server.term
+        self._lapsed_term = term if self.server.role is Role.LEADER else None
+        self.c.change_to_slave(slave_broker_id(self.self_id), None)
+        self.changes += 1
+        self.last_change_ms = int(time.time() * 1000)
+        log.warning("DLedger %s term %d: %s; broker is SLAVE brokerId %d at once (writes refused with NOT_MASTER "
+                    "until a leader is known)", self.self_id, term, why, slave_broker_id(self.self_id))
 
     def _watch_config_refusal(self) -> None:
         """Issue 24.7: peers refusing this member's configuration, and no majority reachable."""

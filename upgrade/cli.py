@@ -35,7 +35,7 @@ if _is_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handl
     signal.signal(signal.SIGINT, _exit_now)  # until main() hands over to the subcommand
 
 import argparse  # noqa: E402 - after the handler: Ctrl-C during these imports is one line too
-from typing import Sequence  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,11 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _run(run: "object", args: argparse.Namespace, previous: "object") -> int:
+def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, previous: Any) -> int:
     """Run a subcommand under Python's KeyboardInterrupt (it may clean up or explain itself)."""
     if signal.getsignal(signal.SIGINT) is _exit_now:
         signal.signal(signal.SIGINT, previous if previous is not _exit_now else signal.default_int_handler)
-    return run(args)  # type: ignore[operator]
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
