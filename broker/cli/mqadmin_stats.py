@@ -91,38 +91,59 @@ async def brokers(args: argparse.Namespace, every_id: bool = False) -> list[str]
     ``every_id``: slaves too, by broker name then id)."""
     if args.broker_addrs:
         return [a for part in args.broker_addrs for a in part.split(",") if a]
+    info = await _cluster_info(args)
+    names = None
+    if getattr(args, "cluster", None):
+        names = set(info.get("clusterAddrTable", {}).get(args.cluster, []))
+    out: list[str] = []
+    for name, data in sorted(info.get("brokerAddrTable", {}).items()):
+        if names is not None and name not in names:
+            continue
+        addrs = data.get("brokerAddrs") or {}
+        ids = sorted(addrs, key=int) if every_id else ["0"]
+        out.extend(addrs[i] for i in ids if addrs.get(i))
+    return out
+
+
+async def _cluster_info(args: argparse.Namespace) -> dict[str, Any]:
+    """GET_BROKER_CLUSTER_INFO of the first name server of ``-n`` that answers."""
     if not args.namesrv:
         raise RemoteError(-2, "give -b BROKER or -n NAMESRV")
     last: Optional[RemoteError] = None
     for ns in args.namesrv.split(";"):
         try:
-            info = _loads((await call(args, ns, RC.GET_BROKER_CLUSTER_INFO)).body)
+            return dict(_loads((await call(args, ns, RC.GET_BROKER_CLUSTER_INFO)).body))
         except RemoteError as exc:
             last = exc
-            continue
-        names = None
-        if getattr(args, "cluster", None):
-            names = set(info.get("clusterAddrTable", {}).get(args.cluster, []))
-        out: list[str] = []
-        for name, data in sorted(info.get("brokerAddrTable", {}).items()):
-            if names is not None and name not in names:
-                continue
-            addrs = data.get("brokerAddrs") or {}
-            ids = sorted(addrs, key=int) if every_id else ["0"]
-            out.extend(addrs[i] for i in ids if addrs.get(i))
-        return out
     raise last or RemoteError(-2, "no name server")
 
 
 # ---------------------------------------------------------------------------- sub-commands
+async def _print_config(args: argparse.Namespace, header: str, addr: str) -> None:
+    r = await call(args, addr, RC.GET_BROKER_CONFIG)
+    print(header)
+    for line in r.body.decode("utf-8").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            print(f"{k:<50s}=  {v}")
+    print()
+
+
 async def get_broker_config(args: argparse.Namespace) -> int:
-    for addr in await brokers(args):
-        r = await call(args, addr, RC.GET_BROKER_CONFIG)
-        print(f"============{addr}============")
-        for line in r.body.decode("utf-8").splitlines():
-            if "=" in line:
-                k, v = line.split("=", 1)
-                print(f"{k:<50s}=  {v}")
+    """``-b``: each broker; ``-c`` (with ``-n``): each master, then its slaves, Apache's headers."""
+    if args.broker_addrs or not args.cluster:
+        for addr in await brokers(args):
+            await _print_config(args, f"============{addr}============", addr)
+        return 0
+    info = await _cluster_info(args)
+    for name in sorted(info.get("clusterAddrTable", {}).get(args.cluster, [])):
+        addrs = info.get("brokerAddrTable", {}).get(name, {}).get("brokerAddrs") or {}
+        master = addrs.get("0")
+        if not master:
+            continue
+        await _print_config(args, f"============Master: {master}============", master)
+        for i in sorted((i for i in addrs if i != "0"), key=int):
+            await _print_config(args, f"============My Master: {master}=====Slave: {addrs[i]}============", addrs[i])
     return 0
 
 

@@ -117,6 +117,16 @@ def test_dledger_earliest_time_live_role_and_sends_that_follow_the_leader(tmp_pa
         wait_until(lambda: hour_column() is not None, 30.0, "the leader registered with the name server")
         hours = hour_column()
         assert hours is not None and 0 <= hours < 1, hours
+
+        # -c: the master, then each slave, with Apache's headers, once all three are registered
+        wait_until(lambda: all(g.address(n) in ours("clusterList", "-n", ns.address).stdout for n in IDS), 30.0,
+                   "all three registered")
+        cluster = "RaftCluster"
+        heads = [ln for ln in apache(home, "getBrokerConfig", "-n", ns.address, "-c", cluster).splitlines()
+                 if ln.startswith("====")]
+        assert len(heads) == 3 and f"Master: {g.address(leader)}" in heads[0], heads
+        ours_cfg = ours("getBrokerConfig", "-n", ns.address, "-c", cluster).stdout
+        assert [ln for ln in ours_cfg.splitlines() if ln.startswith("====")] == heads, ours_cfg[:2000]
     finally:
         kill_all(g.procs.values())
         ns.kill9()
