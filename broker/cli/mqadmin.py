@@ -37,7 +37,8 @@ the next offset afterwards.
 ``sendMessage`` follows the leader (issue 24.8): it tries every ``-b`` address in turn, goes to
 the ``masterAddress`` a ``NOT_MASTER`` answer names, and keeps trying (rounds 0.2 s apart) while
 no node is master, for at most ``--timeout`` seconds; every try carries the same ``uniqKey``, so
-a try whose outcome was unknown is not stored twice.
+a try whose outcome was unknown is not stored twice (``FLUSH_SLAVE_TIMEOUT`` is tried once more,
+then printed: a classic master without its slave keeps answering it).
 """
 from __future__ import annotations
 
@@ -152,6 +153,7 @@ def cmd_topic_status(args: argparse.Namespace) -> Any:
 
 
 FOLLOW_CODES = frozenset({"NOT_MASTER", "SERVICE_NOT_AVAILABLE", "CONNECT_FAILED", "FLUSH_SLAVE_TIMEOUT"})
+UNKNOWN_OUTCOME_RETRIES = 1  # FLUSH_SLAVE_TIMEOUT: tried again once (a classic master without its slave keeps saying it)
 
 
 def send_following(args: argparse.Namespace, send: Callable[[SyncBrokerClient], Any]) -> tuple[str, Any]:
@@ -160,6 +162,7 @@ def send_following(args: argparse.Namespace, send: Callable[[SyncBrokerClient], 
     seeds = _addresses(args)
     deadline = time.monotonic() + args.timeout
     last: BrokerClientError | None = None
+    unknown_left = UNKNOWN_OUTCOME_RETRIES
     while True:
         queue, tried = list(seeds), set()
         while queue:
@@ -172,6 +175,10 @@ def send_following(args: argparse.Namespace, send: Callable[[SyncBrokerClient], 
             except BrokerClientError as exc:
                 if not isinstance(exc, BrokerUnavailable) and exc.code not in FOLLOW_CODES:
                     raise
+                if exc.code == "FLUSH_SLAVE_TIMEOUT":
+                    if unknown_left <= 0:
+                        raise
+                    unknown_left -= 1
                 last = exc
                 master = exc.body.get("masterAddress") if exc.code == "NOT_MASTER" else None
                 if master and master not in tried:
