@@ -146,7 +146,7 @@ class DLedgerServer(ClientChannel):
             identity=config.handshake_identity(),  # issue 13.7: file sizes / broker name must agree
             serve_clients=config.serve_clients,
             max_frame_size=config.max_frame_size, limits=config.port_limits(),  # issue 23.1
-            **config.link_timeouts(),  # silent peers are reset and redialled (issue 24.5)
+            **config.link_timeouts(),  # silent peers reset and redialled (24.5)
         )
 
     # ------------------------------------------------------------------ lifecycle

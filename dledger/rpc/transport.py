@@ -43,7 +43,8 @@ Rules
   a handshake refusal (misconfiguration) backs off at the cap.
 * Silent peers (issue 24.5, :mod:`.liveness`): a peer we queued frames for that sent nothing for
   ``silence_s`` gets both its connections aborted (ours redials, its own sees the reset), counted
-  in ``silent_resets``; every socket carries keepalive and ``TCP_USER_TIMEOUT``.
+  in ``silent_resets`` (``silence_s=0``, the default here, disables it; the server sets it from
+  ``DLedgerConfig.link_timeouts``); every socket carries keepalive and ``TCP_USER_TIMEOUT``.
 
 Theory of operation
 -------------------
