@@ -17,7 +17,9 @@ processes, shared secret); brokers come from ``tests.broker.test_dledger_group.D
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+import contextlib
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterator, Optional
 
 from dledger.rpc import framing as fr
 from dledger.rpc.client import DLedgerClient
@@ -117,3 +119,29 @@ async def assert_nothing_lost(client: DLedgerClient, acked: dict[int, bytes], ta
     for index, body in sorted(acked.items()):
         entry = await client.get(index)
         assert entry["body"] == body, (index, entry["body"], body)
+
+
+async def with_client(g: Any, fn: Callable[[DLedgerClient], Awaitable[Any]]) -> Any:
+    """Run ``fn`` with a client of ``g`` (a ``tests.dledger.test_processes.ProcGroup``) once it has a leader."""
+    await g.leader()
+    c = g.client()
+    try:
+        return await fn(c)
+    finally:
+        await c.close()
+
+
+@contextlib.contextmanager
+def seeded_group(root: Path) -> Iterator[Any]:
+    """Three ``dledger server`` processes sharing SECRET, with 5 acknowledged entries in ``g.acked``."""
+    from tests.dledger.test_processes import ProcGroup  # noqa: WPS433 - test helpers, imported when used
+
+    g = ProcGroup(root)
+    g.acked = {}
+    try:
+        for n in g.ids:
+            g.start(n)
+        asyncio.run(with_client(g, lambda c: append_acked(c, g.acked, "seed", 5)))
+        yield g
+    finally:
+        g.kill_all()

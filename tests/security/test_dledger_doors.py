@@ -28,7 +28,7 @@ from dledger.rpc import framing as fr
 from dledger.store.state_files import MemberStateFile
 from tests.broker.test_dledger_group import CONF_DIR, DLedgerGroup
 from tests.dledger.test_processes import REPO, SECRET, ProcGroup
-from tests.security._dledger_support import (RawConn, append_acked, assert_nothing_lost, forged_append,
+from tests.security._dledger_support import (seeded_group, with_client, RawConn, append_acked, assert_nothing_lost, forged_append,
                                              forged_vote)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
@@ -39,24 +39,11 @@ MAX_LONG = 2**63 - 1
 @pytest.fixture(scope="module")
 def dgroup(tmp_path_factory):
     """Three ``dledger server`` processes sharing SECRET, with a few acknowledged entries."""
-    g = ProcGroup(tmp_path_factory.mktemp("dledger-doors"))
-    g.acked = {}  # type: ignore[attr-defined]
-    try:
-        for n in g.ids:
-            g.start(n)
-        asyncio.run(_with_client(g, lambda c: append_acked(c, g.acked, "seed", 5)))
+    with seeded_group(tmp_path_factory.mktemp("dledger-doors")) as g:
         yield g
-    finally:
-        g.kill_all()
 
 
-async def _with_client(g: ProcGroup, fn):
-    await g.leader()
-    c = g.client()
-    try:
-        return await fn(c)
-    finally:
-        await c.close()
+_with_client = with_client
 
 
 def _log(g: ProcGroup, nid: str) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from dledger.rpc import framing as fr
-from tests.dledger.test_processes import SECRET, ProcGroup
-from tests.security._dledger_support import RawConn, append_acked, assert_nothing_lost
+from tests.dledger.test_processes import SECRET
+from tests.security._dledger_support import RawConn, assert_nothing_lost, seeded_group, with_client
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 MIB = 1024 * 1024
@@ -31,24 +31,12 @@ MAX_GROWTH_MIB = 16
 
 @pytest.fixture(scope="module")
 def dgroup(tmp_path_factory):
-    g = ProcGroup(tmp_path_factory.mktemp("dledger-preauth"))
-    g.acked = {}  # type: ignore[attr-defined]
-    try:
-        for n in g.ids:
-            g.start(n)
-        asyncio.run(_with_client(g, lambda c: append_acked(c, g.acked, "seed", 5)))
+    """Three ``dledger server`` processes sharing SECRET, with a few acknowledged entries."""
+    with seeded_group(tmp_path_factory.mktemp("dledger-preauth")) as g:
         yield g
-    finally:
-        g.kill_all()
 
 
-async def _with_client(g: ProcGroup, fn):
-    await g.leader()
-    c = g.client()
-    try:
-        return await fn(c)
-    finally:
-        await c.close()
+_with_client = with_client
 
 
 def mem_kib(pid: int) -> dict[str, int]:

@@ -25,19 +25,13 @@ from dledger.rpc import framing as fr
 from dledger.store.state_files import MemberStateFile
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.dledger.test_processes import REPO, SECRET, ProcGroup
-from tests.security._dledger_support import RawConn, append_acked, assert_nothing_lost, forged_vote
+from tests.security._dledger_support import RawConn, append_acked, assert_nothing_lost, forged_vote, with_client
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]
 MAX_LONG = 2**63 - 1
 
 
-async def _with_client(g: ProcGroup, fn):
-    await g.leader()
-    c = g.client()
-    try:
-        return await fn(c)
-    finally:
-        await c.close()
+_with_client = with_client
 
 
 def _log(g: ProcGroup, nid: str) -> str:
@@ -76,7 +70,7 @@ def test_forged_far_ahead_terms_are_refused_and_logged(tmp_path):
         asyncio.run(attack())
         for n in g.ids:
             log = _log(g, n)
-            assert f"refused a VoteRequest from peer" in log and f"with term {MAX_LONG}" in log, log[-2000:]
+            assert "refused a VoteRequest from peer" in log and f"with term {MAX_LONG}" in log, log[-2000:]
             assert "at or above the limit 2^62" in log and "(more than 2^32)" in log
             assert log.count("refused a VoteRequest") <= 5  # 51 refusals, rate-limited lines
         assert g.terminate_all() == {n: 0 for n in g.ids}

@@ -39,8 +39,7 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
 - GET_CONSUMER_CONNECTION_LIST (203) ``consumerGroup``: ConsumerConnection (connections with
   clientId/clientAddr/language/version, the subscriptions as the clients sent them, consume
   type, message model, consumeFromWhere); no live consumer: CONSUMER_NOT_ONLINE (206).
-- QUERY_TOPIC_CONSUME_BY_WHO (300) ``topic``: GroupList ``{"groupSet":[...]}``: groups online
-  subscribing it and groups with committed offsets on it.
+- QUERY_TOPIC_CONSUME_BY_WHO (300) is served by ``topic_group_admin`` (GroupList ``groupList``).
 - TRIGGER_DELETE_FILES (27, admin-only under ACL): retention deletes expired files at its next
   rounds whatever the hour (``broker.store.clean``).
 
@@ -229,7 +228,6 @@ class AdminStatsProcessor(Processor):
         server.register(RC.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
         server.register(RC.GET_CONSUME_STATS, self.get_consume_stats)
         server.register(RC.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
-        server.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
         server.register(RC.TRIGGER_DELETE_FILES, self.trigger_delete_files)
 
     # ------------------------------------------------------------------ config and runtime
@@ -404,17 +402,6 @@ class AdminStatsProcessor(Processor):
             "messageModel": first.message_model, "subscriptionTable": subs,
         }
         return cmd.response(R.SUCCESS, None, body=_json(body).encode())
-
-    async def query_topic_consume_by_who(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        try:
-            topic = field_str(cmd, "topic", required=True) or ""
-        except HeaderError as exc:
-            return cmd.response(R.SYSTEM_ERROR, str(exc))
-        groups = {g for g, clients in self.ctx.consumers.groups.items()
-                  if any(topic in i.subscriptions for i in clients.values())}
-        offsets = self.c.metadata.managers["consumerOffset"]
-        groups |= {k.rsplit("@", 1)[1] for k in list(offsets.offset_table) if k.rsplit("@", 1)[0] == topic}
-        return cmd.response(R.SUCCESS, None, body=_json({"groupSet": sorted(groups)}).encode())
 
     async def trigger_delete_files(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TRIGGER_DELETE_FILES (27, admin): the next retention rounds delete expired files now."""
