@@ -43,9 +43,10 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   the member is no longer LEADER (read directly, not waiting for the listener), or its leader
   lease lapsed: the DLedger loop has not ticked, or no majority (itself included) has sent it a
   message, for ``dLegerElectionTimeoutMs``'s upper bound (after that another leader may exist; the
-  lower bound would trip on the 100-300 ms loop delays a loaded machine shows). One WARNING line names the cause. When the lease holds again and the member still
-  leads the same term, the LEADER event is re-posted: promotion still waits for commit and
-  dispatch as above. Demotion never waits on the DLedger loop; promotion always does.
+  lower bound would trip on the 100-300 ms loop delays a loaded machine shows). One WARNING
+  line names the cause. When the lease holds again (on three checks in a row, so a step-down
+  in progress is not mistaken for a recovery) and the member still leads the same term, the
+  LEADER event is re-posted: promotion still waits for commit and dispatch as above. Demotion never waits on the DLedger loop; promotion always does.
 - A member its peers refuse for a diverging configuration (the handshake's ``ident`` check: data
   or index file size, broker name; issue 24.7) and that therefore reaches no majority cannot
   serve: the watcher records it (:meth:`cannot_serve`, one ERROR line when it starts and one when
@@ -141,6 +142,7 @@ class DLedgerRoleChangeHandler:
         self._ticks_seen = -1
         self._ticks_at = time.monotonic()
         self._lapsed_term: Optional[int] = None  # the term whose leadership the lease check dropped
+        self._lease_held = 0  # consecutive checks the lease held since it lapsed
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -193,10 +195,15 @@ class DLedgerRoleChangeHandler:
         if ticks != self._ticks_seen:
             self._ticks_seen, self._ticks_at = ticks, now
         why = self._lease_lapse(now)
+        if why is not None:
+            self._lease_held = 0
         if self.c.is_master():
             if why is not None:
                 self._demote_now(why)
         elif self._lapsed_term is not None and why is None:
+            self._lease_held += 1
+            if self._lease_held < 3:  # held on 3 checks in a row (~0.2 s): no flapping at a step-down
+                return
             term, self._lapsed_term = self._lapsed_term, None
             if self.server.role is Role.LEADER and self.server.term == term:
                 log.info("DLedger %s: leader lease of term %d holds again; becoming master once caught up",

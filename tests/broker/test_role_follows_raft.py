@@ -131,3 +131,35 @@ def _new_leader_seen(others: list[BrokerProc], term: int) -> Optional[float]:
         if st.get("role") == "LEADER" and st.get("term", 0) > term:
             return time.monotonic()
     return None
+
+
+@pytest.mark.timeout(120)
+def test_a_leader_whose_loop_stalled_is_master_again_once_it_runs(tmp_path: Path) -> None:
+    """A one-member group (nobody can take over): the stall demotes it, the end of it re-promotes it."""
+    http, raft = free_ports(2)
+    root = tmp_path / "n0"
+    conf = write_conf(REPO / "conf" / "dledger" / "broker-n0.conf", tmp_path / "n0.conf",
+                      {"listenPort": http, "dLegerPeers": f"n0-127.0.0.1:{raft}", "dLegerPeersHttp": f"n0-127.0.0.1:{http}",
+                       "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
+                       "mappedFileSizeCommitLog": 1 << 20})
+    p = SlowIoBroker(conf, http, "n0", tmp_path)
+    try:
+        p.start(timeout=60)
+        wait_until(lambda: (_status(p) or {}).get("isMaster") or None, 30, "n0 master")
+        p.trigger.touch()
+        wait_until(lambda: _refuses_writes(p), 10, "writes refused while the DLedger loop stalls")
+        p.trigger.unlink()
+        with SyncBrokerClient(p.address, timeout=5.0) as c:
+            wait_until(lambda: _accepts(c), 20, "writes accepted again once the loop runs")
+        assert "broker is SLAVE brokerId 1 at once" in p.log_path.read_text()
+    finally:
+        p.trigger.unlink(missing_ok=True)
+        p.stop()
+
+
+def _accepts(c: SyncBrokerClient) -> Optional[bool]:
+    try:
+        c.send("RoleFollowTopic", b"after the stall")
+        return True
+    except BrokerClientError:
+        return None
