@@ -584,7 +584,8 @@ class BrokerController:
             "masterAddress": self.master_api_address, "dLegerEnabled": self.dledger_enabled,
             "pid": os.getpid(), "startedAt": self.started_ms, "writable": self.writable and self.is_master(),
             "storePathRootDir": str(self.root_dir), "confPath": self.conf_path,
-            "healthy": self.member_failure is None, "memberStopped": self.member_failure,
+            "healthy": self.member_failure is None and not (self.role_handler and self.role_handler.cannot_serve()),
+            "memberStopped": self.member_failure,
             "openDoors": [d.to_json() for d in self.open_doors],
         }
         if sa is not None:

@@ -2,8 +2,8 @@
 
 Rules: three DLedger brokers on fresh stores, n2 with another ``mappedFileSizeCommitLog``. Its
 peers refuse it in the handshake (issue 13.7), n0 and n1 elect a leader; n2 reaches no majority,
-so its ``/health`` answers 503 naming the refusal (both values, the key) and a fix, while n0 and
-n1 answer 200.
+so its ``/health`` answers 503 naming the refusal (both values, the key) and a fix (``/status``:
+``healthy`` false), while n0 and n1 answer 200.
 """
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ def test_a_member_refused_for_its_configuration_answers_503(tmp_path: Path) -> N
                                 "n2 /health 503")
         assert "differs" in body["error"] and "mappedFileSizeCommitLog" in body["error"], body
         assert "cannot serve" in body["error"] and body.get("fix"), body
+        assert procs[2].client().status()["healthy"] is False
         wait_until(lambda: any(p.client().status().get("isMaster") for p in procs[:2]), 20, "a master among n0, n1")
         assert health(procs[0].api_port)[0] == 200 and health(procs[1].api_port)[0] == 200
     finally:
