@@ -341,9 +341,9 @@ class DefaultMessageStore(StoreReads):
         if not (self.settings.page_checksums and self.settings.check_crc_on_read):
             return
         cl = self.commitlog
-        classic, end = (cl, cl.max_offset) if isinstance(cl, CommitLog) else (cl.old, cl.divided_commitlog_offset)
-        if classic is None:
+        if cl is None:
             return
+        classic, end = (cl, cl.max_offset) if isinstance(cl, CommitLog) else (cl.old, cl.divided_commitlog_offset)
         pc = PageChecksums(classic.store_path, classic.mapped_file_size)
         mfq = classic.mapped_file_queue
         pc.seal_upto(mfq.mapped_files, end if end >= 0 else mfq.get_max_offset())
