@@ -23,6 +23,8 @@ import socket
 import time
 from typing import Any, Iterable, Optional
 
+from broker.tasks import wait_for
+
 CACHE_SIZE = 256
 CACHE_TTL_S = 60.0
 RESOLVE_TIMEOUT_S = 2.0
@@ -94,7 +96,7 @@ class HostBinding:
         if hit is not None and now - hit[0] < CACHE_TTL_S:
             return hit[1]
         try:
-            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM),
+            infos = await wait_for(asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM),
                                            RESOLVE_TIMEOUT_S)
             ips = frozenset(str(i[4][0]).lower() for i in infos)
         except (OSError, asyncio.TimeoutError, UnicodeError):

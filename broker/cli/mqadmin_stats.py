@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Optional
 
 from broker.remoting.client import RemotingClient
+from broker.tasks import wait_for
 from broker.remoting.codes import RequestCode as RC
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
@@ -59,7 +60,7 @@ async def call(args: argparse.Namespace, addr: str, code: int, fields: Optional[
         hook = signer(*args.credentials)
     host, port = _split(addr)
     try:
-        cl = await asyncio.wait_for(RemotingClient.connect(host, port, rpc_hook=hook), args.timeout)
+        cl = await wait_for(RemotingClient.connect(host, port, rpc_hook=hook), args.timeout)
     except (OSError, asyncio.TimeoutError) as exc:
         raise RemoteError(-1, f"connect to {addr} failed: {exc}", unreachable=True) from exc
     try:
