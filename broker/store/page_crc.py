@@ -61,6 +61,9 @@ class _Sidecar:
         try:
             if os.fstat(fd).st_size != pages * _ENTRY.size:
                 os.ftruncate(fd, pages * _ENTRY.size)
+            # every block allocated now (ENOSPC here, an OSError the callers skip), never later: a
+            # store into a sparse page of a mapping on a full disk is a SIGBUS that kills the broker
+            os.posix_fallocate(fd, 0, pages * _ENTRY.size)
             self.mm = mmap.mmap(fd, pages * _ENTRY.size)
         finally:
             os.close(fd)
@@ -97,6 +100,7 @@ class PageChecksums:
         self._lock = threading.Lock()
         self.sealed_pages = 0
         self.mismatches = 0
+        self.unsealed_errors = 0
 
     def _sidecar(self, name: str) -> _Sidecar:
         sc = self._files.get(name)
@@ -120,14 +124,26 @@ class PageChecksums:
             sc.sealed = last
 
     def after_flush(self, mf: Any, flushed_pos: int) -> None:
-        self._seal(mf, flushed_pos)
+        try:
+            self._seal(mf, flushed_pos)
+        except OSError as exc:  # no room for the sidecar (a full disk): the pages stay unsealed
+            self._cannot_seal(mf, exc)
 
     def seal_upto(self, files: list[Any], end: int) -> None:
         """After recovery's scan: seal every wholly written page below commitlog offset ``end``."""
         for mf in files:
             if mf.file_from_offset >= end:
                 break
-            self._seal(mf, min(end - mf.file_from_offset, self.file_size))
+            try:
+                self._seal(mf, min(end - mf.file_from_offset, self.file_size))
+            except OSError as exc:
+                self._cannot_seal(mf, exc)
+
+    def _cannot_seal(self, mf: Any, exc: OSError) -> None:
+        self.unsealed_errors += 1
+        if self.unsealed_errors == 1 or self.unsealed_errors % 1000 == 0:
+            log.warning("cannot write the page checksums of %s (%s): its new pages stay unchecked until there is room "
+                        "(%d such errors)", mf.path.name, exc.strerror or exc, self.unsealed_errors)
 
     def truncated(self, offset: int) -> None:
         """Bytes at and beyond ``offset`` were zeroed or dropped: clear their pages' entries."""
@@ -138,7 +154,11 @@ class PageChecksums:
                 start = int(name)
                 if start + self.file_size <= offset:
                     continue
-                sc = self._sidecar(name)
+                try:
+                    sc = self._sidecar(name)
+                except OSError:  # cannot open it: delete it, so no stale entry outlives the truncation
+                    (self.dir / name).unlink(missing_ok=True)
+                    continue
                 first = max(0, (offset - start) // PAGE)
                 if first < sc.pages:
                     sc.mm[first * _ENTRY.size:sc.pages * _ENTRY.size] = bytes((sc.pages - first) * _ENTRY.size)
