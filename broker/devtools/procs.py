@@ -8,7 +8,8 @@ Rules:
 - Ports are 127.0.0.1 ports the kernel just handed out (bound, then released); a group of ports
   that must keep a fixed distance (listenPort, listenPort+1 for HA, ...) is checked as a whole
   (:func:`port_with_offsets`). Another process may take a port before the child binds it; that
-  race is accepted (the child then fails to start and says so).
+  race is accepted (the child then fails to start and says so). Two processes using this module
+  (a CI run and a developer's pytest on one machine) draw from disjoint lanes of the pool.
 - :func:`write_conf` copies a ``.conf`` template with keys replaced in place (commented lines
   are left alone) or appended; RocketMQ key names.
 - :func:`wait_until` polls a predicate until it returns something truthy, and raises ``error``
@@ -21,14 +22,17 @@ Rules:
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
+import os
 import random
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -82,14 +86,58 @@ _POOL = _port_pool()
 #: +10/+11), which a later pick must never be handed
 _STRIDE = 32
 _SLOTS = len(_POOL) // _STRIDE
-# a per-process cursor from a random start: a port handed out is not handed out again until the
-# whole pool went round (then the next lap is shifted by 5), so two picks of one test never
-# collide; two processes start far apart
-_CURSOR = itertools.count(random.randrange(_SLOTS))
+#: the pool is cut into this many lanes; a process holds one lane (an ``flock`` on a file under
+#: the temp dir, which the kernel drops when the process ends, even on kill -9), so two test runs
+#: on one machine (a CI run and a developer's pytest) never hand out the same port
+_LANES = 4
+_LANE_DIR = Path(tempfile.gettempdir()) / "rocketmq-py-port-lanes"
+_lane_fd: Optional[int] = None
+_lane: Optional[range] = None
+_cursor: Optional[Iterator[tuple[int, int]]] = None
+
+
+def _claim_lane() -> range:
+    """Slot numbers of the lane this process holds; all slots when every lane is taken."""
+    global _lane
+    if _lane is None:
+        _lane = _take_lane()
+    return _lane
+
+
+def _take_lane() -> range:
+    global _lane_fd
+    try:
+        _LANE_DIR.mkdir(exist_ok=True)
+        for lane in range(_LANES):
+            fd = os.open(_LANE_DIR / f"lane-{lane}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            _lane_fd = fd  # held until the process ends
+            per = _SLOTS // _LANES
+            return range(lane * per, (lane + 1) * per)
+    except OSError:
+        pass
+    return range(_SLOTS)
+
+
+def _slots() -> Iterator[tuple[int, int]]:
+    """(lap, slot) from a per-process cursor over this process's lane, from a random start: a port
+    handed out is not handed out again until the whole lane went round (then the next lap is
+    shifted by 5), so two picks of one test never collide."""
+    lane = _claim_lane()
+    for i in itertools.count(random.randrange(len(lane))):
+        lap, k = divmod(i, len(lane))
+        yield lap, lane[k]
 
 
 def _next_port() -> int:
-    lap, slot = divmod(next(_CURSOR), _SLOTS)
+    global _cursor
+    if _cursor is None:
+        _cursor = _slots()
+    lap, slot = next(_cursor)
     return _POOL.start + (slot * _STRIDE + (lap * 5) % _STRIDE) % len(_POOL)
 
 
