@@ -400,15 +400,17 @@ class CommitLog:
             return None
         return SelectMappedBufferResult(mf.file_from_offset + pos, view, mf)
 
-    def get_message(self, offset: int, size: int) -> memoryview | None:
-        """The ``size`` bytes of the record at ``offset``, verified (``broker.store.verify``)."""
+    def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
+                    ) -> memoryview | None:
+        """The ``size`` bytes of the record at ``offset``, verified (``broker.store.verify``);
+        ``checked_pages``: pages already checked by this pull (each is checked once per pull)."""
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
         if mf is None:
             return None
         pos = offset % self.mapped_file_size
         view = mf.select(pos, size)
         if view is not None and self.verify_reads:
-            self._verify(view, mf, pos, offset, size)
+            self._verify(view, mf, pos, offset, size, checked_pages)
         return view
 
     def get_record(self, offset: int) -> memoryview | None:
@@ -428,10 +430,11 @@ class CommitLog:
             self._verify(view, mf, pos, offset, size)
         return view[:size]
 
-    def _verify(self, view: memoryview, mf: Any, pos: int, offset: int, size: int) -> None:
+    def _verify(self, view: memoryview, mf: Any, pos: int, offset: int, size: int,
+                checked_pages: set[tuple[str, int]] | None = None) -> None:
         problem = record_problem_at(view, 0, size)
         if problem is None and self.page_crc is not None:  # every byte, not only the body (issue 24.3)
-            problem = self.page_crc.check(mf, pos, size)
+            problem = self.page_crc.check(mf, pos, size, checked_pages)
         if problem is not None:
             exc = CorruptRecordError(self.node_label, str(mf.path), pos, offset, problem, self.corrupt_fix)
             self.corruption.report(exc)

@@ -88,10 +88,12 @@ class DLedgerReads:
             return None
         return SelectMappedBufferResult(offset, memoryview(f.mm)[rel:end], f)
 
-    def get_message(self, offset: int, size: int) -> memoryview | None:
-        """The ``size`` committed bytes of the message at ``offset`` (None if there is none)."""
+    def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
+                    ) -> memoryview | None:
+        """The ``size`` committed bytes of the message at ``offset`` (None if there is none);
+        ``checked_pages`` as the classic commitlog's (the old region's page checksums)."""
         if self._in_old(offset):
-            return self.old.get_message(offset, size)
+            return self.old.get_message(offset, size, checked_pages)
         return self._message_view(offset, size)
 
     def get_record(self, offset: int) -> memoryview | None:

@@ -131,6 +131,7 @@ class StoreReads:
         missing = corrupt = full = False
         total = 0
         max_phy = self.commitlog.max_offset
+        checked_pages: set[tuple[str, int]] = set()  # page checksums: each page once per pull
         while result.message_count < max_num and next_offset < hi and not corrupt and not full:
             units = cq.get_units(next_offset, max_num - result.message_count)
             if not units:
@@ -143,7 +144,7 @@ class StoreReads:
                 if tags_filter is not None and not tags_filter(tags_code):
                     continue
                 try:
-                    buf = self.commitlog.get_message(phy, size)
+                    buf = self.commitlog.get_message(phy, size, checked_pages)
                 except CorruptRecordError:
                     if not result.buffers:
                         raise  # never data: the pull is an error naming the record

@@ -96,6 +96,27 @@ def test_our_writes_are_sealed_at_flush_and_truncation_unseals(tmp_path: Path) -
         assert pc.mismatches == 0
 
 
+def test_a_pull_checks_each_page_once(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with DefaultMessageStore(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE,
+                             page_checksums=True) as store:
+        for i in range(64):  # ~300-byte records: 13 or so to a page
+            store.put_message(MessageExt(topic="TopicPull", body=b"p" * 200, queue_id=0, properties={"KEYS": f"k{i}"}))
+        store.commitlog.mapped_file_queue.flush_all()
+        wait_until(lambda: store.get_max_offset_in_queue("TopicPull", 0) == 64, 10, "dispatch")
+        pc = store.commitlog.page_crc
+        before = pc.pages_checked
+        r = store.get_message("TopicPull", 0, 0, 32)
+        assert r.message_count == 32
+        last = r.physical_offsets[-1] + len(r.buffers[-1]) - 1
+        pages = last // PAGE - r.physical_offsets[0] // PAGE + 1
+        assert pc.pages_checked - before == pages < 32  # each page once, not once per record on it
+        before = pc.pages_checked
+        store.get_message("TopicPull", 0, 0, 32)  # a new pull checks again
+        assert pc.pages_checked - before == pages
+        assert pc.mismatches == 0
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
 def test_a_running_broker_refuses_a_record_whose_keys_changed_on_disk(tmp_path: Path) -> None:
