@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import groupby
 from typing import Any, Callable, Optional
 
 from broker.store.dispatch import DispatchRequest
@@ -105,8 +106,9 @@ def rebuild_window(store: Any, window_s: float, feed: Callable[[list[DispatchReq
     def collect(batch: list[DispatchRequest]) -> None:
         nonlocal fed
         recent = [r for r in batch if r.uniq_key and r.store_timestamp >= cutoff_ms]
-        for r in recent:  # one call per age: entries keep their own
-            feed([r], (now_ms - r.store_timestamp) / 1000.0)
+        # one call per run of records stored in the same millisecond: each keeps its own age
+        for stored_ms, run in groupby(recent, key=lambda r: r.store_timestamp):
+            feed(list(run), (now_ms - stored_ms) / 1000.0)
         fed += len(recent)
 
     scan = ReputMessageService(store.commitlog, [], reput_from_offset=start, limit_offset=lambda: limit,
