@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from aiohttp import web
+from dledger.ratelog import RateLimitedLog
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
@@ -171,29 +172,6 @@ def peer_ip(request: web.Request) -> tuple[str, str]:
     return "", "?"
 
 
-class _LogLimiter:
-    """At most ``per_second`` refusal lines a second; the rest are counted and reported later."""
-
-    def __init__(self, per_second: int = 20) -> None:
-        self.per_second = per_second
-        self._second = 0
-        self._count = 0
-        self.suppressed = 0
-
-    def line(self, text: str) -> None:
-        now = int(time.monotonic())
-        if now != self._second:
-            self._second, self._count = now, 0
-        if self._count >= self.per_second:
-            self.suppressed += 1
-            return
-        self._count += 1
-        if self.suppressed:
-            text += f" ({self.suppressed} more refusals not logged)"
-            self.suppressed = 0
-        log.warning("%s", text)
-
-
 class HttpAcl:
     """The plain ACL of one broker's HTTP API (module rules)."""
 
@@ -208,7 +186,7 @@ class HttpAcl:
         self.replay = ReplayGuard(window_ms=max_skew_ms)
         self.hosts = HostBinding(host_names)
         self.refused = {"401": 0, "403": 0}
-        self._log = _LogLimiter()
+        self._log = RateLimitedLog(log, burst=20, window_s=1.0)
 
     # ---- the middleware's part
     async def guard(self, request: web.Request, canonical: Optional[str], read_body: Callable[[], Any]) -> None:
@@ -290,7 +268,8 @@ class HttpAcl:
         status = "403" if exc.authenticated else "401"
         self.refused[status] += 1
         reason = printable(str(exc), 400)  # a header's undecodable bytes never reach the log or the JSON raw
-        self._log.line(f"HTTP ACL refused {request.method} {printable(request.path)} from {peer} ({status}): {reason}")
+        self._log.warning("refused", "HTTP ACL refused %s %s from %s (%s): %s", request.method, printable(request.path), peer,
+                          status, reason)
         return BrokerApiError(E.NO_PERMISSION if exc.authenticated else E.UNAUTHORIZED, reason)
 
     # ---- the handlers' part

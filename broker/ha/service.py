@@ -55,6 +55,8 @@ import itertools
 import logging
 from typing import Any, Callable
 
+from dledger.ratelog import RateLimitedLog
+
 from broker.ha.connection import (  # noqa: F401 - commitlog_*_offset re-exported for client.py
     REFUSAL_LOG_BURST,
     REFUSAL_LOG_WINDOW_MS,
@@ -102,9 +104,8 @@ class HAService:
         self.connections: list[HAConnection] = []  # admitted only
         self.pending: list[HAConnection] = []  # accepted, not (yet) admitted
         self.refused_count = 0
-        self._log_window_ms = 0.0
-        self._log_lines = 0
-        self._log_suppressed = 0
+        self._refusal_log = RateLimitedLog(log, REFUSAL_LOG_BURST, REFUSAL_LOG_WINDOW_MS / 1000.0,
+                                           clock=lambda: self.clock() / 1000.0, prefix="HA port: ")
         self._push2slave_max_offset = 0
         self._waiters: list[tuple[int, int, asyncio.Future[PutMessageStatus]]] = []
         self._seq = itertools.count()
@@ -177,17 +178,7 @@ class HAService:
     def _refused(self, address: str, reason: str) -> None:
         """Count a refusal and log it: one line per peer, at most REFUSAL_LOG_BURST per window."""
         self.refused_count += 1
-        now = self.clock()
-        if now - self._log_window_ms > REFUSAL_LOG_WINDOW_MS:
-            if self._log_suppressed:
-                log.warning("HA port: %d more connections refused in the last %.0f s (lines suppressed)",
-                            self._log_suppressed, (now - self._log_window_ms) / 1000.0)
-            self._log_window_ms, self._log_lines, self._log_suppressed = now, 0, 0
-        if self._log_lines < REFUSAL_LOG_BURST:
-            self._log_lines += 1
-            log.warning("HA connection from %s refused: %s", address, reason)
-        else:
-            self._log_suppressed += 1
+        self._refusal_log.warning("refused", "connection from %s refused: %s", address, reason)
 
     def _connections_changed(self) -> None:
         pass  # hook point for metrics; connection_count is computed on demand

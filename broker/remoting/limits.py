@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
+from dledger.ratelog import RateLimitedLog
+
 log = logging.getLogger("broker.remoting.limits")
 
 #: Frames up to this size (length prefix included) are not charged to the pending-bytes budget.
@@ -187,32 +189,6 @@ class ListenStats:
                 "refusedByPendingBudget": self.refused_by_budget, "evictedForNewcomer": self.evicted}
 
 
-class _BurstLog:
-    """At most LOG_BURST lines per reason per window; the rest are summarised."""
-
-    def __init__(self, port_name: str) -> None:
-        self.port_name = port_name
-        self._window: dict[str, tuple[float, int]] = {}
-
-    def line(self, reason: str, fmt: str, *args: Any) -> None:
-        now = time.monotonic()
-        self.flush(now)
-        start, n = self._window.get(reason, (now, 0))
-        n += 1
-        self._window[reason] = (start, n)
-        if n <= LOG_BURST:
-            log.warning("%s: " + fmt, self.port_name, *args)
-
-    def flush(self, now: float) -> None:
-        """End the windows older than LOG_WINDOW_S, saying how many lines they held back."""
-        for reason, (start, n) in list(self._window.items()):
-            if now - start > LOG_WINDOW_S:
-                if n > LOG_BURST:
-                    log.warning("%s: ... and %d more connections closed (%s) in %.0f s", self.port_name,
-                                n - LOG_BURST, reason, now - start)
-                del self._window[reason]
-
-
 class PortGuard:
     """Admission (cap), tracking and the timeout sweep of one listening port."""
 
@@ -222,7 +198,7 @@ class PortGuard:
         self.budget = budget if budget is not None else PendingBudget(limits.max_pending_bytes)
         self.stats = ListenStats()
         self.conns: set[Guarded] = set()
-        self._log = _BurstLog(name)
+        self._log = RateLimitedLog(log, LOG_BURST, LOG_WINDOW_S, prefix=f"{name}: ")
         self._sweeper: Optional[asyncio.Task[None]] = None
 
     # ---- admission and tracking
@@ -235,14 +211,14 @@ class PortGuard:
             if victim is not None:
                 self.forget(victim)
                 self.stats.evicted += 1
-                self._log.line(EVICTED, "evicted connection from %s (not an admin's, idle %.1f s) for a newcomer from "
+                self._log.warning(EVICTED, "evicted connection from %s (not an admin's, idle %.1f s) for a newcomer from "
                                "%s: %d connections open (serverMaxConnections=%d)", victim.remote_addr,
                                time.monotonic() - victim.clock.last_activity, conn.remote_addr, len(self.conns) + 1,
                                cap)
                 victim.guard_close(EVICTED)
         if cap > 0 and len(self.conns) >= cap:
             self.stats.refused_by_cap += 1
-            self._log.line("cap", "refused connection from %s: %d connections open (serverMaxConnections=%d)",
+            self._log.warning("cap", "refused connection from %s: %d connections open (serverMaxConnections=%d)",
                            conn.remote_addr, len(self.conns), cap)
             return False
         self.conns.add(conn)
@@ -275,7 +251,7 @@ class PortGuard:
 
     def refuse_budget(self, conn: Guarded, wanted: int, what: str = "a frame") -> None:
         self.stats.refused_by_budget += 1
-        self._log.line("budget", "refused %s of %d bytes from %s: it does not fit the %d pending bytes left "
+        self._log.warning("budget", "refused %s of %d bytes from %s: it does not fit the %d pending bytes left "
                        "(serverMaxPendingBytes=%d)", what, wanted, conn.remote_addr,
                        max(0, self.budget.limit - self.budget.reserved), self.budget.limit)
 
@@ -283,7 +259,7 @@ class PortGuard:
         """Count, log and close a connection whose ``what`` did not arrive within the read timeout."""
         self.forget(conn)
         self.stats.closed_read_timeout += 1
-        self._log.line(READ_TIMEOUT, "closing connection from %s: %s not completed within %.0f ms "
+        self._log.warning(READ_TIMEOUT, "closing connection from %s: %s not completed within %.0f ms "
                        "(serverReadTimeoutMillis)", conn.remote_addr, what, self.limits.read_timeout_s * 1000)
         conn.guard_close(READ_TIMEOUT)
 
@@ -315,7 +291,7 @@ class PortGuard:
                 continue
             self.forget(conn)
             self.stats.closed_idle += 1
-            self._log.line(reason, "closing idle connection from %s: no request for %.0f s "
+            self._log.warning(reason, "closing idle connection from %s: no request for %.0f s "
                            "(serverChannelMaxIdleTimeSeconds)", conn.remote_addr, self.limits.idle_timeout_s)
             conn.guard_close(reason)
         self._log.flush(time.monotonic())

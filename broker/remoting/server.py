@@ -6,7 +6,7 @@ Rules (RocketMQ ``NettyRemotingServer`` / ``NettyRemotingAbstract.processRequest
   processor's unexpected exception is answered ``SYSTEM_ERROR`` with a one-line description;
   the connection stays open.
 - The RPC hook (ACL) runs before the processor; a refusal is answered ``NO_PERMISSION`` with
-  the hook's remark and logged in one line, at most 20 such lines a second (:class:`RateLog`). Oneway requests never get a response, whatever happens.
+  the hook's remark and logged in one line, at most 20 such lines a second (:class:`dledger.ratelog.RateLimitedLog`). Oneway requests never get a response, whatever happens.
 - Responses carry the request's opaque, the response flag and the request's serialize type.
   Requests of one connection are processed concurrently (pipelining); responses go out as
   they complete, so clients match them by opaque.
@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Awaitable, Callable, Optional
+
+from dledger.ratelog import RateLimitedLog
 
 from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
 from broker.remoting.codes import ResponseCode, request_name
@@ -243,31 +244,6 @@ def _decode(frame: bytes) -> RemotingCommand:
     return decode_frame(frame)
 
 
-class RateLog:
-    """At most ``per_second`` warning lines a second (refusals, unknown codes: a peer controls how
-    many it causes); the number held back is added to the next line that is written."""
-
-    def __init__(self, per_second: int = 20) -> None:
-        self.per_second = per_second
-        self._second = 0
-        self._count = 0
-        self.suppressed = 0
-
-    def line(self, fmt: str, *args: Any) -> None:
-        now = int(time.monotonic())
-        if now != self._second:
-            self._second, self._count = now, 0
-        if self._count >= self.per_second:
-            self.suppressed += 1
-            return
-        self._count += 1
-        if self.suppressed:
-            fmt += " (%d more such lines not logged)"
-            args = (*args, self.suppressed)
-            self.suppressed = 0
-        log.warning(fmt, *args)
-
-
 class RemotingServer:
     def __init__(self, *, name: str = "remoting", max_frame_length: int = MAX_FRAME_LENGTH,
                  http_factory: Optional[Callable[[], asyncio.Protocol]] = None, max_in_flight: int = 4096,
@@ -281,7 +257,7 @@ class RemotingServer:
         self.rpc_hooks: list[RpcHook] = []
         self.close_listeners: list[Callable[[RemotingConnection], None]] = []
         self.connections: set[RemotingConnection] = set()
-        self.refusal_log = RateLog()
+        self.refusal_log = RateLimitedLog(log, burst=20, window_s=1.0)
         self._server: Optional[asyncio.base_events.Server] = None
         self.port = 0
 
@@ -297,7 +273,7 @@ class RemotingServer:
         handler = self.processors.get(cmd.code)
         if handler is None:
             error = f" request type {cmd.code} not supported"
-            self.refusal_log.line("%s from %s:%s", self.name, conn.remote_addr, error)
+            self.refusal_log.warning("hook", "%s from %s:%s", self.name, conn.remote_addr, error)
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, error), not self.rpc_hooks
         accepted = False
         try:
@@ -310,7 +286,7 @@ class RemotingServer:
         except RpcHookRefusal as exc:
             if not accepted and getattr(exc, "authenticated", False):  # a known account's signature, not allowed
                 conn.clock.prove(AUTHENTICATED_TRUST)
-            self.refusal_log.line("%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
+            self.refusal_log.warning("refused", "%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
             return cmd.response(exc.code, str(exc)), accepted
         except StoreError as exc:  # damaged or unreadable data: the message says where and what to do
             log.error("%s: %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
