@@ -9,30 +9,11 @@
 # its log ends on (e.g. "address already in use"); the others keep running (dledger-stop.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUN=${RMQPY_RUN:-/tmp/rmqpy/run}
+source scripts/broker-lib.sh
 CONF=${RMQPY_DLEDGER_CONF:-conf/dledger}
 mkdir -p "$RUN"
-PY=.venv/bin/python
-[ -x "$PY" ] || PY=python3
-key() { sed -n "s/^$1=\([^ #]*\).*/\1/p" "$2" | tail -n 1; }
-# is pid $1 an mqbroker running conf $2? (a stale pid file may name any process)
-ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "broker.cli.mqbroker -c $2"; }
-addrs=(); brokers=()
 for n in n0 n1 n2; do
-  conf="$CONF/broker-$n.conf"
-  port=$(key listenPort "$conf")
-  addrs+=("127.0.0.1:$port")
-  pidfile="$RUN/dledger-$n.pid"; log="$RUN/dledger-$n.log"
-  if [ -f "$pidfile" ] && ours "$(cat "$pidfile")" "$conf"; then
-    pid=$(cat "$pidfile")
-    echo "dledger-$n already running (pid $pid)"
-  else
-    nohup "$PY" -m broker.cli.mqbroker -c "$conf" >"$log" 2>&1 &
-    pid=$!
-    echo "$pid" >"$pidfile"
-    echo "started dledger-$n (pid $pid, API http://127.0.0.1:$port, log $log)"
-  fi
-  brokers+=("dledger-$n:$pid:127.0.0.1:$port:$(key brokerName "$conf"):$log")
+  launch "dledger-$n" "$CONF/broker-$n.conf"
 done
 if ! "$PY" scripts/wait_brokers.py --master --timeout "${RMQPY_START_TIMEOUT:-30}" "${brokers[@]}"; then
   echo "the DLedger group did not start; stop what runs with scripts/dledger-stop.sh" >&2

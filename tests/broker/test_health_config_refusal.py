@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_ports, wait_until, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc
+from broker.devtools.procs import wait_until
+from tests.broker.api.broker_procs import BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -29,19 +29,8 @@ def health(port: int) -> tuple[int, dict]:
 
 
 def group(tmp: Path, sizes: list[int]) -> list[BrokerProc]:
-    ports = free_ports(6)
-    http, raft = ports[:3], ports[3:]
-    peers = ";".join(f"n{i}-127.0.0.1:{raft[i]}" for i in range(3))
-    peers_http = ";".join(f"n{i}-127.0.0.1:{http[i]}" for i in range(3))
-    out = []
-    for i in range(3):
-        root = tmp / f"n{i}"
-        conf = write_conf(REPO / "conf" / "dledger" / f"broker-n{i}.conf", tmp / f"n{i}.conf",
-                          {"listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http,
-                           "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
-                           "mappedFileSizeCommitLog": sizes[i]})
-        out.append(BrokerProc(conf, http[i], f"n{i}", tmp))
-    return out
+    confs = dledger_group_confs(tmp, per_member=lambda i: {"mappedFileSizeCommitLog": sizes[i]})
+    return [BrokerProc(conf, port, f"n{i}", tmp) for i, (conf, port) in enumerate(confs)]
 
 
 @pytest.mark.timeout(120)

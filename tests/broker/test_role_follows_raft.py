@@ -20,8 +20,8 @@ from typing import Any, Optional
 import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import free_ports, wait_until, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc
+from broker.devtools.procs import wait_until
+from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -44,19 +44,8 @@ class SlowIoBroker(BrokerProc):
 
 
 def _group(tmp: Path) -> list[SlowIoBroker]:
-    ports = free_ports(6)
-    http, raft = ports[:3], ports[3:]
-    peers = ";".join(f"n{i}-127.0.0.1:{raft[i]}" for i in range(3))
-    peers_http = ";".join(f"n{i}-127.0.0.1:{http[i]}" for i in range(3))
-    out = []
-    for i in range(3):
-        root = tmp / f"n{i}"
-        conf = write_conf(REPO / "conf" / "dledger" / f"broker-n{i}.conf", tmp / f"n{i}.conf",
-                          {"listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http,
-                           "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
-                           "mappedFileSizeCommitLog": 1 << 20, "flushDiskType": "SYNC_FLUSH"})
-        out.append(SlowIoBroker(conf, http[i], f"n{i}", tmp))
-    return out
+    confs = dledger_group_confs(tmp, flushDiskType="SYNC_FLUSH")
+    return [SlowIoBroker(conf, port, f"n{i}", tmp) for i, (conf, port) in enumerate(confs)]
 
 
 def _status(p: BrokerProc) -> Optional[dict[str, Any]]:
@@ -136,12 +125,7 @@ def _new_leader_seen(others: list[BrokerProc], term: int) -> Optional[float]:
 @pytest.mark.timeout(120)
 def test_a_leader_whose_loop_stalled_is_master_again_once_it_runs(tmp_path: Path) -> None:
     """A one-member group (nobody can take over): the stall demotes it, the end of it re-promotes it."""
-    http, raft = free_ports(2)
-    root = tmp_path / "n0"
-    conf = write_conf(REPO / "conf" / "dledger" / "broker-n0.conf", tmp_path / "n0.conf",
-                      {"listenPort": http, "dLegerPeers": f"n0-127.0.0.1:{raft}", "dLegerPeersHttp": f"n0-127.0.0.1:{http}",
-                       "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
-                       "mappedFileSizeCommitLog": 1 << 20})
+    [(conf, http)] = dledger_group_confs(tmp_path, 1)
     p = SlowIoBroker(conf, http, "n0", tmp_path)
     try:
         p.start(timeout=60)

@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 from broker.devtools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc
+from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -30,18 +30,9 @@ TIMEOUT_S = 30  # the scripts' default; failing fast means far below it
 
 
 def _dledger_confs(tmp: Path, group: str = "RaftNode00") -> tuple[Path, list[int]]:
-    ports = free_ports(6)
-    http, raft = ports[:3], ports[3:]
-    peers = ";".join(f"n{i}-127.0.0.1:{raft[i]}" for i in range(3))
-    peers_http = ";".join(f"n{i}-127.0.0.1:{http[i]}" for i in range(3))
-    d = tmp / "conf"
-    for i in range(3):
-        root = tmp / f"store-n{i}"
-        write_conf(REPO / "conf" / "dledger" / f"broker-n{i}.conf", d / f"broker-n{i}.conf",
-                   {"listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http, "dLegerGroup": group,
-                    "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
-                    "mappedFileSizeCommitLog": 1 << 20})
-    return d, http
+    confs = dledger_group_confs(tmp, conf_dir=tmp / "conf", conf_name="broker-n{i}.conf", store_name="store-n{i}",
+                                dLegerGroup=group)
+    return tmp / "conf", [port for _, port in confs]
 
 
 def _run(script: str, tmp: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:

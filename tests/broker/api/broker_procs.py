@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.devtools import procs as devprocs
@@ -57,13 +57,29 @@ class BrokerProc:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 with self.client(timeout=2.0) as c:
-                    if c.status().get("writable") is not None:
+                    st = c.status()
+                    # the port answers for *this* process, not a leftover broker of an earlier test
+                    if st.get("writable") is not None and self._started_by_us(st.get("pid")):
                         return
             except BrokerClientError as exc:
                 if exc.status in (401, 403):  # aclEnable=true: an unsigned /status is refused, so it serves
                     return
             time.sleep(0.1)
         raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log()}")
+
+    def _started_by_us(self, pid: Any) -> bool:
+        """``pid`` is our child or its descendant (a wrapper such as ``unshare`` may sit between)."""
+        if self.proc is None:
+            return True
+        for _ in range(4):
+            if pid == self.proc.pid:
+                return True
+            try:
+                stat = Path(f"/proc/{int(pid)}/stat").read_text()
+                pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent's pid
+            except (OSError, ValueError, TypeError, IndexError):
+                return False
+        return False
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -154,3 +170,22 @@ def dledger_single_conf(tmp: Path, root: Path, group: str = "g0", self_id: str =
         "dLegerPeersHttp": f"{self_id}-127.0.0.1:{http}", "storePathRootDir": root, "storePathCommitLog": root / "commitlog",
         "mappedFileSizeCommitLog": 1 << 20, "maxHashSlotNum": 10000, "maxIndexNum": 40000, **extra})
     return conf, http
+
+
+def dledger_group_confs(tmp: Path, n: int = 3, *, conf_dir: Path | None = None, conf_name: str = "n{i}.conf",
+                        store_name: str = "n{i}", per_member: Callable[[int], dict[str, Any]] = lambda i: {}, **extra: Any) -> list[tuple[Path, int]]:
+    """``n`` DLedger broker confs (``conf/dledger/broker-n<i>.conf``) on free ports, one group:
+    ``(conf path, listenPort)`` per member; stores under ``tmp/<store_name>``, ``extra`` for all
+    members, ``per_member(i)`` for one; confs in ``conf_dir`` (default ``tmp``)."""
+    ports = devprocs.free_ports(2 * n)
+    http, raft = ports[:n], ports[n:]
+    peers = ";".join(f"n{i}-127.0.0.1:{raft[i]}" for i in range(n))
+    peers_http = ";".join(f"n{i}-127.0.0.1:{http[i]}" for i in range(n))
+    out = []
+    for i in range(n):
+        root = tmp / store_name.format(i=i)
+        conf = devprocs.write_conf(REPO / "conf" / "dledger" / f"broker-n{i}.conf", (conf_dir or tmp) / conf_name.format(i=i), {
+            "listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http, "storePathRootDir": root,
+            "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20, **extra, **per_member(i)})
+        out.append((conf, http[i]))
+    return out
