@@ -68,6 +68,7 @@ from broker.broker_gauges import register_broker_gauges
 from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
+from broker.native import native_status
 from broker.metadata_access import MetadataAccessor
 from broker.processor import BrokerProcessor
 from broker.remoting.http_guard import install_middleware, start_http_listener
@@ -320,6 +321,8 @@ class BrokerController:
                  "max pending bytes %d", host, self.listen_port, "remoting + HTTP" if shared else "remoting",
                  self.listen_limits.idle_timeout_s, self.listen_limits.read_timeout_s * 1000,
                  self.listen_limits.max_connections, self.listen_limits.max_pending_bytes)
+        nat = native_status()
+        log.info("hot modules: %s (%s)", nat["mode"], nat["why"])
         if self.broker_role == SLAVE and not self.dledger_enabled:
             self.slave_sync = self._make_slave_sync()
             self.slave_sync.start()
@@ -587,6 +590,7 @@ class BrokerController:
             "healthy": self.member_failure is None and not (self.role_handler and self.role_handler.cannot_serve()),
             "memberStopped": self.member_failure,
             "openDoors": [d.to_json() for d in self.open_doors],
+            "native": native_status(),  # compiled hot modules or their source (broker.native)
         }
         if sa is not None:
             out.update(sa.status())

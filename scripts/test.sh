@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Sets up the virtual environment and runs the whole test suite.
-# Extra arguments go to pytest (e.g. scripts/test.sh -m soak).
+# Sets up the virtual environment and runs the whole test suite (the compiled hot modules of
+# broker/native.py as installed), then the tests of those modules again from source
+# (RMQPY_PURE_PYTHON=1: the pure-Python fallback stays tested).
+# Extra arguments go to pytest (e.g. scripts/test.sh -m soak) and skip the second pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
+if [ "$#" -eq 0 ]; then
+  echo "--- the compiled modules' tests again, from source (RMQPY_PURE_PYTHON=1)"
+  RMQPY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/broker/test_native.py tests/remoting/test_codec.py \
+    tests/broker/store/test_message.py tests/broker/store/test_record_walk.py tests/broker/store/test_commitlog.py
+  pure_rc=$?
+  [ "$rc" -eq 0 ] && rc=$pure_rc
+fi
 set -e
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: treating as failure" >&2

@@ -1,0 +1,110 @@
+"""Compiled hot modules (mypyc) and their pure-Python fallback (issue 22.5).
+
+Rules:
+- :data:`NATIVE_MODULES` are compiled with mypyc by ``pip install`` (``setup.py`` reads the list
+  from this file), into ``.so`` files beside their sources. ``RMQPY_PURE_PYTHON=1`` at install time
+  builds nothing; a failed compile fails the install (it names this switch).
+- At run time they are imported compiled when every one of them has a ``.so`` newer than its
+  ``.py``. ``RMQPY_PURE_PYTHON=1`` imports them all from source (the suite runs their tests that
+  way too). A stale ``.so`` (a source edited after the build) never runs: all of them are then
+  imported from source, with one warning naming the rebuild (``pip install -e .``). All or none,
+  because compiled modules call each other's compiled code directly.
+- :func:`native_status` says what runs (``/status`` ``native``, the broker's start line).
+- Only stdlib imports here: ``setup.py`` loads this file before anything is installed.
+
+Theory of operation: :func:`install` puts one finder at the front of ``sys.meta_path``; for a
+module of the list it answers with the ``.py`` (source mode) or steps aside (the normal finders
+then prefer the extension module, as Python does).
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the typed hot modules of the put and pull paths (chosen from py-spy profiles of the broker
+#: under Apache's benchmark producer; each must type-check under mypy)
+NATIVE_MODULES: tuple[str, ...] = (
+    "broker.remoting.codec",
+    "broker.store.message",
+)
+
+PURE_ENV = "RMQPY_PURE_PYTHON"
+
+
+def _source(name: str) -> Path:
+    return ROOT.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def _extension(name: str) -> Optional[Path]:
+    src = _source(name)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        so = src.with_suffix(suffix)
+        if so.is_file():
+            return so
+    return None
+
+
+def _decide() -> tuple[str, str]:
+    """(mode, why): mode is 'compiled' or 'source'."""
+    if os.environ.get(PURE_ENV) == "1":
+        return "source", f"{PURE_ENV}=1"
+    missing, stale = [], []
+    for name in NATIVE_MODULES:
+        so = _extension(name)
+        if so is None:
+            missing.append(name)
+        elif so.stat().st_mtime < _source(name).stat().st_mtime:
+            stale.append(name)
+    if stale:
+        return "source", (f"compiled {', '.join(stale)} older than the source: rebuild with "
+                          f"`pip install -e .` (or scripts/setup.sh)")
+    if missing:
+        return "source", "not compiled (installed without mypyc, or RMQPY_PURE_PYTHON=1 at install)"
+    return "compiled", "mypyc"
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+                  ) -> Optional[importlib.machinery.ModuleSpec]:
+        if self.mode != "source" or fullname not in NATIVE_MODULES:
+            return None
+        src = _source(fullname)
+        return importlib.util.spec_from_file_location(fullname, src) if src.is_file() else None
+
+
+_state: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Decide once per process (before any listed module is imported) and install the finder."""
+    if _state:
+        return
+    mode, why = _decide()
+    _state.update(mode=mode, why=why)
+    if mode == "source" and "older than the source" in why:
+        log.warning("native modules: %s; running them from source meanwhile", why)
+    sys.meta_path.insert(0, _Finder(mode))
+
+
+def native_status() -> dict[str, Any]:
+    """What runs: the decision, and for each listed module that is imported, where from."""
+    loaded = {}
+    for name in NATIVE_MODULES:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            loaded[name] = "compiled" if str(getattr(mod, "__file__", "")).endswith(".so") else "source"
+    return {"mode": _state.get("mode", "undecided"), "why": _state.get("why", ""), "modules": loaded}

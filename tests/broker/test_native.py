@@ -1,0 +1,134 @@
+"""broker.native: the compiled hot modules and their pure-Python fallback (issue 22.5).
+
+Rules checked:
+- an install builds them (mypyc) and they run compiled; ``RMQPY_PURE_PYTHON=1`` runs them from
+  source (scripts/test.sh runs their tests that way too);
+- a compiled module older than its source never runs: all of them are then imported from source,
+  with a warning naming the rebuild;
+- compiled and source modules give identical bytes and values on the same inputs.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from broker import native
+from broker.remoting import codec
+from broker.store import message
+
+PURE = os.environ.get(native.PURE_ENV) == "1"
+
+
+def test_the_listed_modules_run_as_the_environment_says() -> None:
+    st = native.native_status()
+    if PURE:
+        assert st["mode"] == "source" and set(st["modules"].values()) == {"source"}, st
+    else:
+        # an install compiles them (setup.py); a stale build says which module and how to rebuild
+        assert st["mode"] == "compiled", st
+        assert st["modules"] == {"broker.remoting.codec": "compiled", "broker.store.message": "compiled"}, st
+
+
+def test_a_child_process_with_the_switch_runs_source(tmp_path: Path) -> None:
+    code = ("import broker.remoting.codec, broker.store.message, json; from broker.native import native_status; "
+            "print(json.dumps(native_status()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=native.ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, native.PURE_ENV: "1"}, check=True).stdout
+    st = json.loads(out)
+    assert st["mode"] == "source" and set(st["modules"].values()) == {"source"}, st
+
+
+def _fake_tree(root: Path, so_age_s: float) -> None:
+    """Sources and extensions of the listed modules under ``root``; the .so files ``so_age_s``
+    seconds older than their sources (negative: newer)."""
+    now = time.time()
+    for name in native.NATIVE_MODULES:
+        src = root.joinpath(*name.split(".")).with_suffix(".py")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text("")
+        so = src.with_suffix(importlib.machinery.EXTENSION_SUFFIXES[0])
+        so.write_bytes(b"")
+        os.utime(src, (now, now))
+        os.utime(so, (now - so_age_s, now - so_age_s))
+
+
+def test_a_stale_build_runs_everything_from_source_and_says_how_to_rebuild(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    monkeypatch.setattr(native, "ROOT", tmp_path)
+    _fake_tree(tmp_path, so_age_s=-10)
+    assert native._decide() == ("compiled", "mypyc")
+    stale = tmp_path / "broker" / "store" / "message.py"
+    os.utime(stale, (time.time() + 20, time.time() + 20))  # edited after the build
+    mode, why = native._decide()
+    assert mode == "source" and "broker.store.message" in why and "pip install -e ." in why
+    (tmp_path / "broker" / "remoting" / f"codec{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
+    assert native._decide()[0] == "source"  # one missing: none compiled
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    assert native._decide() == ("source", "RMQPY_PURE_PYTHON=1")
+
+
+def _load_source(name: str) -> ModuleType:
+    path = native.ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(f"_pure_{name.replace('.', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+def _messages(mod: ModuleType, rng: random.Random, n: int) -> list:
+    out = []
+    for i in range(n):
+        props = {"UNIQ_KEY": f"{rng.getrandbits(64):032X}", "TAGS": rng.choice(["a", "tagA", "中文"]),
+                 "KEYS": " ".join(f"k{rng.randrange(1000)}" for _ in range(rng.randrange(3)))}
+        if rng.random() < 0.3:
+            props["DELAY"] = str(rng.randrange(1, 19))
+        out.append(mod.MessageExt(topic=rng.choice(["TopicA", "BenchmarkTest", "%RETRY%g1"]),
+                                  body=rng.randbytes(rng.randrange(0, 3000)), queue_id=rng.randrange(8),
+                                  flag=rng.randrange(4), properties=props, born_timestamp=1_700_000_000_000 + i,
+                                  store_timestamp=1_700_000_000_100 + i,
+                                  born_host=("127.0.0.1", 40000 + i), store_host=("10.0.0.2", 10911)))
+    return out
+
+
+def test_compiled_and_source_message_codecs_agree() -> None:
+    pure = _load_source("broker.store.message")
+    for ours, theirs in zip(_messages(message, random.Random(7), 300), _messages(pure, random.Random(7), 300)):
+        a = bytes(message.encode_message(ours, 5, 4096))
+        b = bytes(pure.encode_message(theirs, 5, 4096))
+        assert a == b
+        da, db = message.decode_message(a), pure.decode_message(b)
+        assert (da.topic, da.body, da.properties, da.queue_offset, da.commitlog_offset) == \
+               (db.topic, db.body, db.properties, db.queue_offset, db.commitlog_offset)
+        assert message.check_message_and_return_size(a) == pure.check_message_and_return_size(b)
+
+
+def test_compiled_and_source_remoting_codecs_agree() -> None:
+    pure = _load_source("broker.remoting.codec")
+    rng = random.Random(11)
+    for i in range(300):
+        fields = {f"k{j}": rng.choice(["", "v", "中文", str(rng.getrandbits(40))]) for j in range(rng.randrange(12))}
+        body = rng.randbytes(rng.randrange(0, 2000))
+        code = rng.choice([10, 11, 310, 320])
+        frames = []
+        for mod in (codec, pure):
+            cmd = mod.RemotingCommand.request(code, fields, body)
+            cmd.serialize_type = i % 2
+            frames.append(mod.encode(cmd))
+        assert frames[0] == frames[1]
+        a, b = codec.decode_frame(frames[0][4:]), pure.decode_frame(frames[1][4:])
+        assert (a.code, a.ext_fields, a.body, a.opaque, a.flag, a.serialize_type) == \
+               (b.code, b.ext_fields, b.body, b.opaque, b.flag, b.serialize_type)
