@@ -65,7 +65,6 @@ the DLedger loop and awaited from the broker loop.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -428,16 +427,7 @@ class DLedgerRoleChangeHandler:
         if unknown:
             raise ValueError(f"unknown peer id(s) {', '.join(unknown)}; peers are {', '.join(self.server.peer_map)}")
 
-        def apply() -> None:
-            setter = getattr(self.server, "set_preferred_leaders", None)
-            if setter is not None:
-                setter(ids)
-            else:  # seam: the core's static config carries the list
-                core = self.server.core
-                core.cfg = dataclasses.replace(core.cfg, preferred_leaders=tuple(ids))
-                self.server.config.preferred_leader_ids = ";".join(ids) or None
-
-        await self._on_dledger_loop(apply)
+        await self._on_dledger_loop(lambda: self.server.set_preferred_leaders(ids))
         return list(ids)
 
     async def status(self) -> dict[str, Any]:

@@ -48,6 +48,7 @@ sits behind :class:`~dledger.storelog.StoreLog`, the core's read-only ``LogView`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -382,6 +383,11 @@ class DLedgerServer(ClientChannel):
         fut.set_exception(DLedgerError(code, msg, leader_id if code is Code.NOT_LEADER else None, addr))
         fut.exception()  # mark retrieved: a refused future nobody awaits is not an error
         return fut
+
+    def set_preferred_leaders(self, ids: Sequence[str]) -> None:
+        """Runtime ``preferredLeaderIds`` (on this server's loop): the core hands over to them."""
+        self.core.cfg = dataclasses.replace(self.core.cfg, preferred_leaders=tuple(ids))
+        self.config.preferred_leader_ids = ";".join(ids) or None
 
     async def transfer_leadership(self, to_id: str, timeout: Optional[float] = None) -> Code:
         """Ask the core to hand leadership to ``to_id``; returns SUCCESS or the failure code."""
