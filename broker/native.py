@@ -33,10 +33,22 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 
 #: the typed hot modules of the put and pull paths (chosen from py-spy profiles of the broker
-#: under Apache's benchmark producer; each must type-check under mypy)
+#: under Apache's benchmark producer; each must type-check under mypy). Compiled code checks
+#: declared types at run time: an annotation that lies (a list where a tuple is declared, a None
+#: where a str is) is a TypeError there, so values from outside (libraries, peers) are read as
+#: ``Any`` first.
 NATIVE_MODULES: tuple[str, ...] = (
     "broker.remoting.codec",
+    "broker.remoting.server",
+    "broker.remoting.processors.send",
     "broker.store.message",
+    "broker.store.consume_queue",
+    "broker.store.index_file",
+    "broker.store.reput",
+    "broker.put_coalescer",
+    "broker.put_dedup",
+    "broker.gc_quiet",
+    "broker.ha.protocol",
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

@@ -88,10 +88,11 @@ class RecentSends:
         self.window = float(window_seconds)
         self.store_host = store_host
         self._clock = clock
+        self.max_keys = self.MAX_KEYS  # per instance (compiled code reads class constants at build time)
         # "topic\0uniq" -> (queueId, queueOffset, physicalOffset, size), packed (memory shape above)
-        self._keys = RecentTable(self.MAX_KEYS)
+        self._keys = RecentTable(self.max_keys)
         self._inflight: dict[Key, tuple[tuple[Key, ...], asyncio.Future[Any]]] = {}
-        self._requests = RecentTable(self.MAX_KEYS)  # request key -> marshalled Row
+        self._requests = RecentTable(self.max_keys)  # request key -> marshalled Row
         self._lock = threading.Lock()
         self.hits = 0
 
@@ -111,8 +112,8 @@ class RecentSends:
             for r in batch:
                 if r.uniq_key:
                     put(f"{r.topic}\0{r.uniq_key}", now,
-                        pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit, self.MAX_KEYS)
-            self._keys.trim(limit, self.MAX_KEYS)
+                        pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit, self.max_keys)
+            self._keys.trim(limit, self.max_keys)
 
     def on_arrival_at(self, batch: Sequence[Any], age_s: float) -> None:
         """Remember messages dispatched ``age_s`` seconds ago (the window rebuilt at start,
@@ -128,7 +129,7 @@ class RecentSends:
                 if r.uniq_key:
                     self._keys.put(f"{r.topic}\0{r.uniq_key}", at,
                                    pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit,
-                                   self.MAX_KEYS)
+                                   self.max_keys)
 
     @staticmethod
     def keys_of(msgs: Sequence[Any]) -> list[Key] | None:
@@ -198,7 +199,7 @@ class RecentSends:
         """A stored answer of this broker to exactly these keys (module rules), flat."""
         now = self._clock()
         with self._lock:
-            self._requests.put(_request_key(keys), now, marshal.dumps(row), now - self.window, self.MAX_KEYS)
+            self._requests.put(_request_key(keys), now, marshal.dumps(row), now - self.window, self.max_keys)
 
     def recall(self, keys: Sequence[Key]) -> Row | None:
         """The remembered answer to exactly these keys, if still in the window."""
@@ -212,5 +213,5 @@ class RecentSends:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            self._keys.trim(self._clock() - self.window, self.MAX_KEYS)
+            self._keys.trim(self._clock() - self.window, self.max_keys)
             return {"windowSeconds": self.window, "keys": len(self._keys), "hits": self.hits}

@@ -42,6 +42,7 @@ import logging
 from typing import Any, Awaitable, Callable, Optional
 
 from dledger.ratelog import RateLimitedLog
+from mypy_extensions import mypyc_attr
 
 from broker.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, RemotingCommand, RemotingCommandError, encode
 from broker.remoting.codes import ResponseCode, request_name
@@ -56,6 +57,7 @@ Handler = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[Optional[R
 RpcHook = Callable[[RemotingCommand, "RemotingConnection"], None]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker.remoting.acl.AclRefusal (not compiled)
 class RpcHookRefusal(Exception):
     """Raised by an RPC hook (ACL) to refuse a request; answered with ``code`` and the message."""
 
@@ -317,7 +319,8 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: RemotingConnection(self), host=host, port=port,
                                                 reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        srv: Any = self._server  # uvloop's sockets is a list (typeshed: tuple; compiled code checks)
+        self.port = srv.sockets[0].getsockname()[1]
         self.guard.start()
 
     async def stop(self) -> None:

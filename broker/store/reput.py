@@ -98,7 +98,7 @@ class ReputMessageService:
         self.dispatched = 0
         self._stop = threading.Event()
         self._wakeup = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def dispatch_behind_bytes(self) -> int:
@@ -178,10 +178,10 @@ class ReputMessageService:
 
     # --- thread -----------------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is None:
+        if self._worker is None:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
-            self._thread.start()
+            self._worker = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
+            self._worker.start()
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -191,7 +191,7 @@ class ReputMessageService:
 
         A dispatcher may block and retry there (the thread has nothing else to do), but must raise
         when called from :meth:`do_reput` on a caller's thread (start-up, shutdown, tests)."""
-        return self._thread is not None and threading.current_thread() is self._thread
+        return self._worker is not None and threading.current_thread() is self._worker
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -208,7 +208,7 @@ class ReputMessageService:
         """Block until ``dispatch_behind_bytes() == 0`` (or timeout / a dispatch error)."""
         deadline = time.monotonic() + timeout
         while self.dispatch_behind_bytes() > 0 and self.error is None:
-            if self._thread is None:
+            if self._worker is None:
                 self.do_reput()
                 if self.dispatch_behind_bytes() > 0 and self.error is None:
                     return False
@@ -221,10 +221,10 @@ class ReputMessageService:
 
     def shutdown(self) -> None:
         """Stop after dispatching what is committed (RocketMQ waits up to 50 x 100 ms)."""
-        if self._thread is not None:
+        if self._worker is not None:
             self._stop.set()
             self._wakeup.set()
-            self._thread.join()
-            self._thread = None
+            self._worker.join()
+            self._worker = None
         if self.error is None:
             self.do_reput()

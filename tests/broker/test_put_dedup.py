@@ -38,14 +38,10 @@ def test_window_expiry_topic_scope_batches_and_bound() -> None:
     assert w.lookup([("T", "A" * 32)]) is None  # out of the window
     w.on_arrival([req("T", "D" * 32, 8, 1300)])
     assert w.status()["keys"] == 1  # expired keys are trimmed on insert
-    old_max = RecentSends.MAX_KEYS
-    RecentSends.MAX_KEYS = 3
-    try:
-        w.on_arrival([req("T", f"{i:032X}", i, i) for i in range(10)])
-        assert w.status()["keys"] == 3 and w.lookup([("T", f"{9:032X}")]) is not None
-        assert w.lookup([("T", f"{0:032X}")]) is None
-    finally:
-        RecentSends.MAX_KEYS = old_max
+    w.max_keys = 3
+    w.on_arrival([req("T", f"{i:032X}", i, i) for i in range(10)])
+    assert w.status()["keys"] == 3 and w.lookup([("T", f"{9:032X}")]) is not None
+    assert w.lookup([("T", f"{0:032X}")]) is None
     assert RecentSends.keys_of([]) == [] and RecentSends(0, ("h", 1)).enabled is False
 
 
