@@ -44,7 +44,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+MISSING_EXTRA = ("mqupgrade validate: error: the validator needs PySpark, NumPy (and Matplotlib for --png), "
+                 "which are not all installed; "
+                 "install them with: pip install 'rocketmq-dledger-py[validate]'")
+
+
 def run(args: argparse.Namespace, spark: Any = None) -> int:
+    try:  # the validate extra (pyproject): a broker-only install has none of it
+        import numpy  # noqa: F401
+        import pyspark  # noqa: F401
+
+        if args.png_out:
+            import matplotlib  # noqa: F401
+    except ImportError as exc:
+        print(f"{MISSING_EXTRA} ({exc})", file=sys.stderr)
+        return 1
     from upgrade.validate.job import run_validation
     from upgrade.validate.layout import UnusableInput
     from upgrade.validate.report import exit_code, summary_text

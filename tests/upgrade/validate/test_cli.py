@@ -50,3 +50,22 @@ def test_faulty_store_exit_2(spark, store_copy, tmp_path, capsys):
     assert cli.main([str(root), "--png", str(png), "--quiet"], spark=spark) == 2
     assert "VIOLATIONS FOUND" in capsys.readouterr().out
     assert png.exists()
+
+
+def test_without_the_validate_extra_it_names_the_install(tmp_path):
+    """A broker-only install (no pyspark): one line naming the extra to install, exit 1."""
+    import os
+    import subprocess
+    import sys
+
+    from upgrade.validate.cli import MISSING_EXTRA
+
+    hide = tmp_path / "hide" / "pyspark"
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError('No module named pyspark (hidden by the test)')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "hide"))
+    r = subprocess.run([sys.executable, "-m", "upgrade.cli", "validate", str(tmp_path)], capture_output=True,
+                       text=True, env=env, timeout=60, cwd=str(cli.__file__).rsplit("/upgrade/", 1)[0])
+    assert r.returncode == 1, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(MISSING_EXTRA) and "[validate]" in lines[0], r.stderr
