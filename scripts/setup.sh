@@ -17,3 +17,10 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# Apache RocketMQ 4.9.8 beside the project (../shared): its tools and Java client, used by the
+# tests against real Apache clients, need Debian jars; its install-deps.sh installs them once
+# (apt, as root; it returns at once when they are there)
+APACHE=../shared/apache-rocketmq-4.9.8
+if [ -x "$APACHE/install-deps.sh" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  "$APACHE/install-deps.sh" || echo "setup.sh: $APACHE/install-deps.sh failed: the tests with Apache's Java tools will fail" >&2
+fi
