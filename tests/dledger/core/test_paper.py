@@ -214,6 +214,32 @@ def test_5_2_candidate_fallback(term_delta: int) -> None:
                                                       last_index=-1)]
 
 
+def test_fig2_follower_hearing_from_its_leader_never_times_out() -> None:
+    """Figure 2 (Followers): convert to candidate only "if election timeout elapses without
+    receiving AppendEntries RPC from current leader" -- heartbeats keep it a follower."""
+    core, log = make_core("2", term=1)
+    for _ in range(10 * core.cfg.election_ticks_max):
+        core.tick()
+        core.step(AppendRequest("1", "2", 1, -1, -1, -1))
+        drain(core, log)
+    assert (core.role, core.term) == (Role.FOLLOWER, 1)
+
+
+def test_fig2_granting_a_vote_resets_the_election_timer() -> None:
+    """Figure 2 (Followers): the timeout counts from the last AppendEntries *or granted vote*; a
+    follower that grants a vote (same term) just before its timeout does not campaign then."""
+    twin, _ = make_core("2", term=2, seed=3)      # same seed: same timeout, measured first
+    timeout = _timeouts(twin, 1, back_to_follower=False)[0]
+    core, log = make_core("2", term=2, seed=3)
+    for _ in range(timeout - 1):
+        core.tick()
+    core.step(VoteRequest("3", "2", 2, -1, -1))
+    drain(core, log)
+    for _ in range(core.cfg.election_ticks_min - 1):
+        core.tick()
+    assert (core.role, core.term, core.vote) == (Role.FOLLOWER, 2, "3")
+
+
 def _timeouts(core: RaftCore, rounds: int, back_to_follower: bool) -> list[int]:
     """Ticks between successive campaigns of ``core``."""
     out = []
