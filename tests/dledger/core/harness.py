@@ -25,7 +25,7 @@ from dledger.core import (AppendDecision, Code, Config, HardState, Message, Raft
                           Role)
 from tests.sim.memlog import MemLog
 
-BASE_CONFIG = dict(election_ticks_min=10, election_ticks_max=20, heartbeat_ticks=2,
+BASE_CONFIG: dict[str, object] = dict(election_ticks_min=10, election_ticks_max=20, heartbeat_ticks=2,
                    pre_vote=False, check_quorum=False)
 
 

@@ -138,7 +138,7 @@ class InteractionEnv:
                     "barrier": "leader_barrier"}[k]] = _bool(v)
             else:
                 kw[k.replace("-", "_")] = int(v)
-        self.net = Net(n, seed=seed, **kw)
+        self.net = Net(n, seed=seed, **kw)  # type: ignore[arg-type]  # Config fields
         self.net.on_ready = lambda nid, rd: self.out.extend(fmt_ready(nid, rd))
         self.net.on_deliver = self._show_delivery
 

@@ -16,30 +16,33 @@ Rules
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dledger.core import (AppendRequest, AppendResponse, Code, Entry, HardState, Message,
                           RaftCore, Role, VoteRequest, VoteResponse, VoteResult)
 from tests.dledger.core.harness import Net, drain, make_core
+from tests.sim.memlog import MemLog
 
 
-def of(kind: type, msgs: list[Message]) -> list:  # type: ignore[type-arg]
+def of(kind: type, msgs: list[Message]) -> list[Any]:
     return [m for m in msgs if isinstance(m, kind)]
 
 
-def become_leader(core: RaftCore, log: object) -> None:
+def become_leader(core: RaftCore, log: MemLog) -> None:
     """Campaign (no pre-vote) and win with the votes of every peer."""
     core.campaign()
-    drain(core, log)  # type: ignore[arg-type]
+    drain(core, log)
     for p in core.others:
         core.step(VoteResponse(p, core.id, core.term, True))
-    drain(core, log)  # type: ignore[arg-type]
+    drain(core, log)
     assert core.role is Role.LEADER
 
 
 # ====================================================================== §5.1 terms
 
-def _in_role(role: str) -> tuple[RaftCore, object]:
+def _in_role(role: str) -> tuple[RaftCore, MemLog]:
     if role == "pre_candidate":
         core, log = make_core(term=1, pre_vote=True)
         core.campaign()
@@ -54,7 +57,7 @@ def _in_role(role: str) -> tuple[RaftCore, object]:
     return core, log
 
 
-HIGHER = {  # message of term 5 from "2" -> (leader, vote) afterwards
+HIGHER: dict[str, tuple[Message, tuple[str | None, str | None]]] = {  # message of term 5 from "2" -> (leader, vote) afterwards
     "append": (AppendRequest("2", "1", 5, -1, -1, -1), ("2", None)),
     "append_resp": (AppendResponse("2", "1", 5, False, code=Code.EXPIRED_TERM), (None, None)),
     "vote": (VoteRequest("2", "1", 5, 9, 9), (None, "2")),        # up to date: granted
@@ -313,7 +316,8 @@ def test_fig2_vote_and_term_persisted_before_the_answer_is_sent() -> None:
     core.step(VoteRequest("2", "1", 4, -1, -1))
     rd = core.ready()
     assert rd.hard_state == HardState(4, "2")
-    assert [type(m) for m in rd.messages] == [VoteResponse] and rd.messages[0].granted
+    [resp] = rd.messages
+    assert isinstance(resp, VoteResponse) and resp.granted
 
 
 def test_fig2_restart_keeps_the_vote_of_the_term() -> None:

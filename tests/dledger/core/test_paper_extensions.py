@@ -13,12 +13,14 @@ Rules
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dledger.core import (AppendRequest, Code, Message, Role, TimeoutNow, VoteRequest,
                           VoteResponse, VoteResult)
 from tests.dledger.core.harness import Net, drain, make_core
 
 
-def of(kind: type, msgs: list[Message]) -> list:  # type: ignore[type-arg]
+def of(kind: type, msgs: list[Message]) -> list[Any]:
     return [m for m in msgs if isinstance(m, kind)]
 
 

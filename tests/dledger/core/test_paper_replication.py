@@ -10,13 +10,15 @@ Rules
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dledger.core import (AppendRequest, AppendResponse, Code, Entry, Message, Role)
 from tests.dledger.core.harness import Net, apply_ready, drain, flush, make_core
 
 
-def of(kind: type, msgs: list[Message]) -> list:  # type: ignore[type-arg]
+def of(kind: type, msgs: list[Message]) -> list[Any]:
     return [m for m in msgs if isinstance(m, kind)]
 
 
