@@ -8,8 +8,10 @@ Rules
   the Ready's entries, append the barrier, persist the hard state, queue the messages, then
   ``advance``.  With ``auto_flush`` (the default) the store is flushed right after and the core
   told with ``on_persisted``; without it, :meth:`Net.flush` does that step by hand.
-- The network is one FIFO queue per receiver.  A message on a cut link (``partition``/``isolate``)
-  is dropped when it is delivered, and reported so; ``heal`` restores every link.
+- The network is one FIFO queue per receiver.  A message on a cut link (``partition``/``isolate``,
+  cumulative) is dropped when it is delivered, and reported so; ``reconnect`` restores one
+  node's links, ``heal`` every link.  ``crash`` stops a node (not ticked, not processed, messages
+  to it dropped); ``restart`` builds a new core from its durable log and hard state.
 - Node ids are ``"1".."N"`` as in etcd-raft's tests.  Proposals are driver first: the entry is
   written to the store (``MemLog``) right after a successful ``propose``.
 - Every observable step can be recorded through ``on_ready`` / ``on_deliver`` callbacks; the
@@ -92,6 +94,7 @@ class Node:
     core: RaftCore
     log: MemLog
     readies: list[Ready] = field(default_factory=list)
+    restarts: int = 0
 
 
 class Net:
@@ -103,12 +106,14 @@ class Net:
         kw = dict(BASE_CONFIG)
         kw.update(cfg)
         self.ids = [str(k) for k in range(1, n + 1)]
+        self.seed = seed
         self.auto_flush = auto_flush
+        self.down: set[str] = set()
         self.nodes: dict[str, Node] = {}
         self.queues: dict[str, list[Message]] = {i: [] for i in self.ids}
         self.cut: set[tuple[str, str]] = set()
         self.on_ready: Optional[Callable[[str, Ready], None]] = None
-        self.on_deliver: Optional[Callable[[str, list[tuple[Message, bool]]], None]] = None
+        self.on_deliver: Optional[Callable[[str, list[tuple[Message, str]]], None]] = None
         for k, i in enumerate(self.ids, start=1):
             log = make_log((logs or {}).get(i, ()))
             log.hard = HardState((terms or {}).get(i, 0), None)
@@ -125,6 +130,8 @@ class Net:
         node = self.nodes[nid]
         core, log = node.core, node.log
         any_ready = False
+        if nid in self.down:
+            return False
         while core.has_ready():
             any_ready = True
             rd = core.ready()
@@ -148,11 +155,12 @@ class Net:
         msgs, self.queues[nid] = self.queues[nid], []
         if not msgs:
             return False
-        seen: list[tuple[Message, bool]] = []
+        seen: list[tuple[Message, str]] = []       # (message, "" or why it was dropped)
         for m in msgs:
-            ok = (m.src, m.dst) not in self.cut
-            seen.append((m, ok))
-            if ok:
+            why = ("down" if nid in self.down
+                   else "partition" if (m.src, m.dst) in self.cut else "")
+            seen.append((m, why))
+            if not why:
                 self.nodes[nid].core.step(m)
         if self.on_deliver is not None:
             self.on_deliver(nid, seen)
@@ -171,15 +179,30 @@ class Net:
         raise AssertionError("the network did not quiesce")
 
     def tick(self, nid: str, n: int = 1) -> None:
-        for _ in range(n):
+        for _ in range(n if nid not in self.down else 0):
             self.nodes[nid].core.tick()
 
     def tick_all(self, n: int = 1) -> None:
         """``n`` rounds of: tick everyone, then stabilize."""
         for _ in range(n):
             for i in self.ids:
-                self.nodes[i].core.tick()
+                self.tick(i)
             self.stabilize()
+
+    def crash(self, nid: str) -> None:
+        """``nid`` stops: its unflushed tail is lost, messages to it are dropped."""
+        self.down.add(nid)
+        self.nodes[nid].log.crash()
+
+    def restart(self, nid: str) -> None:
+        """A new core from ``nid``'s durable log and hard state: a follower again."""
+        node = self.nodes[nid]
+        self.down.discard(nid)
+        k = self.ids.index(nid) + 1
+        node.restarts += 1
+        node.core = RaftCore(node.core.cfg, node.log,
+                             random.Random(self.seed * 1000 + k + 100 * node.restarts),
+                             node.log.hard)
 
     def campaign(self, nid: str) -> None:
         self.nodes[nid].core.campaign()
@@ -210,6 +233,10 @@ class Net:
 
     def heal(self) -> None:
         self.cut.clear()
+
+    def reconnect(self, nid: str) -> None:
+        """Restore every link of ``nid`` (other cuts stay)."""
+        self.cut = {(a, b) for a, b in self.cut if nid not in (a, b)}
 
     def drop_link(self, src: str, dst: str) -> None:
         self.cut.add((src, dst))

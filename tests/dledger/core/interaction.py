@@ -23,7 +23,8 @@ Commands
 ``campaign ID``, ``propose ID DATA``, ``tick ID [N]``, ``tick-heartbeat ID...``,
 ``tick-election ID...`` (``election_ticks_max`` ticks), ``process-ready ID...``,
 ``deliver-msgs ID...``, ``stabilize [ID...]``, ``partition ID... `` (those ids vs the rest),
-``isolate ID``, ``heal``, ``transfer-leadership FROM TO``, ``status ID``, ``raft-state``,
+``isolate ID``, ``crash ID...``, ``restart ID...`` (a new core from the durable state),
+``reconnect ID...`` (restore that node's links), ``heal``, ``transfer-leadership FROM TO``, ``status ID``, ``raft-state``,
 ``raft-log ID``.
 """
 from __future__ import annotations
@@ -142,10 +143,10 @@ class InteractionEnv:
         self.net.on_ready = lambda nid, rd: self.out.extend(fmt_ready(nid, rd))
         self.net.on_deliver = self._show_delivery
 
-    def _show_delivery(self, nid: str, seen: list[tuple[Message, bool]]) -> None:
+    def _show_delivery(self, nid: str, seen: list[tuple[Message, str]]) -> None:
         self.out.append(f"> {nid} receiving messages")
-        for m, ok in seen:
-            self.out.append(f"  {fmt_msg(m)}" + ("" if ok else "  DROPPED (partition)"))
+        for m, why in seen:
+            self.out.append(f"  {fmt_msg(m)}" + (f"  DROPPED ({why})" if why else ""))
 
     def cmd_campaign(self, args: list[str]) -> None:
         self._net().campaign(args[0])
@@ -186,6 +187,18 @@ class InteractionEnv:
     def cmd_heal(self, args: list[str]) -> None:
         self._net().heal()
 
+    def cmd_crash(self, args: list[str]) -> None:
+        for i in self._ids(args):
+            self._net().crash(i)
+
+    def cmd_restart(self, args: list[str]) -> None:
+        for i in self._ids(args):
+            self._net().restart(i)
+
+    def cmd_reconnect(self, args: list[str]) -> None:
+        for i in self._ids(args):
+            self._net().reconnect(i)
+
     def cmd_transfer_leadership(self, args: list[str]) -> None:
         code = self._net().core(args[0]).transfer_leadership(args[1])
         self.out.append(code.name)
@@ -202,8 +215,9 @@ class InteractionEnv:
     def cmd_raft_state(self, args: list[str]) -> None:
         for i in self._ids(args):
             c = self._net().core(i)
+            down = " (down)" if i in self._net().down else ""
             self.out.append(f"{i}: {c.role.value} term={c.term} leader={c.leader_id or '-'}"
-                            f" commit={c.committed_index}")
+                            f" commit={c.committed_index}{down}")
 
     def cmd_raft_log(self, args: list[str]) -> None:
         log = self._net().nodes[args[0]].log
