@@ -7,7 +7,7 @@ Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_B
     mqadmin topicList        -b ADDR
     mqadmin updateTopic      -b ADDR -t TOPIC [-r READQ] [-w WRITEQ] [-p PERM]
     mqadmin topicStatus      -b ADDR -t TOPIC
-    mqadmin sendMessage      -b ADDR -t TOPIC -p BODY [-c TAGS] [-k KEYS] [-i QUEUEID]
+    mqadmin sendMessage      -b ADDR | -n NAMESRV [-b BROKERNAME] -t TOPIC -p BODY [-c TAGS] [-k KEYS] [-i QID]
     mqadmin consumeMessage   -b ADDR -t TOPIC [-i QUEUEID] [-o OFFSET] [-c COUNT] [-g GROUP]
     mqadmin queryMsgByOffset -b ADDR -t TOPIC -i QUEUEID -o QUEUEOFFSET
     mqadmin queryMsgByPhyOffset -b ADDR -o COMMITLOGOFFSET
@@ -27,6 +27,10 @@ ACL (``aclEnable=true`` on the broker): every command signs its requests with an
 broker's ``plain_acl.yml`` given as ``--access-key AK --secret-key SK`` or, better (a secret on
 the command line is visible in ``ps``), ``$RMQ_ACCESS_KEY`` / ``$RMQ_SECRET_KEY``; flags win over
 the environment. A refusal prints ``UNAUTHORIZED: ...`` (401) or ``NO_PERMISSION: ...`` (403).
+
+``-n NAMESRV`` is accepted by every command: ``-b`` may then name a broker (Apache's ``sendMessage
+-n NS -b broker-a``), and without ``-b`` the topic's route (or the cluster's masters) is used
+(``broker.cli.mqadmin_compat``).
 
 Rules: names and flags follow Apache mqadmin where a command exists there (``queryMsgByOffset``
 is by *queue* offset, as in RocketMQ). Exit code 0 on success, 1 when the broker answered an
@@ -54,7 +58,7 @@ from broker.api.client import (
     BrokerClientError, BrokerUnavailable, SyncBrokerClient, body_bytes, new_uniq_key, split_address,
 )
 from broker.api.signing import credentials_from
-from broker.cli import mqadmin_stats
+from broker.cli import mqadmin_compat, mqadmin_stats
 
 DEFAULT_ADDR = os.environ.get("RMQ_BROKER_ADDR", "127.0.0.1:10911")
 
@@ -134,13 +138,19 @@ def cmd_topic_list(args: argparse.Namespace) -> Any:
 
 
 def cmd_update_topic(args: argparse.Namespace) -> Any:
-    data = _client(args).create_topic(args.topic, read_queue_nums=args.read_queue_nums,
-                                      write_queue_nums=args.write_queue_nums, perm=args.perm)
+    """Apache's ``-b ADDR`` (one broker) or ``-n NAMESRV -c CLUSTER`` (every master of it)."""
+    targets = _addresses(args) if args.cluster else _addresses(args)[:1]
+    out = []
+    for addr in targets:
+        data = _client_for(args, addr).create_topic(args.topic, read_queue_nums=args.read_queue_nums,
+                                                    write_queue_nums=args.write_queue_nums, perm=args.perm)
+        out.append(data)
+        if not args.json:
+            print(f"create topic to {addr} success.")
     if args.json:
-        return data
-    print(f"create topic to {args.broker[0]} success.")
-    print(data.get("topicConfig", data))
-    return 0
+        return out[0] if len(out) == 1 else out
+    print(out[-1].get("topicConfig", out[-1]) if out else "no broker to create the topic on")
+    return 0 if out else 1
 
 
 def cmd_topic_status(args: argparse.Namespace) -> Any:
@@ -335,7 +345,9 @@ def _client(args: argparse.Namespace) -> SyncBrokerClient:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mqadmin", description="Admin commands for rocketmq-py brokers (HTTP API).")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-b", "--broker", action="append", help=f"broker API address host:port (default {DEFAULT_ADDR})")
+    common.add_argument("-b", "--broker", "--brokerAddr", "--brokerName", action="append",
+                        help=f"broker address host:port (default {DEFAULT_ADDR}), or a broker name with -n")
+    common.add_argument("-n", "--namesrvAddr", dest="namesrv", help="name server(s) host:port[;host:port]")
     common.add_argument("--json", action="store_true", help="print JSON")
     common.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     common.add_argument("--access-key", help="ACL account to sign with (default $RMQ_ACCESS_KEY)")
@@ -344,18 +356,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, fn: Callable[[argparse.Namespace], Any], help_text: str, broker_flag: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common], help=help_text)
-        sp.set_defaults(namesrv=None)
         sp.set_defaults(fn=fn)
         return sp
 
     sp = add("clusterList", cmd_cluster_list, "status of one or more brokers (-b, or all of -n's)")
-    sp.add_argument("-n", "--namesrvAddr", dest="namesrv", help="name server(s) host:port[;host:port]")
     sp.add_argument("-c", "--clusterName", dest="cluster")
-    add("topicList", cmd_topic_list, "topics of a broker")
+    add("topicList", cmd_topic_list, "topics of a broker").set_defaults(cluster=None)
     sp = add("updateTopic", cmd_update_topic, "create or update a topic")
     sp.add_argument("-t", "--topic", required=True)
-    sp.add_argument("-r", "--read-queue-nums", type=int)
-    sp.add_argument("-w", "--write-queue-nums", type=int)
+    sp.add_argument("-c", "--clusterName", dest="cluster", help="every master of the cluster (with -n)")
+    sp.add_argument("-r", "--readQueueNums", "--read-queue-nums", dest="read_queue_nums", type=int)
+    sp.add_argument("-w", "--writeQueueNums", "--write-queue-nums", dest="write_queue_nums", type=int)
     sp.add_argument("-p", "--perm", type=int)
     sp = add("topicStatus", cmd_topic_status, "min/max offset of each queue of a topic")
     sp.add_argument("-t", "--topic", required=True)
@@ -363,26 +374,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-t", "--topic", required=True)
     sp.add_argument("-p", "--body", required=True)
     sp.add_argument("-c", "--tags")
-    sp.add_argument("-k", "--keys")
-    sp.add_argument("-i", "--queue-id", type=int)
+    sp.add_argument("-k", "--key", "--keys", dest="keys")
+    sp.add_argument("-i", "--qid", "--queue-id", dest="queue_id", type=int)
     sp = add("consumeMessage", cmd_consume, "pull messages (and commit with -g)")
     sp.add_argument("-t", "--topic", required=True)
-    sp.add_argument("-i", "--queue-id", type=int)
+    sp.add_argument("-i", "--queueId", "--queue-id", dest="queue_id", type=int)
     sp.add_argument("-o", "--offset", type=int)
-    sp.add_argument("-c", "--count", type=int, default=32)
-    sp.add_argument("-g", "--group")
+    sp.add_argument("-c", "--MessageNumber", "--count", dest="count", type=int, default=32)
+    sp.add_argument("-g", "--consumerGroup", "--group", dest="group")
     sp = add("queryMsgByOffset", cmd_by_queue_offset, "message at a queue offset")
     sp.add_argument("-t", "--topic", required=True)
-    sp.add_argument("-i", "--queue-id", type=int, required=True)
+    sp.add_argument("-i", "--queueId", "--queue-id", dest="queue_id", type=int, required=True)
     sp.add_argument("-o", "--offset", type=int, required=True)
     sp = add("queryMsgByPhyOffset", cmd_by_phy_offset, "message at a commitlog offset")
     sp.add_argument("-o", "--offset", type=int, required=True)
     sp = add("queryMsgById", cmd_by_id, "message by offset msgId (or uniq key with -t)")
-    sp.add_argument("-i", "--msg-id", required=True)
+    sp.add_argument("-i", "--msgId", "--msg-id", dest="msg_id", required=True)
     sp.add_argument("-t", "--topic")
     sp = add("queryMsgByKey", cmd_by_key, "messages by key")
     sp.add_argument("-t", "--topic", required=True)
-    sp.add_argument("-k", "--key", required=True)
+    sp.add_argument("-k", "--msgKey", "--key", dest="key", required=True)
     sp.add_argument("-m", "--max-num", type=int, default=32)
     sp = add("consumerOffsets", cmd_offsets, "committed consumer offsets")
     sp.add_argument("-g", "--group")
@@ -398,11 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.broker_addrs = list(args.broker or []) or ([] if args.namesrv else [DEFAULT_ADDR])
+    try:
+        args.credentials = credentials_from(args.access_key, args.secret_key)
+    except ValueError as exc:
+        print(f"mqadmin: {exc}", file=sys.stderr)
+        return 2
+    args.broker_addrs = list(args.broker or [])
+    problem = mqadmin_compat.resolve(args)  # broker names with -n, -n without -b
+    if problem:
+        print(f"mqadmin: {problem}", file=sys.stderr)
+        return 2
+    if not args.broker_addrs and not args.namesrv:
+        args.broker_addrs = [DEFAULT_ADDR]
     if not args.broker:
         args.broker = [DEFAULT_ADDR]
     try:
-        args.credentials = credentials_from(args.access_key, args.secret_key)
         for addr in _addresses(args) or [""]:
             split_address(addr)
     except ValueError as exc:

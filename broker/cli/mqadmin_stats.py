@@ -366,8 +366,7 @@ def resolve_all(args: argparse.Namespace) -> list[str]:
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Add the sub-commands through mqadmin's ``add(name, fn, help)``."""
     def targets(sp: argparse.ArgumentParser, cluster: bool = True) -> None:
-        sp.add_argument("-n", "--namesrvAddr", dest="namesrv", help="name server(s) host:port[;host:port]")
-        if cluster:
+        if cluster:  # -n is mqadmin's common flag
             sp.add_argument("-c", "--clusterName", dest="cluster")
 
     sp = add("getBrokerConfig", run(get_broker_config), "a broker's config (Apache getBrokerConfig)", broker_flag=True)

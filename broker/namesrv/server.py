@@ -11,7 +11,8 @@ Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``)
   QUERY_DATA_VERSION (also refreshes liveness), PUT/GET/DELETE_KV_CONFIG (in memory, bounded by
   :mod:`.kv_config`: a put over a limit is ``SYSTEM_ERROR`` naming the limit; GET of a missing
   item is ``QUERY_NOT_FOUND``), DELETE_TOPIC_IN_NAMESRV (``topic``: its route is forgotten; mqadmin
-  deleteTopic sends it after DELETE_TOPIC_IN_BROKER). Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
+  deleteTopic sends it after DELETE_TOPIC_IN_BROKER); write perm, topic lists and the name server's
+  config: :mod:`.admin_requests`. Other codes: ``REQUEST_CODE_NOT_SUPPORTED``.
 - Who may call what (:mod:`.doors`): with ``aclEnable=true`` broker writes need a signed broker
   or admin account, admin writes an admin account, route reads stay open unless
   ``namesrvSignedReads=true``; without ACL it starts open on loopback only, elsewhere only with
@@ -49,6 +50,7 @@ from broker.remoting.codes import ResponseCode as R
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
 from broker.java_properties import ConfigError, read_properties_file
+from broker.namesrv.admin_requests import DEFAULTS, NamesrvAdmin
 from broker.namesrv.doors import DEFAULT_HOST, DoorRefused, NamesrvAccess, check_doors, security_from
 from broker.namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
 from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
@@ -81,7 +83,7 @@ class NamesrvController:
     def __init__(self, *, host: str = DEFAULT_HOST, port: int = 9876,
                  broker_channel_max_idle_ms: int = BROKER_CHANNEL_MAX_IDLE_MS, scan_interval_ms: int = 10_000,
                  limits: Optional[ListenLimits] = None, kv_limits: Optional[KvLimits] = None,
-                 access: Optional[NamesrvAccess] = None) -> None:
+                 access: Optional[NamesrvAccess] = None, config: Optional[dict[str, str]] = None) -> None:
         self.host, self.port = host, port
         self.route = RouteInfoManager(broker_channel_max_idle_ms)
         self.scan_interval_ms = scan_interval_ms
@@ -98,6 +100,8 @@ class NamesrvController:
             RC.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
         }.items():
             self.server.register(code, handler)
+        self.config = {**DEFAULTS, **(config or {}), "listenPort": str(port), "bindAddress": host}
+        NamesrvAdmin(self).register(self.server)  # 205/327/219/224/304/311-313/318/319
         self._scan_task: Optional[asyncio.Task[None]] = None
 
     async def start(self) -> None:
@@ -265,7 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     async def run() -> int:
         ctl = NamesrvController(host=host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
                                 scan_interval_ms=args.scan_interval_ms, limits=limits, kv_limits=kv_limits,
-                                access=access)
+                                access=access, config=props)
         try:
             await ctl.start()
         except OSError as exc:

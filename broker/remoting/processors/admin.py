@@ -22,27 +22,154 @@ Rules (apache/rocketmq 4.9.x):
   specified topic is longer than topic max length."; ``topic_group_admin.refuse_long_topic``). The name server learns it at the next registration, which the registrar
   sends at once when the topic table's dataVersion changes.
 - GET_BROKER_RUNTIME_INFO -> ``{"table": {...}}`` with a few of RocketMQ's keys.
+- UPDATE_BROKER_CONFIG (25): body = properties. A key of ``configBlackList`` (default
+  ``configBlackList;brokerConfigPath``) is ``NO_PERMISSION`` "Can not update config in black
+  list." (as Java); a key this broker reads only at start (:data:`START_ONLY_KEYS`: names, ids,
+  role, ports, addresses, store paths and file sizes, DLedger, ACL, name servers) is
+  ``SYSTEM_ERROR`` naming it and saying to edit the conf file and restart (Java would accept it
+  and persist it for the next start); a bad value is ``SYSTEM_ERROR`` naming the key. Other known
+  keys are set in memory (``getBrokerConfig`` shows them; code reading the setting at run time
+  sees them); unknown keys are ignored, as Java's ``properties2Object``. Unlike Java the conf
+  file is not rewritten: a restart goes back to the file. ``brokerPermission`` re-registers at once.
+- ACL (50-53, ``updateAclConfig`` / ``deleteAclConfig`` / ``clusterAclConfigVersion`` /
+  ``updateGlobalWhiteAddr``): with ``aclEnable=true`` the plain_acl.yml is edited as Java's
+  ``PlainPermissionManager`` does (account map keys ``accessKey, secretKey, whiteRemoteAddress,
+  admin, defaultTopicPerm, defaultGroupPerm, topicPerms, groupPerms``; ``dataVersion`` counter +1),
+  written atomically and re-read by the live validator, so the change applies to the next request
+  on both doors. Failures answer Java's codes 209/210/211 with a one-line reason. Without ACL the
+  answer is the one-line reason (Java answers a null remark). GET_BROKER_CLUSTER_ACL_INFO: header
+  ``version`` (DataVersion JSON), ``allAclFileVersion`` ({file: DataVersion}), ``brokerName,
+  brokerAddr, clusterName``.
+- Requests that cannot apply to this broker (:data:`CANNOT_APPLY`) answer
+  ``REQUEST_CODE_NOT_SUPPORTED`` with one line saying why, not a bare "request type N not supported".
 """
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
-from broker.remoting.acl import SUB, require_found
+from broker.java_properties import ConfigError, parse_properties
+from broker.remoting.acl import SUB, AclConfigError, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
+from broker.remoting.codes import request_name
 from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_int, field_str,
                                                raw_message_at)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import decode_message, record_store_timestamp
 
+#: what this broker cannot do for a request Apache's broker answers, in one line each
+_NO_CLIENT_CALLS = ("this broker cannot call a client and wait for its answer (broker.remoting.server drops "
+                    "responses from clients)")
+CANNOT_APPLY = {
+    RC.GET_CONSUMER_RUNNING_INFO: f"consumer running info: {_NO_CLIENT_CALLS}",
+    RC.CONSUME_MESSAGE_DIRECTLY: f"consume message directly: {_NO_CLIENT_CALLS}",
+    RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: f"consumer status: {_NO_CLIENT_CALLS}",
+    RC.REGISTER_FILTER_SERVER: "filter servers (class filter) are not supported: TAG expressions only",
+    RC.REGISTER_MESSAGE_FILTER_CLASS: "filter classes are not supported: TAG expressions only",
+    RC.QUERY_CORRECTION_OFFSET: "offset correction across filter groups is not supported (no filter servers)",
+    RC.RESUME_CHECK_HALF_MESSAGE: "half messages are checked back by the transaction service on its own schedule; "
+                                  "resuming one by id is not supported",
+}
+START_ONLY_KEYS = frozenset({
+    "brokerName", "brokerClusterName", "brokerId", "brokerRole", "brokerIP1", "brokerIP2", "listenPort",
+    "haListenPort", "httpListenPort", "bindAddress", "haBindAddress", "haMasterAddress", "haAuthToken",
+    "namesrvAddr", "rocketmqHome", "aclEnable", "plainAclFile", "enableDLegerCommitLog", "storePathRootDir",
+    "storePathCommitLog", "storePathConsumeQueue", "storePathIndex", "mappedFileSizeCommitLog",
+    "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "remotingAllowInsecure",
+})
+START_ONLY_PREFIXES = ("dLeger", "storePath", "mappedFileSize")
+ACL_FAILED = {RC.UPDATE_AND_CREATE_ACL_CONFIG: R.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
+              RC.DELETE_ACL_CONFIG: R.DELETE_ACL_CONFIG_FAILED,
+              RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
+              RC.GET_BROKER_CLUSTER_ACL_INFO: R.SYSTEM_ERROR}
+
+log = logging.getLogger("broker.remoting.admin")
 _DUMPS = {RC.GET_ALL_TOPIC_CONFIG: "topics", RC.GET_ALL_CONSUMER_OFFSET: "consumerOffset",
           RC.GET_ALL_DELAY_OFFSET: "delayOffset", RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "subscriptionGroup"}
+
+
+class AclEditError(ValueError):
+    """An ACL edit refused (Java's AclException text where it has one)."""
+
+
+def read_acl_doc(path: Path) -> dict[str, Any]:
+    import yaml  # noqa: WPS433 - only with aclEnable=true
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    return doc if isinstance(doc, dict) else {}
+
+
+def acl_data_version(doc: dict[str, Any]) -> dict[str, Any]:
+    first = (doc.get("dataVersion") or [{}])[0] or {}
+    return {"counter": int(first.get("counter", 0)), "timestamp": int(first.get("timestamp", 0))}
+
+
+def _split(value: Optional[str]) -> Optional[list[str]]:
+    return None if value is None else [x.strip() for x in value.split(",") if x.strip()]
+
+
+def edit_acl_file(validator: Any, code: int, f: dict[str, str]) -> None:
+    """UPDATE_AND_CREATE_ACL_CONFIG / DELETE_ACL_CONFIG / UPDATE_GLOBAL_WHITE_ADDRS_CONFIG on the
+    validator's plain_acl.yml (``PlainPermissionManager``), then the validator re-reads it."""
+    import yaml  # noqa: WPS433
+
+    from broker.remoting.acl import load_plain_acl  # noqa: WPS433
+
+    path: Path = validator.path
+    doc = read_acl_doc(path)
+    accounts = [a for a in doc.get("accounts") or [] if isinstance(a, dict)]
+    ak = f.get("accessKey") or ""
+    if code == RC.UPDATE_AND_CREATE_ACL_CONFIG:
+        if len(ak) <= 6:
+            raise AclEditError(f"The accessKey={ak or None} cannot be null and length should longer than 6")
+        sk = f.get("secretKey")
+        if sk and len(sk) <= 6:
+            raise AclEditError("The secretKey value length should longer than 6")
+        account = next((a for a in accounts if str(a.get("accessKey")) == ak), None)
+        if account is None:
+            if not sk:
+                raise AclEditError(f"The secretKey of the new account {ak} cannot be null")
+            account = {}
+            accounts.append(account)
+        account["accessKey"] = ak
+        for key in ("secretKey", "defaultTopicPerm", "defaultGroupPerm"):
+            if f.get(key):
+                account[key] = f[key]
+        if f.get("whiteRemoteAddress") is not None:
+            account["whiteRemoteAddress"] = f["whiteRemoteAddress"]
+        account["admin"] = str(f.get("admin", "false")).lower() == "true"
+        for key in ("topicPerms", "groupPerms"):
+            perms = _split(f.get(key))
+            if perms is not None:
+                account[key] = perms
+    elif code == RC.DELETE_ACL_CONFIG:
+        kept = [a for a in accounts if str(a.get("accessKey")) != ak]
+        if len(kept) == len(accounts):
+            raise AclEditError(f"The accesskey[{ak}] corresponding to accessConfig has been deleted failed.")
+        accounts = kept
+    else:
+        doc["globalWhiteRemoteAddresses"] = _split(f.get("globalWhiteAddrs")) or []
+    doc["accounts"] = accounts
+    version = acl_data_version(doc)
+    doc["dataVersion"] = [{"counter": version["counter"] + 1, "timestamp": int(time.time() * 1000)}]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    try:
+        white, table = load_plain_acl(tmp)  # refuse what the validator could not read back
+    except Exception:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    validator.global_white, validator.accounts = white, table
 
 
 def _record_topic(raw: bytes) -> str:
@@ -59,6 +186,12 @@ class AdminBrokerProcessor(Processor):
         for code in _DUMPS:
             server.register(code, self.get_all)
         server.register(RC.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
+        server.register(RC.UPDATE_BROKER_CONFIG, self.update_broker_config)
+        for code in (RC.UPDATE_AND_CREATE_ACL_CONFIG, RC.DELETE_ACL_CONFIG, RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                     RC.GET_BROKER_CLUSTER_ACL_INFO):
+            server.register(code, self.acl_admin)
+        for code in CANNOT_APPLY:
+            server.register(code, self.cannot_apply)
 
     def _tq(self, cmd: RemotingCommand) -> tuple[str, int]:
         return field_str(cmd, "topic", required=True) or "", field_int(cmd, "queueId")
@@ -160,4 +293,64 @@ class AdminBrokerProcessor(Processor):
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
         self.ctx.registrar_wakeup()
+        return cmd.response(R.SUCCESS)
+
+    # ------------------------------------------------------------------ config, ACL, cannot apply
+    async def cannot_apply(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.response(R.REQUEST_CODE_NOT_SUPPORTED, f"request type {cmd.code} ({request_name(cmd.code)}): "
+                                                          f"{CANNOT_APPLY[cmd.code]}")
+
+    async def update_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        from broker.config import FIELD_BY_KEY  # noqa: WPS433
+        from broker.conf_file import _HINTS, _convert  # noqa: WPS433
+
+        if not cmd.body:
+            return cmd.response(R.SUCCESS)
+        try:
+            props = {k: v for k, v, _line in parse_properties(cmd.body.decode("utf-8"))}
+        except (UnicodeDecodeError, ConfigError) as exc:
+            return cmd.response(R.SYSTEM_ERROR, f"string2Properties error: {exc}")
+        black = str(getattr(self.c.broker_config, "config_black_list", None) or "configBlackList;brokerConfigPath")
+        if set(black.split(";")) & set(props):
+            return cmd.response(R.NO_PERMISSION, "Can not update config in black list.")
+        fixed = sorted(k for k in props if k in START_ONLY_KEYS or k.startswith(START_ONLY_PREFIXES))
+        if fixed:
+            return cmd.response(R.SYSTEM_ERROR, f"{', '.join(fixed)}: read once at start by this broker; edit the "
+                                                "conf file and restart it")
+        changes: list[tuple[Any, str, Any]] = []
+        for key, raw in props.items():
+            target = FIELD_BY_KEY.get(key)
+            if target is None:
+                continue
+            owner, name = target
+            obj = self.c.broker_config if isinstance(self.c.broker_config, owner) else self.c.store_config
+            try:
+                changes.append((obj, name, _convert(_HINTS[owner][name], raw, key)))
+            except ConfigError as exc:
+                return cmd.response(R.SYSTEM_ERROR, str(exc))
+        for obj, name, value in changes:
+            setattr(obj, name, value)
+        log.info("updateBrokerConfig called by %s: %s", conn.remote_addr, sorted(props))
+        if "brokerPermission" in props:
+            self.ctx.registrar_wakeup()
+        return cmd.response(R.SUCCESS)
+
+    async def acl_admin(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        v = getattr(self.ctx, "acl", None)
+        if v is None:
+            return cmd.response(ACL_FAILED[cmd.code], "aclEnable=false on this broker: there is no plain_acl.yml to "
+                                                      "read or change (set aclEnable=true and plainAclFile)")
+        try:
+            if cmd.code == RC.GET_BROKER_CLUSTER_ACL_INFO:
+                version = acl_data_version(read_acl_doc(v.path))
+                c = self.c
+                return cmd.response(R.SUCCESS, None, {
+                    "version": json.dumps(version, separators=(",", ":")),
+                    "allAclFileVersion": json.dumps({str(v.path): version}, separators=(",", ":")),
+                    "brokerName": c.broker_name, "brokerAddr": f"{c.broker_ip}:{c.listen_port}",
+                    "clusterName": c.cluster_name})
+            edit_acl_file(v, cmd.code, cmd.ext_fields)
+        except (AclEditError, AclConfigError, OSError) as exc:
+            return cmd.response(ACL_FAILED[cmd.code], str(exc))
+        log.info("%s called by %s", request_name(cmd.code), conn.remote_addr)
         return cmd.response(R.SUCCESS)

@@ -39,6 +39,10 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
 - GET_CONSUMER_CONNECTION_LIST (203) ``consumerGroup``: ConsumerConnection (connections with
   clientId/clientAddr/language/version, the subscriptions as the clients sent them, consume
   type, message model, consumeFromWhere); no live consumer: CONSUMER_NOT_ONLINE (206).
+- GET_BROKER_CONSUME_STATS (317) ``isOrder``: ConsumeStatsList ``{"brokerAddr", "consumeStatsList":
+  [{group: [ConsumeStats]}], "totalDiff"}``: for every subscription group, a ConsumeStats per topic
+  it has offsets on (write queues; an online group only for topics it subscribes; with ``isOrder``
+  only order topics), as Java's ``fetchAllConsumeStatsInBroker`` (``brokerConsumeStats``).
 - QUERY_TOPIC_CONSUME_BY_WHO (300) is served by ``topic_group_admin`` (GroupList ``groupList``).
 - TRIGGER_DELETE_FILES (27, admin-only under ACL): retention deletes expired files at its next
   rounds whatever the hour (``broker.store.clean``).
@@ -229,6 +233,7 @@ class AdminStatsProcessor(Processor):
         server.register(RC.GET_CONSUME_STATS, self.get_consume_stats)
         server.register(RC.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         server.register(RC.TRIGGER_DELETE_FILES, self.trigger_delete_files)
+        server.register(RC.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats)
 
     # ------------------------------------------------------------------ config and runtime
     async def get_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -410,3 +415,34 @@ class AdminStatsProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
         cleaner.trigger_manual()
         return cmd.response(R.SUCCESS)
+
+    async def get_broker_consume_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        is_order = str(cmd.ext_fields.get("isOrder", "false")).lower() == "true"
+        md, sa = self.c.metadata, self.c.store_access
+        offsets = md.managers["consumerOffset"]
+        groups = sorted(md.managers["subscriptionGroup"].subscription_group_table)
+        total_diff = 0
+        parts = []
+        for group in groups:
+            online = self.ctx.consumers.groups.get(group, {})
+            stats = []
+            for topic in sorted(offsets.which_topic_by_consumer(group)):
+                tc = md.topic(topic)
+                if tc is None or (is_order and not getattr(tc.raw, "order", False)):
+                    continue
+                if online and not any(topic in i.subscriptions for i in online.values()):
+                    continue
+                rows = []
+                for q in range(tc.write_queue_nums):
+                    broker_offset = max(0, sa.max_offset_in_queue(topic, q))
+                    consumer_offset = max(0, offsets.query_offset(group, topic, q))
+                    total_diff += broker_offset - consumer_offset
+                    wrapper = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                               "lastTimestamp": self._store_ts(topic, q, consumer_offset - 1)}
+                    rows.append(f"{_mq_key(self.c.broker_name, topic, q)}:{_json(wrapper)}")
+                stats.append('{"consumeTps":0.0,"offsetTable":{' + ",".join(rows) + "}}")
+            parts.append("{" + _json(group) + ":[" + ",".join(stats) + "]}")
+        addr = f"{self.c.broker_ip}:{self.c.listen_port}"
+        body = '{"brokerAddr":' + _json(addr) + ',"consumeStatsList":[' + ",".join(parts) + '],"totalDiff":' \
+            + str(total_diff) + "}"
+        return cmd.response(R.SUCCESS, None, body=body.encode())

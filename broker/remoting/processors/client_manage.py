@@ -15,6 +15,11 @@ Rules (apache/rocketmq 4.9.x):
   ``QUERY_NOT_FOUND`` "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first".
 - UPDATE_CONSUMER_OFFSET (``consumerGroup, topic, queueId, commitOffset``, usually oneway) stores
   the offset on any role, as RocketMQ does (a slave's copy is replaced by its sync).
+- GET_PRODUCER_CONNECTION_LIST (204) ``producerGroup``: ProducerConnection ``{"connectionSet":
+  [{clientId, clientAddr, language, version}]}`` of the group's live producers, none is
+  ``SYSTEM_ERROR`` "the producer group[G] not exist" (mqadmin producerConnection).
+  GET_ALL_PRODUCER_INFO (328): ProducerTableInfo ``{"data": {group: [{clientId, remoteIP
+  ("/ip:port", Netty's address text), language, version, lastUpdateTimestamp}]}}`` (mqadmin producer).
 
 Theory of operation: :class:`ConsumerManager` is an in-memory table ``group -> clientId ->
 ClientInfo``; the server's close listener calls :meth:`ConsumerManager.on_close`.
@@ -108,6 +113,8 @@ class ClientManageProcessor(Processor):
         server.register(RC.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list)
         server.register(RC.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
         server.register(RC.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
+        server.register(RC.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
+        server.register(RC.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
 
     async def heart_beat(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         try:
@@ -137,7 +144,9 @@ class ClientManageProcessor(Processor):
         for pd in hb.get("producerDataSet") or []:
             group = str(pd.get("groupName") or "")
             if group:
-                self.ctx.consumers.producers.setdefault(group, {})[client_id] = ClientInfo(client_id, conn, now)
+                self.ctx.consumers.producers.setdefault(group, {})[client_id] = ClientInfo(
+                    client_id, conn, now, client_addr=conn.remote_addr, language=str(cmd.language),
+                    version=int(cmd.version or 0))
         conn.attrs["clientID"] = client_id
         return cmd.response(R.SUCCESS)
 
@@ -187,3 +196,18 @@ class ClientManageProcessor(Processor):
                 require_found({RETRY_PREFIX + group: SUB, topic: SUB}, admin_for="resetting a consumer offset backwards")
             self.c.metadata.commit_offset(group, topic, queue_id, offset)
         return cmd.response(R.SUCCESS)
+
+    async def get_producer_connection_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        group = cmd.ext_fields.get("producerGroup", "")
+        clients = self.ctx.consumers.producers.get(group)
+        if not clients:
+            return cmd.response(R.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {"connectionSet": [{"clientAddr": i.client_addr, "clientId": i.client_id, "language": i.language,
+                                   "version": i.version} for i in clients.values()]}
+        return cmd.response(R.SUCCESS, None, body=json.dumps(body, separators=(",", ":")).encode())
+
+    async def get_all_producer_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        data = {group: [{"clientId": i.client_id, "remoteIP": f"/{i.client_addr}", "language": i.language,
+                         "version": i.version, "lastUpdateTimestamp": i.last_update_ms} for i in clients.values()]
+                for group, clients in sorted(self.ctx.consumers.producers.items())}
+        return cmd.response(R.SUCCESS, None, body=json.dumps({"data": data}, separators=(",", ":")).encode())

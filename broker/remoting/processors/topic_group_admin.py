@@ -40,6 +40,20 @@ Rules (apache/rocketmq 4.9.8 ``AdminBrokerProcessor``, ``Broker2Client.resetOffs
 - QUERY_TOPIC_CONSUME_BY_WHO (300) ``topic``: GroupList ``{"groupList":[...]}`` (the Java field;
   ``groupSet`` made statsAll print NO_CONSUMER): groups online subscribing the topic and groups
   with committed offsets on it. Registered after ``admin_stats``, whose handler it replaces.
+- CLONE_GROUP_OFFSET (314) ``srcGroup, destGroup, topic, offline``: the source group's committed
+  offsets of the topic (every topic it has offsets on when blank) are copied to the destination
+  group; a topic without config here is skipped, and so, unless ``offline``, is a topic an online
+  source group does not subscribe (Java's checks). SUCCESS.
+- CLEAN_UNUSED_TOPIC (316): the ConsumeQueues of topics without a topic config are destroyed (not
+  SCHEDULE_TOPIC_XXXX nor RMQ_SYS_TRANS_OP_HALF_TOPIC), as ``DefaultMessageStore.cleanUnusedTopic``.
+- CLEAN_EXPIRED_CONSUMEQUEUE (306): ConsumeQueue files wholly below the commitlog's min offset are
+  deleted. (Java destroys a whole queue whose last unit is below it, which restarts its queue
+  offsets at 0; we keep the offsets.) DELETE_EXPIRED_COMMITLOG (329): the retention service's next
+  rounds delete expired files whatever the hour (``executeDeleteFilesManually``).
+- QUERY_CONSUME_QUEUE (321) ``topic, queueId, index, count, consumerGroup``: QueryConsumeQueueResponseBody
+  ``{maxQueueIndex, minQueueIndex, queueData:[{physicOffset, physicSize, tagsCode, eval}],
+  subscriptionData, filterData}``; no such queue is ``SYSTEM_ERROR`` "Q@T is not exist!", an index
+  outside the queue SUCCESS with remark "Index I of Q@T is not exist!" and no rows (as Java).
 
 Theory of operation: handlers over the controller's metadata managers, store and the remoting
 ConsumerManager; the MessageQueue map keys are written as fastjson writes them (objects as keys).
@@ -124,6 +138,11 @@ class TopicGroupAdminProcessor(Processor):
         server.register(RC.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group)
         server.register(RC.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
         server.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
+        server.register(RC.CLONE_GROUP_OFFSET, self.clone_group_offset)
+        server.register(RC.CLEAN_UNUSED_TOPIC, self.clean_unused_topic)
+        server.register(RC.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
+        server.register(RC.DELETE_EXPIRED_COMMITLOG, self.delete_expired_commitlog)
+        server.register(RC.QUERY_CONSUME_QUEUE, self.query_consume_queue)
 
     def _slave(self, cmd: RemotingCommand) -> RemotingCommand | None:
         return None if self.c.is_master() else cmd.response(R.SYSTEM_ERROR, SLAVE_REMARK)
@@ -252,3 +271,81 @@ class TopicGroupAdminProcessor(Processor):
                   if any(topic in i.subscriptions for i in clients.values())}
         groups |= self.c.metadata.managers["consumerOffset"].which_group_by_topic(topic)
         return cmd.response(R.SUCCESS, None, body=json.dumps({"groupList": sorted(groups)}).encode())
+
+    # ------------------------------------------------------------------ offsets, queues and files
+    async def clone_group_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            src = field_str(cmd, "srcGroup", required=True) or ""
+            dest = field_str(cmd, "destGroup", required=True) or ""
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        topic = (cmd.ext_fields.get("topic") or "").strip()
+        offline = field_bool(cmd, "offline")
+        md = self.c.metadata
+        offsets = md.managers["consumerOffset"]
+        online = self.ctx.consumers.groups.get(src, {})
+        cloned = 0
+        for t in ([topic] if topic else sorted(offsets.which_topic_by_consumer(src))):
+            if md.topic(t) is None:
+                continue
+            if not offline and online and not any(t in i.subscriptions for i in online.values()):
+                continue
+            for q, off in offsets.query_offsets(src, t).items():
+                md.commit_offset(dest, t, q, off)
+                cloned += 1
+        if cloned:
+            offsets.persist()
+        log.info("cloneGroupOffset %s -> %s topic %s by %s: %d queues", src, dest, topic or "*", conn.remote_addr, cloned)
+        return cmd.response(R.SUCCESS)
+
+    async def clean_unused_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        store = self.c.store_access.store
+        keep = {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
+        for topic in store.consume_queue_store.topics:
+            if topic not in keep and self.c.metadata.topic(topic) is None:
+                n = drop_topic_queues(store, topic)
+                log.info("cleanUnusedTopic: %s, %d consume queues destroyed", topic, n)
+        return cmd.response(R.SUCCESS)
+
+    async def clean_expired_consume_queue(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        store = self.c.store_access.store
+        min_phy = store.commitlog.min_offset
+        deleted = store.consume_queue_store.delete_expired_files(min_phy) if min_phy > 0 else 0
+        log.info("cleanExpiredConsumeQueue by %s: %d files below commitlog offset %d deleted", conn.remote_addr,
+                 deleted, min_phy)
+        return cmd.response(R.SUCCESS)
+
+    async def delete_expired_commitlog(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        cleaner = getattr(self.c.store_access.store, "cleaner", None)
+        if cleaner is None:
+            return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
+        cleaner.trigger_manual()
+        return cmd.response(R.SUCCESS)
+
+    async def query_consume_queue(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            topic = field_str(cmd, "topic", required=True) or ""
+            queue_id = field_int(cmd, "queueId")
+            index = field_int(cmd, "index")
+            count = max(0, min(field_int(cmd, "count", 10), 1000))
+        except HeaderError as exc:
+            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        cq = self.c.store_access.store.consume_queue_store.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return cmd.response(R.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
+        body: dict[str, Any] = {"maxQueueIndex": cq.max_offset_in_queue, "minQueueIndex": cq.min_offset_in_queue}
+        group = cmd.ext_fields.get("consumerGroup")
+        if group:
+            online = self.ctx.consumers.groups.get(group, {})
+            sub = next((i.subscription_data[topic] for i in online.values() if topic in i.subscription_data), None)
+            if sub is None:
+                body["filterData"] = f"{group}@{topic} is not online!"
+            else:
+                body["subscriptionData"] = sub
+                body["filterData"] = "null"
+        units = cq.get_units(index, count)
+        if not units:
+            return cmd.response(R.SUCCESS, f"Index {index} of {queue_id}@{topic} is not exist!")
+        body["queueData"] = [{"eval": False, "physicOffset": off, "physicSize": size, "tagsCode": tags}
+                             for off, size, tags in units]
+        return cmd.response(R.SUCCESS, None, body=json.dumps(body, separators=(",", ":")).encode())
