@@ -199,7 +199,8 @@ class RuntimeStats:
         return max(0.0, (now - old[1]) / (t1 - old[0]))
 
     def rates(self, name: str) -> str:
-        return " ".join(f"{self.rate(name, w):.2f}" for w in WINDOWS_S)
+        """Three windows as Java's ``StoreStatsService`` prints them (``String.valueOf(double)``)."""
+        return " ".join(java_double(self.rate(name, w)) for w in WINDOWS_S)
 
     def morning(self, name: str, days_ago: int) -> int:
         """Total at the midnight ``days_ago`` days back (0 = today's), 0 if this process did not see it."""
@@ -251,8 +252,7 @@ class AdminStatsProcessor(Processor):
         totals = st.totals()
         put_total, get_total = totals["put"], totals["get"]
         table = {
-            "brokerVersionDesc": "V4_9_8", "brokerVersion": "409", "brokerRole": c.broker_role,
-            "brokerId": str(c.broker_id), "bootTimestamp": str(c.started_ms),
+            "brokerVersionDesc": "V4_9_8", "brokerVersion": "409", "bootTimestamp": str(c.started_ms),
             "msgPutTotalYesterdayMorning": str(st.morning("put", 1)), "msgPutTotalTodayMorning": str(st.morning("put", 0)),
             "msgPutTotalTodayNow": str(int(put_total)),
             "msgGetTotalYesterdayMorning": str(st.morning("get", 1)), "msgGetTotalTodayMorning": str(st.morning("get", 0)),
@@ -270,7 +270,7 @@ class AdminStatsProcessor(Processor):
             "remainTransientStoreBufferNumbs": str(JAVA_INT_MAX),
             "commitLogMaxOffset": str(sa.max_phy_offset()), "commitLogMinOffset": str(sa.min_phy_offset()),
             "putTps": st.rates("put"), "getTransferedTps": st.rates("get"), "getFoundTps": st.rates("get"),
-            "getMissTps": "0.00 0.00 0.00", "getTotalTps": st.rates("get"),
+            "getMissTps": "0.0 0.0 0.0", "getTotalTps": st.rates("get"),
             "putMessageTimesTotal": str(max(1, int(put_total))),  # Apache: 1 when nothing was put
             "runtime": format_runtime(int(time.time() * 1000 - c.started_ms)),
         }

@@ -54,6 +54,9 @@ Rules (apache/rocketmq 4.9.8 ``AdminBrokerProcessor``, ``Broker2Client.resetOffs
   ``{maxQueueIndex, minQueueIndex, queueData:[{physicOffset, physicSize, tagsCode, eval}],
   subscriptionData, filterData}``; no such queue is ``SYSTEM_ERROR`` "Q@T is not exist!", an index
   outside the queue SUCCESS with remark "Index I of Q@T is not exist!" and no rows (as Java).
+- GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305, ``exportMetrics``): TopicList ``{"topicList": [...]}`` of
+  the system topics this broker has (:func:`is_system_topic`, the cluster's and the broker's own
+  name topics, ``<cluster>_REPLY_TOPIC``), as Java's ``TopicConfigManager.getSystemTopic``.
 
 Theory of operation: handlers over the controller's metadata managers, store and the remoting
 ConsumerManager; the MessageQueue map keys are written as fastjson writes them (objects as keys).
@@ -143,6 +146,7 @@ class TopicGroupAdminProcessor(Processor):
         server.register(RC.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
         server.register(RC.DELETE_EXPIRED_COMMITLOG, self.delete_expired_commitlog)
         server.register(RC.QUERY_CONSUME_QUEUE, self.query_consume_queue)
+        server.register(RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, self.system_topic_list)
 
     def _slave(self, cmd: RemotingCommand) -> RemotingCommand | None:
         return None if self.c.is_master() else cmd.response(R.SYSTEM_ERROR, SLAVE_REMARK)
@@ -349,3 +353,10 @@ class TopicGroupAdminProcessor(Processor):
         body["queueData"] = [{"eval": False, "physicOffset": off, "physicSize": size, "tagsCode": tags}
                              for off, size, tags in units]
         return cmd.response(R.SUCCESS, None, body=json.dumps(body, separators=(",", ":")).encode())
+
+    async def system_topic_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        c = self.c
+        own = {c.cluster_name, c.broker_name, f"{c.cluster_name}_REPLY_TOPIC"}
+        topics = sorted(t.topic_name for t in c.metadata.topics()
+                        if is_system_topic(t.topic_name) or t.topic_name in own)
+        return cmd.response(R.SUCCESS, None, body=json.dumps({"topicList": topics}, separators=(",", ":")).encode())
