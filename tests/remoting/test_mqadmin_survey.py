@@ -1,7 +1,8 @@
 """Apache's mqadmin 4.9.8 against both our modes: the sub-commands the survey found missing or
 different (docs/mqadmin-survey.md, issue 25).
 
-Before: our broker answered "request type N not supported" to producerConnection (204),
+Before: our broker answered "request type N not supported" to producerConnection (204), exportMetrics
+(305; exportConfigs died on config keys it reads that we lacked),
 producer (328), brokerConsumeStats (317), updateBrokerConfig (25), queryCq (321), cleanExpiredCQ
 (306), deleteExpiredCommitLog (329), cleanUnusedTopic (316) and the ACL commands (50-53); our
 name server to wipeWritePerm (205), addWritePerm (327), getNamesrvConfig (319) and
@@ -117,11 +118,16 @@ def common_checks(out: dict[str, str], addr: str, name: str, ns: str) -> None:
     assert "listenPort" in out["getNamesrvConfig"] and f"============{ns}============" in out["getNamesrvConfig"]
     assert re.search(r"GET_CONSUMER_RUNNING_INFO\): consumer running info: this broker cannot call a client",
                      out["consumerStatus"]), out["consumerStatus"]
+    for what in ("configs", "metrics"):  # exportConfigs needs Apache's config keys, exportMetrics request 305
+        key = f"export{what.capitalize()}"
+        assert re.search(rf"export \S+/{what}\.json success", out[key]), (key, out[key])
 
 
-def common_commands(ns: str, addr: str, name: str) -> dict[str, list[str]]:
+def common_commands(ns: str, addr: str, name: str, cluster: str, export: Path) -> dict[str, list[str]]:
     n = ["-n", ns]
     return {
+        "exportConfigs": [*n, "-c", cluster, "-f", str(export)],
+        "exportMetrics": [*n, "-c", cluster, "-f", str(export)],
         "producerConnection": [*n, "-g", PRODUCER, "-t", TOPIC],
         "brokerConsumeStats": [*n, "-b", addr],
         "updateBrokerConfig": [*n, "-b", addr, "-k", "flushIntervalCommitLog", "-v", "777"],
@@ -184,7 +190,8 @@ def test_classic_group(tmp_path: Path) -> None:
             fill(c)
         wait_until(lambda: TOPIC in ours("topicList", "-n", ns.address).stdout, 30.0, "route registered")
         with Client(b.address, {0: 1, 1: 0}):
-            out = run_commands(home, common_commands(ns.address, b.address, "broker-a"))
+            out = run_commands(home, common_commands(ns.address, b.address, "broker-a", "DefaultCluster",
+                                                     tmp_path / "export"))
         common_checks(out, b.address, "broker-a", ns.address)
         after_checks(home, ns.address, b.address, "broker-a")
         send_by_name(ns.address, "broker-a", b.address)
@@ -206,7 +213,7 @@ def test_dledger_group(tmp_path: Path) -> None:
         wait_until(lambda: all(g.address(n) in ours("clusterList", "-n", ns.address).stdout for n in IDS), 30.0,
                    "all three registered")
         with Client(addr, {0: 1, 1: 0}):
-            out = run_commands(home, common_commands(ns.address, addr, "RaftNode00"))
+            out = run_commands(home, common_commands(ns.address, addr, "RaftNode00", "RaftCluster", tmp_path / "export"))
         common_checks(out, addr, "RaftNode00", ns.address)
         after_checks(home, ns.address, addr, "RaftNode00")
         send_by_name(ns.address, "RaftNode00", addr)  # names every member: the send lands on the leader

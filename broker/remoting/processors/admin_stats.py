@@ -3,7 +3,8 @@
 Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its sources and the
 ``tools`` sub-commands that read them, issue 14.4):
 - GET_BROKER_CONFIG (26): body = every config key as ``key=value`` lines (``getAllConfigsFormatString``),
-  header ``version`` = the DataVersion JSON. Secrets (auth tokens, secret keys) are ``******``.
+  header ``version`` = the DataVersion JSON. Secrets (auth tokens, secret keys) are ``******``. Apache
+  keys ``exportConfigs`` reads that we have no setting for (:data:`APACHE_ONLY_KEYS`) say what we do.
 - GET_BROKER_RUNTIME_INFO (28): ``{"table":{...}}`` with every key ``clusterList``/``brokerStatus``
   read, values strings as in Java: ``putTps``/``getTransferedTps``/``getFoundTps``/... are three
   rates "10s 60s 600s" (from :class:`RuntimeStats`), ``msgPutTotal*``/``msgGetTotal*`` counts
@@ -68,6 +69,10 @@ from broker.remoting.server import RemotingConnection
 
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
 
+#: Apache BrokerConfig keys ``exportConfigs`` reads that have no setting here: what this broker does
+#: (no filter servers, no message trace topic of its own, no TLS on the remoting port)
+APACHE_ONLY_KEYS = {"filterServerNums": "0", "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC", "traceOn": "false",
+                    "traceTopicEnable": "false", "useTLS": "false"}
 SECRET_KEYS = frozenset({"dLegerAuthToken", "haAuthToken", "innerSecretKey", "metricsBearerToken", "secretKey"})
 WINDOWS_S = (10, 60, 600)
 EARLIEST_SCAN_ENTRIES = 64  # DLedger entries walked for the first message (non-message entries are rare)
@@ -242,6 +247,8 @@ class AdminStatsProcessor(Processor):
 
         props = to_properties(self.c.broker_config, self.c.store_config, only_changed=False)
         props["brokerRole"], props["brokerId"] = str(self.c.broker_role), str(self.c.broker_id)  # live (issue 25.3)
+        for key, value in APACHE_ONLY_KEYS.items():
+            props.setdefault(key, value)
         lines = [f"{k}={'******' if k in SECRET_KEYS and v else v}" for k, v in props.items()]
         version = _json({"counter": 1, "timestamp": self.c.started_ms})
         return cmd.response(R.SUCCESS, None, {"version": version}, ("\n".join(lines) + "\n").encode("utf-8"))
