@@ -165,12 +165,23 @@ def after_checks(home: Path, ns: str, addr: str, name: str) -> None:
     assert re.search(r"productEnvName\s*=  survey", apache(home, "getNamesrvConfig", "-n", ns))
 
 
-def send_by_name(ns: str, name: str, want_addr: str) -> None:
-    """Our mqadmin takes Apache's ``-n NAMESRV -b BROKERNAME`` (and still an address)."""
+def send_by_name(ns: str, name: str, cluster: str, want_addr: str) -> None:
+    """Our mqadmin takes Apache's ``-n NAMESRV -b BROKERNAME`` (and still an address), and Apache's flags."""
     r = ours("sendMessage", "-n", ns, "-b", name, "-t", TOPIC, "-p", "by-name", "--timeout", "15")
     assert r.returncode == 0 and "SEND_OK" in r.stdout and want_addr in r.stdout, r.stdout + r.stderr
     r = ours("sendMessage", "-n", ns, "-b", "no-such-broker", "-t", TOPIC, "-p", "x")
     assert r.returncode == 2 and "no-such-broker" in r.stderr, r.stdout + r.stderr
+    # Apache's long flag names and -n forms on the other commands our mqadmin has
+    r = ours("queryMsgByOffset", "-n", ns, "-b", name, "--topic", TOPIC, "--queueId", "0", "--offset", "0")
+    assert r.returncode == 0 and "Queue Offset:        0" in r.stdout, r.stdout + r.stderr
+    r = ours("updateTopic", "-n", ns, "--clusterName", cluster, "--topic", "SvFlags", "--readQueueNums", "3",
+             "--writeQueueNums", "3", "--perm", "6")
+    assert r.returncode == 0 and f"create topic to {want_addr} success." in r.stdout, r.stdout + r.stderr
+    r = ours("topicStatus", "-n", ns, "--topic", TOPIC)
+    assert r.returncode == 0 and len([ln for ln in r.stdout.splitlines() if ln.startswith(TOPIC)]) == 2, r.stdout
+    r = ours("consumeMessage", "-n", ns, "--topic", TOPIC, "--queueId", "1", "--MessageNumber", "1",
+             "--consumerGroup", "SvFlagsGroup")
+    assert r.returncode == 0 and "consumed 1 message(s)" in r.stdout, r.stdout + r.stderr
 
 
 def fill(c: Any) -> None:
@@ -194,7 +205,7 @@ def test_classic_group(tmp_path: Path) -> None:
                                                      tmp_path / "export"))
         common_checks(out, b.address, "broker-a", ns.address)
         after_checks(home, ns.address, b.address, "broker-a")
-        send_by_name(ns.address, "broker-a", b.address)
+        send_by_name(ns.address, "broker-a", "DefaultCluster", b.address)
     finally:
         kill_all([b])
         ns.kill9()
@@ -216,7 +227,7 @@ def test_dledger_group(tmp_path: Path) -> None:
             out = run_commands(home, common_commands(ns.address, addr, "RaftNode00", "RaftCluster", tmp_path / "export"))
         common_checks(out, addr, "RaftNode00", ns.address)
         after_checks(home, ns.address, addr, "RaftNode00")
-        send_by_name(ns.address, "RaftNode00", addr)  # names every member: the send lands on the leader
+        send_by_name(ns.address, "RaftNode00", "RaftCluster", addr)  # names every member: the send lands on the leader
     finally:
         kill_all(g.procs.values())
         ns.kill9()
