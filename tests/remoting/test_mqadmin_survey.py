@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import pytest
 
+from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
@@ -237,7 +238,29 @@ ACL = """accounts:
   - accessKey: rocketmq2
     secretKey: 12345678-admin
     admin: true
+  - accessKey: survey-plain
+    secretKey: plain-secret-1
+    admin: false
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
 """
+
+
+def refused_to_non_admin(port: int) -> dict[int, int]:
+    """Response codes of the admin-only new requests for a signed non-admin account."""
+    async def run() -> dict[int, int]:
+        cl = await RemotingClient.connect("127.0.0.1", port, rpc_hook=signer("survey-plain", "plain-secret-1"))
+        try:
+            out = {}
+            for code, fields in ((50, {"accessKey": "survey-evil", "secretKey": "evil-secret-1", "admin": "true"}),
+                                 (51, {"accessKey": "rocketmq2"}), (53, {"globalWhiteAddrs": "*"}), (317, {}),
+                                 (328, {}), (306, {}), (316, {}), (329, {}),
+                                 (314, {"srcGroup": "a", "destGroup": "b", "topic": "t"})):
+                out[code] = (await cl.request(code, fields)).code
+            return out
+        finally:
+            await cl.close()
+    return asyncio.run(run())
 
 
 def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
@@ -258,6 +281,7 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
 
     try:
         b.start()
+        assert refused_to_non_admin(port) == dict.fromkeys((50, 51, 53, 317, 328, 306, 316, 329, 314), 16)
         n = ["-n", "127.0.0.1:1", "-b", b.address]
         with ThreadPoolExecutor(2) as pool:
             first: list[Callable[[], str]] = [

@@ -39,7 +39,7 @@ Rules (apache/rocketmq 4.9.x):
   on both doors. Failures answer Java's codes 209/210/211 with a one-line reason. Without ACL the
   answer is the one-line reason (Java answers a null remark). GET_BROKER_CLUSTER_ACL_INFO: header
   ``version`` (DataVersion JSON), ``allAclFileVersion`` ({file: DataVersion}), ``brokerName,
-  brokerAddr, clusterName``.
+  brokerAddr, clusterName``. Changes need an admin account (checked here, whatever the permission table says).
 - Requests that cannot apply to this broker (:data:`CANNOT_APPLY`) answer
   ``REQUEST_CODE_NOT_SUPPORTED`` with one line saying why, not a bare "request type N not supported".
 """
@@ -337,6 +337,8 @@ class AdminBrokerProcessor(Processor):
 
     async def acl_admin(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         v = getattr(self.ctx, "acl", None)
+        if cmd.code != RC.GET_BROKER_CLUSTER_ACL_INFO:
+            require_found({}, admin_for="changing the ACL")  # also until broker.remoting.permissions lists 50-53
         if v is None:
             return cmd.response(ACL_FAILED[cmd.code], "aclEnable=false on this broker: there is no plain_acl.yml to "
                                                       "read or change (set aclEnable=true and plainAclFile)")

@@ -43,7 +43,8 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
 - GET_BROKER_CONSUME_STATS (317) ``isOrder``: ConsumeStatsList ``{"brokerAddr", "consumeStatsList":
   [{group: [ConsumeStats]}], "totalDiff"}``: for every subscription group, a ConsumeStats per topic
   it has offsets on (write queues; an online group only for topics it subscribes; with ``isOrder``
-  only order topics), as Java's ``fetchAllConsumeStatsInBroker`` (``brokerConsumeStats``).
+  only order topics), as Java's ``fetchAllConsumeStatsInBroker`` (``brokerConsumeStats``). Under ACL it
+  needs an admin account (every group's offsets), checked here.
 - QUERY_TOPIC_CONSUME_BY_WHO (300) is served by ``topic_group_admin`` (GroupList ``groupList``).
 - TRIGGER_DELETE_FILES (27, admin-only under ACL): retention deletes expired files at its next
   rounds whatever the hour (``broker.store.clean``).
@@ -62,6 +63,7 @@ import os
 import time
 from typing import Any, Optional
 
+from broker.remoting.acl import require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC, ResponseCode as R
 from broker.remoting.processors.common import HeaderError, Processor, field_str
@@ -424,6 +426,7 @@ class AdminStatsProcessor(Processor):
         return cmd.response(R.SUCCESS)
 
     async def get_broker_consume_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="every group's offsets")  # as query-all-offsets (broker.remoting.permissions)
         is_order = str(cmd.ext_fields.get("isOrder", "false")).lower() == "true"
         md, sa = self.c.metadata, self.c.store_access
         offsets = md.managers["consumerOffset"]

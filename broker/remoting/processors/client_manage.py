@@ -19,7 +19,8 @@ Rules (apache/rocketmq 4.9.x):
   [{clientId, clientAddr, language, version}]}`` of the group's live producers, none is
   ``SYSTEM_ERROR`` "the producer group[G] not exist" (mqadmin producerConnection).
   GET_ALL_PRODUCER_INFO (328): ProducerTableInfo ``{"data": {group: [{clientId, remoteIP
-  ("/ip:port", Netty's address text), language, version, lastUpdateTimestamp}]}}`` (mqadmin producer).
+  ("/ip:port", Netty's address text), language, version, lastUpdateTimestamp}]}}`` (mqadmin producer);
+  under ACL an admin account (every group's clients), checked here.
 
 Theory of operation: :class:`ConsumerManager` is an in-memory table ``group -> clientId ->
 ClientInfo``; the server's close listener calls :meth:`ConsumerManager.on_close`.
@@ -207,6 +208,7 @@ class ClientManageProcessor(Processor):
         return cmd.response(R.SUCCESS, None, body=json.dumps(body, separators=(",", ":")).encode())
 
     async def get_all_producer_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="every producer group's clients")
         data = {group: [{"clientId": i.client_id, "remoteIP": f"/{i.client_addr}", "language": i.language,
                          "version": i.version, "lastUpdateTimestamp": i.last_update_ms} for i in clients.values()]
                 for group, clients in sorted(self.ctx.consumers.producers.items())}

@@ -57,6 +57,8 @@ Rules (apache/rocketmq 4.9.8 ``AdminBrokerProcessor``, ``Broker2Client.resetOffs
 - GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305, ``exportMetrics``): TopicList ``{"topicList": [...]}`` of
   the system topics this broker has (:func:`is_system_topic`, the cluster's and the broker's own
   name topics, ``<cluster>_REPLY_TOPIC``), as Java's ``TopicConfigManager.getSystemTopic``.
+- Under ACL, whatever ``broker.remoting.permissions`` says of the codes: cloning offsets and deleting
+  queues or files need an admin account, QUERY_CONSUME_QUEUE SUB on the topic (checked here).
 
 Theory of operation: handlers over the controller's metadata managers, store and the remoting
 ConsumerManager; the MessageQueue map keys are written as fastjson writes them (objects as keys).
@@ -72,6 +74,7 @@ from typing import Any
 from broker.metadata.subscription_group import SubscriptionGroupConfig
 from broker.metadata.config_manager import bean_from_json
 from broker.metadata.topic_config import TOPIC_MAX_LENGTH, TopicValidationError
+from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
@@ -278,6 +281,7 @@ class TopicGroupAdminProcessor(Processor):
 
     # ------------------------------------------------------------------ offsets, queues and files
     async def clone_group_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="cloning a group's offsets")
         try:
             src = field_str(cmd, "srcGroup", required=True) or ""
             dest = field_str(cmd, "destGroup", required=True) or ""
@@ -303,6 +307,7 @@ class TopicGroupAdminProcessor(Processor):
         return cmd.response(R.SUCCESS)
 
     async def clean_unused_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="deleting consume queues")
         store = self.c.store_access.store
         keep = {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
         for topic in store.consume_queue_store.topics:
@@ -312,6 +317,7 @@ class TopicGroupAdminProcessor(Processor):
         return cmd.response(R.SUCCESS)
 
     async def clean_expired_consume_queue(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="deleting consume queue files")
         store = self.c.store_access.store
         min_phy = store.commitlog.min_offset
         deleted = store.consume_queue_store.delete_expired_files(min_phy) if min_phy > 0 else 0
@@ -320,6 +326,7 @@ class TopicGroupAdminProcessor(Processor):
         return cmd.response(R.SUCCESS)
 
     async def delete_expired_commitlog(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        require_found({}, admin_for="deleting commitlog files")
         cleaner = getattr(self.c.store_access.store, "cleaner", None)
         if cleaner is None:
             return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
@@ -334,6 +341,7 @@ class TopicGroupAdminProcessor(Processor):
             count = max(0, min(field_int(cmd, "count", 10), 1000))
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
+        require_found({topic: SUB})
         cq = self.c.store_access.store.consume_queue_store.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return cmd.response(R.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
