@@ -376,7 +376,9 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp = add("consumerProgress", run(consumer_progress), "a group's offsets and lag per queue", broker_flag=True)
     targets(sp, cluster=False)
     sp.add_argument("-g", "--groupName", dest="group")
-    sp.add_argument("-s", "--showClientIP", dest="show_client_ip", action="store_true")
+    # Apache's option takes a value (``-s true``); a bare ``-s`` still means true
+    sp.add_argument("-s", "--showClientIP", dest="show_client_ip", nargs="?", const=True, default=False,
+                    type=lambda v: v.strip().lower() == "true", metavar="true|false")
     sp = add("consumerConnection", run(consumer_connection), "a group's online clients and subscriptions", broker_flag=True)
     targets(sp, cluster=False)
     sp.add_argument("-g", "--consumerGroup", dest="group", required=True)

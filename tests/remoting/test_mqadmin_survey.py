@@ -173,6 +173,9 @@ def send_by_name(ns: str, name: str, cluster: str, want_addr: str) -> None:
     r = ours("sendMessage", "-n", ns, "-b", "no-such-broker", "-t", TOPIC, "-p", "x")
     assert r.returncode == 2 and "no-such-broker" in r.stderr, r.stdout + r.stderr
     # Apache's long flag names and -n forms on the other commands our mqadmin has
+    for value, column in (("true", True), ("false", False)):  # Apache's -s takes a value
+        r = ours("consumerProgress", "-n", ns, "-g", GROUP, "-s", value)
+        assert r.returncode == 0 and ("#Client IP" in r.stdout) == column, r.stdout + r.stderr
     r = ours("queryMsgByOffset", "-n", ns, "-b", name, "--topic", TOPIC, "--queueId", "0", "--offset", "0")
     assert r.returncode == 0 and "Queue Offset:        0" in r.stdout, r.stdout + r.stderr
     r = ours("updateTopic", "-n", ns, "--clusterName", cluster, "--topic", "SvFlags", "--readQueueNums", "3",
