@@ -88,6 +88,11 @@ _OPS = (
     Operation("update-broker-config", Need.ADMIN, "admin"),
     Operation("delete-files", Need.ADMIN, "admin"),
     Operation("leadership", Need.ADMIN, "admin"),
+    Operation("acl-config", Need.ADMIN, "admin (plain_acl.yml: accounts, global white addresses)"),
+    Operation("producer-connections", Need.ACCOUNT, "any account (one producer group's client addresses)"),
+    Operation("all-producers", Need.ADMIN, "admin (every producer group's clients)"),
+    Operation("read-consume-queue", Need.FOUND, "SUB on the topic (checked by the handler)"),
+    Operation("cannot-apply", Need.ACCOUNT, "any account: answered with the reason it cannot apply here"),
 )
 OPERATIONS: dict[str, Operation] = {op.name: op for op in _OPS}
 
@@ -119,6 +124,20 @@ REMOTING: dict[int, str] = {
     RC.INVOKE_BROKER_TO_RESET_OFFSET: "reset-offsets",
     RC.UPDATE_BROKER_CONFIG: "update-broker-config",
     RC.TRIGGER_DELETE_FILES: "delete-files",
+    RC.CLEAN_EXPIRED_CONSUMEQUEUE: "delete-files", RC.CLEAN_UNUSED_TOPIC: "delete-files",
+    RC.DELETE_EXPIRED_COMMITLOG: "delete-files",
+    RC.CLONE_GROUP_OFFSET: "reset-offsets",
+    RC.GET_BROKER_CONSUME_STATS: "query-all-offsets",
+    RC.UPDATE_AND_CREATE_ACL_CONFIG: "acl-config", RC.DELETE_ACL_CONFIG: "acl-config",
+    RC.GET_BROKER_CLUSTER_ACL_INFO: "acl-config", RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: "acl-config",
+    RC.GET_PRODUCER_CONNECTION_LIST: "producer-connections",
+    RC.GET_ALL_PRODUCER_INFO: "all-producers",
+    RC.QUERY_CONSUME_QUEUE: "read-consume-queue",
+    RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: "list-topics",
+    RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "cannot-apply", RC.REGISTER_FILTER_SERVER: "cannot-apply",
+    RC.REGISTER_MESSAGE_FILTER_CLASS: "cannot-apply", RC.GET_CONSUMER_RUNNING_INFO: "cannot-apply",
+    RC.QUERY_CORRECTION_OFFSET: "cannot-apply", RC.CONSUME_MESSAGE_DIRECTLY: "cannot-apply",
+    RC.RESUME_CHECK_HALF_MESSAGE: "cannot-apply",
 }
 
 HTTP: dict[tuple[str, str], str] = {
