@@ -30,7 +30,8 @@ Rules (apache/rocketmq 4.9.x):
   and persist it for the next start); a bad value is ``SYSTEM_ERROR`` naming the key. Other known
   keys are set in memory (``getBrokerConfig`` shows them; code reading the setting at run time
   sees them); unknown keys are ignored, as Java's ``properties2Object``. Unlike Java the conf
-  file is not rewritten: a restart goes back to the file. ``brokerPermission`` re-registers at once.
+  file is not rewritten: a restart goes back to the file. ``brokerPermission`` (:data:`NOT_APPLIED_KEYS`)
+  is refused with what to use instead: neither the registration nor the send path applies it here.
 - ACL (50-53, ``updateAclConfig`` / ``deleteAclConfig`` / ``clusterAclConfigVersion`` /
   ``updateGlobalWhiteAddr``): with ``aclEnable=true`` the plain_acl.yml is edited as Java's
   ``PlainPermissionManager`` does (account map keys ``accessKey, secretKey, whiteRemoteAddress,
@@ -87,6 +88,11 @@ START_ONLY_KEYS = frozenset({
     "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "remotingAllowInsecure",
 })
 START_ONLY_PREFIXES = ("dLeger", "storePath", "mappedFileSize")
+#: keys Apache applies at once that this broker does not apply at all: refused, with what to do instead
+NOT_APPLIED_KEYS = {
+    "brokerPermission": "this broker does not apply brokerPermission (its registration and sends ignore it); "
+                        "use mqadmin wipeWritePerm / addWritePerm on the name servers, or updateTopicPerm",
+}
 ACL_FAILED = {RC.UPDATE_AND_CREATE_ACL_CONFIG: R.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
               RC.DELETE_ACL_CONFIG: R.DELETE_ACL_CONFIG_FAILED,
               RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
@@ -313,6 +319,9 @@ class AdminBrokerProcessor(Processor):
         black = str(getattr(self.c.broker_config, "config_black_list", None) or "configBlackList;brokerConfigPath")
         if set(black.split(";")) & set(props):
             return cmd.response(R.NO_PERMISSION, "Can not update config in black list.")
+        ignored = sorted(k for k in props if k in NOT_APPLIED_KEYS)
+        if ignored:
+            return cmd.response(R.SYSTEM_ERROR, f"{ignored[0]}: {NOT_APPLIED_KEYS[ignored[0]]}")
         fixed = sorted(k for k in props if k in START_ONLY_KEYS or k.startswith(START_ONLY_PREFIXES))
         if fixed:
             return cmd.response(R.SYSTEM_ERROR, f"{', '.join(fixed)}: read once at start by this broker; edit the "
@@ -331,8 +340,6 @@ class AdminBrokerProcessor(Processor):
         for obj, name, value in changes:
             setattr(obj, name, value)
         log.info("updateBrokerConfig called by %s: %s", conn.remote_addr, sorted(props))
-        if "brokerPermission" in props:
-            self.ctx.registrar_wakeup()
         return cmd.response(R.SUCCESS)
 
     async def acl_admin(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
