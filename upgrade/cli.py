@@ -9,13 +9,15 @@ first line of this module when it is the program (the ``mqupgrade`` console scri
 ``python -m upgrade.cli``) until the subcommand runs, SIGINT ends the process at once with that
 line (nothing has been changed yet); the subcommand runs under Python's usual KeyboardInterrupt,
 which a subcommand may handle itself (``apply`` says "run it again to resume") and :func:`main`
-turns into the same one line otherwise. Left: a SIGINT during the interpreter's own start-up,
+turns into the same one line otherwise. The handler is installed by this module's first lines
+with the C ``_signal`` module (``signal``'s enums take milliseconds to import: a SIGINT landing
+there was a traceback, seen once in CI). Left: a SIGINT during the interpreter's own start-up,
 before any line of ours runs (tens of ms), is Python's.
 """
 from __future__ import annotations
 
+import _signal  # the C module: no Python code runs to import it, so the handler below is in place at once
 import os
-import signal
 import sys
 
 INTERRUPTED = "mqupgrade: interrupted"
@@ -31,10 +33,11 @@ def _is_program() -> bool:
     return __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "").startswith("mqupgrade")
 
 
-if _is_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, _exit_now)  # until main() hands over to the subcommand
+if _is_program() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _exit_now)  # until main() hands over to the subcommand
 
 import argparse  # noqa: E402 - after the handler: Ctrl-C during these imports is one line too
+import signal  # noqa: E402 - its enums take milliseconds to build: after the handler
 from typing import Any, Callable, Sequence  # noqa: E402
 
 
