@@ -185,8 +185,8 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
     f = cmd.ext_fields
     res: dict[str, int] = {}
 
-    def add(name: Optional[str], perm: int, group: bool = False) -> None:
-        if name:
+    def add(name: Any, perm: int, group: bool = False) -> None:
+        if isinstance(name, str) and name:  # body fields may be anything a client sent
             key = name if not group or name.startswith(RETRY_PREFIX) else RETRY_PREFIX + name
             res[key] = res.get(key, 0) | perm
 
@@ -207,10 +207,23 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
             hb = json.loads(cmd.body or b"{}")
         except ValueError:
             hb = {}
-        for cd in hb.get("consumerDataSet") or []:
+        cds = hb.get("consumerDataSet") if isinstance(hb, dict) else None
+        for cd in cds if isinstance(cds, list) else []:
+            if not isinstance(cd, dict):
+                continue
             add(cd.get("groupName"), SUB, True)
-            for sd in cd.get("subscriptionDataSet") or []:
-                add(sd.get("topic"), SUB)
+            sds = cd.get("subscriptionDataSet")
+            for sd in sds if isinstance(sds, list) else []:
+                add(sd.get("topic") if isinstance(sd, dict) else None, SUB)
+    elif code in (RC.LOCK_BATCH_MQ, RC.UNLOCK_BATCH_MQ):  # not parsed by 4.9.8; ours: the table's need
+        try:
+            body = json.loads(cmd.body or b"{}")
+        except ValueError:
+            body = {}
+        if isinstance(body, dict):
+            add(body.get("consumerGroup"), SUB, True)
+            for mq in body.get("mqSet") or []:
+                add(mq.get("topic") if isinstance(mq, dict) else None, SUB)
     elif code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
         add(f.get("consumerGroup"), SUB, True)
     elif code in (RC.UPDATE_CONSUMER_OFFSET, RC.QUERY_CONSUMER_OFFSET, RC.GET_CONSUME_STATS):

@@ -34,6 +34,7 @@ from broker.remoting.processors.broker_stats import BrokerStatsProcessor
 from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
+from broker.remoting.processors.rebalance_lock import RebalanceLockProcessor
 from broker.remoting.processors.send import SendMessageProcessor
 from broker.remoting.processors.topic_group_admin import TopicGroupAdminProcessor
 from broker.remoting.codes import RequestCode as RC
@@ -65,9 +66,10 @@ class BrokerRemoting:
         self.admin_stats = AdminStatsProcessor(self)
         self.end_transaction = EndTransactionProcessor(self)
         self.broker_stats = BrokerStatsProcessor(self)
+        self.rebalance_lock = RebalanceLockProcessor(self)
         self.topic_group_admin = TopicGroupAdminProcessor(self)  # after admin_stats: it answers 300 (GroupList)
         for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction,
-                  self.broker_stats, self.topic_group_admin):
+                  self.broker_stats, self.rebalance_lock, self.topic_group_admin):
             p.register(self.server)
         self.forwarder: Optional[SendForwarder] = None
         # the leader is known by its API address: the remoting port only when HTTP shares it

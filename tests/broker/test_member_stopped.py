@@ -31,7 +31,7 @@ import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.devtools.procs import wait_until
-from tests.broker.test_dledger_group import IDS, DLedgerGroup
+from tests.broker.test_dledger_group import DLedgerGroup
 
 pytestmark = pytest.mark.multiprocess
 

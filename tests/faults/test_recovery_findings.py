@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from dledger.entry import INDEX_UNIT_SIZE, EntryCorruptionError
 from dledger.store.errors import StoreLayoutError

@@ -4,7 +4,7 @@
 // ordered by a queue selector, delayed, transactional with commit, rollback and check-back),
 // then a push consumer with a tag filter (one message is answered RECONSUME_LATER until it has
 // been retried maxReconsumeTimes times, so it goes through %RETRY% to %DLQ%) and a lite
-// pull consumer on the ordered queue. Prints one JSON line of what it saw; the Python test
+// pull consumer on the ordered queue, and an orderly push consumer (queue locks) on it. Prints one JSON line of what it saw; the Python test
 // (tests/java/test_java_client.py) decides what is right. Bounded: every wait has a deadline.
 //
 // usage: ClientE2E NAMESRV TOPIC
@@ -16,7 +16,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
@@ -164,6 +166,22 @@ public class ClientE2E {
             for (MessageExt m : lp.poll(1000)) if ("TagOrder".equals(m.getTags())) pulledOrder.add(m.getKeys());
         }
         lp.shutdown();
+
+        // orderly push consumer: it consumes a queue only while the broker grants it the queue's
+        // lock (LOCK_BATCH_MQ), one message at a time, in queue order
+        List<String> orderly = Collections.synchronizedList(new ArrayList<>());
+        DefaultMQPushConsumer oc = new DefaultMQPushConsumer("E2EOrderlyGroup");
+        oc.setNamesrvAddr(ns);
+        oc.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        oc.subscribe(topic, "TagOrder");
+        oc.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+            for (MessageExt m : msgs) orderly.add(m.getKeys());
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        oc.start();
+        deadline = System.currentTimeMillis() + 60000;
+        while (System.currentTimeMillis() < deadline && orderly.size() < ordered.size()) Thread.sleep(200);
+        oc.shutdown();
         tp.shutdown();
 
         Set<String> missing = new TreeSet<>(wantAcked);
@@ -176,6 +194,7 @@ public class ClientE2E {
                 + ",\"txChecks\":" + checks.get() + ",\"delayMs\":" + delayLatency[0]
                 + ",\"orderedSent\":" + quote(String.join(",", ordered))
                 + ",\"orderedPulled\":" + quote(String.join(",", pulledOrder))
+                + ",\"orderlyConsumed\":" + quote(String.join(",", orderly))
                 + ",\"errors\":" + list(errors) + "}");
         System.exit(0);
     }

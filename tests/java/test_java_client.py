@@ -12,7 +12,9 @@ for our classic SYNC_MASTER + SLAVE pair and our three-node DLedger group:
 - the never-acknowledged message is delivered twice (``maxReconsumeTimes=1``), then lands in
   ``%DLQ%E2EGroup`` (read back through our HTTP API);
 - the UNKNOW transaction is checked back and committed; the delayed message is stored on its
-  topic at least its delay (1 s) after it was born; the ordered queue pulls in send order.
+  topic at least its delay (1 s) after it was born; the ordered queue pulls in send order, and an
+  orderly push consumer (``MessageListenerOrderly``, which consumes only queues the broker locked
+  for it with LOCK_BATCH_MQ) consumes it in send order.
 Skipped only where Apache's tools or java/javac are absent (as test_mqadmin_compat).
 """
 from __future__ import annotations
@@ -71,6 +73,7 @@ def check(seen: dict[str, Any]) -> None:
     assert seen["txChecks"] >= 1, seen
     assert seen["delayMs"] >= 1000, seen
     assert seen["orderedPulled"] == seen["orderedSent"], seen
+    assert seen["orderlyConsumed"] == seen["orderedSent"], seen  # needs LOCK_BATCH_MQ
 
 
 def dead_letters(b: BrokerProc) -> list[str]:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dledger.core import Code, Role
+from dledger.core import Code
 from tests.sim.checker import InvariantViolation
 from tests.sim.cluster import TICK, Cluster
 

@@ -107,6 +107,11 @@ class ConsumerManager:
         return None
 
 
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a heartbeat's list field (anything else a client sent is skipped)."""
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
 class ClientManageProcessor(Processor):
     def register(self, server: Any) -> None:
         server.register(RC.HEART_BEAT, self.heart_beat)
@@ -125,7 +130,7 @@ class ClientManageProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, f"HeartbeatData body is not valid JSON: {exc}")
         now = int(time.time() * 1000)
         groups_mgr = self.c.metadata.managers["subscriptionGroup"]
-        for cd in hb.get("consumerDataSet") or []:
+        for cd in _dicts(hb.get("consumerDataSet")):
             group = str(cd.get("groupName") or "")
             if not group:
                 continue
@@ -133,8 +138,7 @@ class ClientManageProcessor(Processor):
             if sgc is not None and self.c.is_master() and self.c.metadata.topic(RETRY_PREFIX + group) is None:
                 n = max(1, sgc.retry_queue_nums)
                 self.c.metadata.create_topic(RETRY_PREFIX + group, n, n, 6)
-            sub_set = [sd for sd in (cd.get("subscriptionDataSet") or [])[:MAX_SUBSCRIPTIONS]
-                       if isinstance(sd, dict) and sd.get("topic")]
+            sub_set = [sd for sd in _dicts(cd.get("subscriptionDataSet"))[:MAX_SUBSCRIPTIONS] if sd.get("topic")]
             subs = {str(sd.get("topic")): str(sd.get("subString") or "*") for sd in sub_set}
             self.ctx.consumers.register(group, ClientInfo(
                 client_id, conn, now, subs, str(cd.get("messageModel") or "CLUSTERING"),
@@ -142,7 +146,7 @@ class ClientManageProcessor(Processor):
                 consume_type=str(cd.get("consumeType") or "CONSUME_PASSIVELY"),
                 consume_from_where=str(cd.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
                 subscription_data={str(sd["topic"]): sd for sd in sub_set}))
-        for pd in hb.get("producerDataSet") or []:
+        for pd in _dicts(hb.get("producerDataSet")):
             group = str(pd.get("groupName") or "")
             if group:
                 self.ctx.consumers.producers.setdefault(group, {})[client_id] = ClientInfo(

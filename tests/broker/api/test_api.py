@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from pathlib import Path
 from typing import Iterator
 
 import pytest

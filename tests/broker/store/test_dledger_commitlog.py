@@ -10,7 +10,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from broker.devtools.procs import free_port
 from broker.store.dledger_dispatch import (

@@ -5,7 +5,6 @@ a 0-byte file) must start again as a first start: same divided offset, old messa
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from broker.devtools.procs import free_port
 from tests.broker.store.test_dledger_commitlog import dledger_store, msg

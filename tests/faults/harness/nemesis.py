@@ -21,14 +21,10 @@ Rules
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
-from broker.api.client import SyncBrokerClient
 
 from .cluster import Cluster, DLedgerCluster
 from .history import History

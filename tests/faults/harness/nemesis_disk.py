@@ -38,9 +38,8 @@ from typing import Any, Optional
 
 from broker.api.client import SyncBrokerClient
 
-from .cluster import DLedgerCluster, KEY_PROP
+from .cluster import DLedgerCluster
 from .nemesis import Ctx, both_ways, cut, leader, nemesis, recovered, restart
-from .proxy import Fault
 from .workload import wait_for
 
 _I = struct.Struct(">i")

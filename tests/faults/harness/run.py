@@ -31,7 +31,7 @@ from .history import History, sends
 from .nemesis import NEMESES, Ctx
 from . import nemesis_disk  # noqa: F401 - registers the storage and clock nemeses
 from . import nemesis_store  # noqa: F401 - registers wipe-follower
-from .workload import Workload, wait_for
+from .workload import Workload
 
 LEADER_LINE = r"(n\d+): role LEADER term (\d+)"
 
