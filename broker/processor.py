@@ -7,7 +7,8 @@ Rules:
 - Produce: the topic must exist, or is auto-created when ``autoCreateTopicEnable`` (with
   ``defaultTopicQueueNums`` queues); an explicit ``queueId`` must be ``< writeQueueNums``;
   otherwise queues are chosen round-robin per topic. The broker sets ``UNIQ_KEY``/``TAGS``/
-  ``KEYS``/``WAIT`` as the Java producer would (``views.to_message_ext``).
+  ``KEYS`` as the Java producer would and ``CLUSTER`` as 4.9.8's broker does; ``WAIT`` is not
+  stored (``views.to_message_ext``).
 - On a SYNC_MASTER the put waits for a slave ack (GroupTransferService) inside the store put:
   HAService is the CommitLog's replica hook, and the put's future resolves with the replication
   status (the one SYNC_MASTER wait). ``FLUSH_SLAVE_TIMEOUT``/``SLAVE_NOT_AVAILABLE`` (and
@@ -155,7 +156,7 @@ class BrokerProcessor:
         queue_id = self._select_queue(msg.topic, msg.queue_id, tc.write_queue_nums)
         now = int(time.time() * 1000)
         inner = to_message_ext(msg, queue_id=queue_id, uniq_key=msg.uniq_key or self._uniq.next(now), born_host=born_host,
-                               store_host=self.c.store_host, now_ms=now)
+                               store_host=self.c.store_host, now_ms=now, cluster=self.c.cluster_name)
         r = await self._put([inner], producer_keys=bool(msg.uniq_key))
         result = {
             "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic,
@@ -172,7 +173,7 @@ class BrokerProcessor:
         queue_id = self._select_queue(topic, msgs[0].queue_id, tc.write_queue_nums)
         now = int(time.time() * 1000)
         inners = [to_message_ext(m, queue_id=queue_id, uniq_key=m.uniq_key or self._uniq.next(now), born_host=born_host,
-                                 store_host=self.c.store_host, now_ms=now) for m in msgs]
+                                 store_host=self.c.store_host, now_ms=now, cluster=self.c.cluster_name) for m in msgs]
         r = await self._put(inners, producer_keys=all(m.uniq_key for m in msgs))
         result = {
             "topic": topic, "queueId": queue_id if r.queue_id is None else r.queue_id, "count": len(msgs),

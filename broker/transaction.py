@@ -157,8 +157,9 @@ class TransactionService:
     @staticmethod
     def _op_message(half: MessageExt) -> MessageExt:
         return MessageExt(topic=OP_TOPIC, body=str(half.queue_offset).encode(), queue_id=half.queue_id,
-                          properties={"TAGS": REMOVE_TAG, "WAIT": "false"}, born_timestamp=int(time.time() * 1000),
-                          born_host=half.store_host, store_host=half.store_host)
+                          properties={"TAGS": REMOVE_TAG, "WAIT": "true"}, born_timestamp=int(time.time() * 1000),
+                          born_host=half.store_host, store_host=half.store_host,
+                          wait_store_msg_ok=False)  # stored as Apache's op message; no flush wait
 
     # --- check-back -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -46,18 +46,22 @@ class UniqKeyGenerator:
 
 
 def to_message_ext(msg: ProduceMessage, *, queue_id: int, uniq_key: str, born_host: tuple[str, int],
-                   store_host: tuple[str, int], now_ms: int) -> MessageExt:
+                   store_host: tuple[str, int], now_ms: int, cluster: str) -> MessageExt:
+    """The record a send stores, as 4.9.8's remoting door stores a Java producer's: ``CLUSTER``
+    added, ``WAIT`` (``"false"``: no SYNC_FLUSH wait) kept beside the message, not stored."""
     props: dict[str, str] = {}
     if msg.tags:
         props["TAGS"] = msg.tags
     if msg.keys:
         props["KEYS"] = " ".join(msg.keys)
     props["UNIQ_KEY"] = uniq_key
-    props["WAIT"] = "true"
     props.update(msg.properties)
+    props["CLUSTER"] = cluster
+    wait = props.pop("WAIT", None) != "false"
     return MessageExt(
         topic=msg.topic, body=msg.body, queue_id=queue_id, flag=msg.flag, properties=props,
         born_timestamp=now_ms, born_host=born_host, store_timestamp=now_ms, store_host=store_host,
+        wait_store_msg_ok=wait,
     )
 
 

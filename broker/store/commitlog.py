@@ -241,7 +241,7 @@ class CommitLog:
         """SYNC_FLUSH: a future completed by the group commit; ASYNC_FLUSH: None (just wake up)."""
         svc = self.flush_service
         if isinstance(svc, GroupCommitService):
-            if msgs and all(m.properties.get("WAIT") == "false" for m in msgs):
+            if msgs and not any(m.wait_store_msg_ok for m in msgs):
                 svc.wakeup()
                 return None
             return svc.put_request(ar.end_offset).future

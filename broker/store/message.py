@@ -238,6 +238,9 @@ class MessageExt:
     store_size: int = 0
     magic: int = MESSAGE_MAGIC_CODE
     properties_bytes: bytes | None = None  # verbatim PROPERTIES when the dict can't reproduce them
+    # the producer's WAIT (isWaitStoreMsgOK): false = do not wait for SYNC_FLUSH. Never encoded:
+    # Apache 4.9.8's send path strips WAIT from what it stores and keeps it beside the message
+    wait_store_msg_ok: bool = True
 
     @property
     def tags(self) -> str | None:

@@ -16,6 +16,10 @@ Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProc
 - A topic over 127 characters from a client that announces a version below 5.0 (header
   ``version`` < 413, MQVersion V5_0_0) is 4.9.8's ``SYSTEM_ERROR`` "The specified topic is longer
   than topic max length." (its records are in RocketMQ 5's format); 5.x clients keep them.
+- Stored as 4.9.8 stores it: ``CLUSTER=<brokerClusterName>`` added to every message; a single
+  message's ``WAIT`` is not stored (it only says whether to wait for SYNC_FLUSH, kept beside the
+  message as ``wait_store_msg_ok``); a batch's own properties (``WAIT``) and ``CLUSTER`` are
+  appended to each of its records.
 - Response header ``msgId`` (offset msgId; comma-joined for a batch), ``queueId``,
   ``queueOffset``. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE are answered
   with those codes and the full header: the message is stored.
@@ -189,9 +193,18 @@ class SendMessageProcessor(Processor):
                                             f"max {max_count} (maxBatchMessageCount)")
                 if topic.startswith(RETRY_PREFIX):
                     return request.response(R.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
+                # the batch's own properties (the Java client's WAIT) are appended to every record, as
+                # 4.9.8's MessageExtBatchEncoder does (a record's own value is overridden on decode)
+                batch_props = string_to_properties(field_str(cmd, "properties", "") or "")
+                batch_props["CLUSTER"] = self.c.cluster_name
+                wait = batch_props.get("WAIT") != "false"
+                for _flag, _body, props in items:
+                    props.update(batch_props)
             else:
-                items = [(field_int(cmd, "flag", 0), cmd.body,
-                          string_to_properties(field_str(cmd, "properties", "") or ""))]
+                props = string_to_properties(field_str(cmd, "properties", "") or "")
+                props["CLUSTER"] = self.c.cluster_name
+                wait = props.pop("WAIT", None) != "false"  # 4.9.8 does not store WAIT: 9 bytes a message
+                items = [(field_int(cmd, "flag", 0), cmd.body, props)]
         except TopicValidationError as exc:
             return request.response(R.SYSTEM_ERROR, f"The specified topic is illegal: {exc}")
         except (HeaderError, UnicodeDecodeError) as exc:
@@ -208,7 +221,7 @@ class SendMessageProcessor(Processor):
         born_host = self._born_host(conn)
         msgs = [MessageExt(topic=topic, body=bytes(body), flag=flag, properties=props, sys_flag=sys_flag,
                            born_timestamp=born_ts, born_host=born_host, store_timestamp=now,
-                           store_host=self.c.store_host, reconsume_times=reconsume)
+                           store_host=self.c.store_host, reconsume_times=reconsume, wait_store_msg_ok=wait)
                 for flag, body, props in items]
         return await self._put(request, topic, forced_q if forced_q is not None else queue_id, msgs, {})
 

@@ -155,6 +155,19 @@ def test_sync_flush_timeout_when_nothing_flushes(tmp_path: Path) -> None:
     cl.shutdown()
 
 
+def test_a_message_sent_without_wait_does_not_wait_for_the_sync_flush(tmp_path: Path) -> None:
+    """WAIT=false (``wait_store_msg_ok``) skips the SYNC_FLUSH wait; the flag itself is not stored."""
+    cl = open_log(tmp_path / "cl", 1 << 20, flush_disk_type=SYNC_FLUSH, sync_flush_timeout_ms=50)
+    m = msg(1)  # flush service never started: a waiting put would time out
+    m.wait_store_msg_ok = False
+    r = cl.put_message(m)
+    assert r.status is PutMessageStatus.PUT_OK
+    stored = cl.look_message_by_offset(0)
+    assert stored is not None and stored.wait_store_msg_ok and "WAIT" not in stored.properties
+    assert cl.put_message(msg(2)).status is PutMessageStatus.FLUSH_DISK_TIMEOUT  # the default waits
+    cl.shutdown()
+
+
 def test_normal_recovery_and_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "cl"
     cl = open_log(path)
