@@ -85,6 +85,7 @@ class BrokerConfig:
     auto_create_subscription_group: bool = _key("autoCreateSubscriptionGroup", True)
     flush_consumer_offset_interval: int = _key("flushConsumerOffsetInterval", 5000)
     slave_read_enable: bool = _key("slaveReadEnable", False)
+    notify_consumer_ids_changed_enable: bool = _key("notifyConsumerIdsChangedEnable", True)
     region_id: str = _key("regionId", "DefaultRegion")
     listen_port: int = _key("listenPort", 10911)
     http_listen_port: int = _key("httpListenPort", 0, ours=True)  # 0: same as listenPort

@@ -232,8 +232,11 @@ def needed_resources(cmd: RemotingCommand) -> dict[str, int]:
     # not parsed by RocketMQ 4.9.8 (any account could ask); ours: the permission table's needs
     elif code in (RC.GET_MAX_OFFSET, RC.GET_MIN_OFFSET, RC.SEARCH_OFFSET_BY_TIMESTAMP, RC.GET_TOPIC_STATS_INFO):
         add(f.get("topic"), ANY)
-    elif code == RC.GET_CONSUMER_CONNECTION_LIST:
+    elif code in (RC.GET_CONSUMER_CONNECTION_LIST, RC.GET_CONSUMER_RUNNING_INFO):
         add(f.get("consumerGroup"), SUB, True)
+    elif code == RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS:
+        add(f.get("group"), SUB, True)
+        add(f.get("topic"), SUB)
     elif code == RC.QUERY_TOPIC_CONSUME_BY_WHO:
         add(f.get("topic"), SUB)
     return res

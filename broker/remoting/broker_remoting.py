@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from broker.remoting.processors.admin import AdminBrokerProcessor
 from broker.remoting.processors.admin_stats import AdminStatsProcessor
+from broker.remoting.processors.broker2client import Broker2ClientProcessor, notify_consumer_ids_changed
 from broker.remoting.processors.broker_stats import BrokerStatsProcessor
 from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
@@ -54,7 +55,8 @@ class BrokerRemoting:
         self.controller = controller
         self.broker_processor = controller.processor
         bc = controller.broker_config
-        self.consumers = ConsumerManager()
+        notify = bool(getattr(bc, "notify_consumer_ids_changed_enable", True))
+        self.consumers = ConsumerManager(on_change=notify_consumer_ids_changed if notify else None)
         self.server = RemotingServer(name=f"broker {controller.broker_name} listenPort {controller.listen_port}",
                                      max_frame_length=max(16 * 1024 * 1024, controller.max_message_size * 2 + 65536),
                                      limits=controller.listen_limits, budget=controller.pending_budget)
@@ -67,9 +69,10 @@ class BrokerRemoting:
         self.end_transaction = EndTransactionProcessor(self)
         self.broker_stats = BrokerStatsProcessor(self)
         self.rebalance_lock = RebalanceLockProcessor(self)
+        self.broker2client = Broker2ClientProcessor(self)
         self.topic_group_admin = TopicGroupAdminProcessor(self)  # after admin_stats: it answers 300 (GroupList)
         for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction,
-                  self.broker_stats, self.rebalance_lock, self.topic_group_admin):
+                  self.broker_stats, self.rebalance_lock, self.topic_group_admin, self.broker2client):
             p.register(self.server)
         self.forwarder: Optional[SendForwarder] = None
         # the leader is known by its API address: the remoting port only when HTTP shares it

@@ -75,6 +75,8 @@ _OPS = (
     Operation("commit-offset", Need.RESOURCES, "SUB on the group and the topic; moving back is a reset: admin"),
     Operation("consume-stats", Need.RESOURCES, "SUB on the group (and the topic)"),
     Operation("consumer-connections", Need.RESOURCES, "SUB on the group"),
+    Operation("consumer-status", Need.RESOURCES, "SUB on the group (and the topic): asks its clients"),
+    Operation("consume-directly", Need.FOUND, "SUB on the group and on the topic of the message found"),
     Operation("consumers-of-topic", Need.RESOURCES, "SUB on the topic"),
     Operation("end-transaction", Need.FOUND, "PUB on the half message's real topic"),
     Operation("runtime-info", Need.ACCOUNT, "any account (counters, no message data)"),
@@ -136,9 +138,10 @@ REMOTING: dict[int, str] = {
     RC.GET_ALL_PRODUCER_INFO: "all-producers",
     RC.QUERY_CONSUME_QUEUE: "read-consume-queue",
     RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: "list-topics",
-    RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "cannot-apply", RC.REGISTER_FILTER_SERVER: "cannot-apply",
-    RC.REGISTER_MESSAGE_FILTER_CLASS: "cannot-apply", RC.GET_CONSUMER_RUNNING_INFO: "cannot-apply",
-    RC.QUERY_CORRECTION_OFFSET: "cannot-apply", RC.CONSUME_MESSAGE_DIRECTLY: "cannot-apply",
+    RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "consumer-status", RC.GET_CONSUMER_RUNNING_INFO: "consumer-status",
+    RC.CONSUME_MESSAGE_DIRECTLY: "consume-directly",
+    RC.REGISTER_FILTER_SERVER: "cannot-apply", RC.REGISTER_MESSAGE_FILTER_CLASS: "cannot-apply",
+    RC.QUERY_CORRECTION_OFFSET: "cannot-apply",
     RC.RESUME_CHECK_HALF_MESSAGE: "cannot-apply",
 }
 

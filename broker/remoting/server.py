@@ -10,6 +10,11 @@ Rules (RocketMQ ``NettyRemotingServer`` / ``NettyRemotingAbstract.processRequest
 - Responses carry the request's opaque, the response flag and the request's serialize type.
   Requests of one connection are processed concurrently (pipelining); responses go out as
   they complete, so clients match them by opaque.
+- Calls to clients (``Broker2Client``, :meth:`RemotingConnection.call`): the broker sends a
+  request with its own opaque and waits, bounded by a timeout, for the response carrying that
+  opaque. At most :data:`MAX_CALLS_PER_CONNECTION` calls wait on one connection; a response
+  whose opaque no call waits for is dropped (a client cannot inject answers); a closed
+  connection fails its waiting calls at once.
 - A frame over the size limit, a length below 4, or an undecodable header closes that
   connection (RocketMQ's decoder closes the channel); every other connection is unaffected.
 - Optional HTTP sharing: when ``http_factory`` is given, a connection whose first byte is an
@@ -53,6 +58,12 @@ from broker.tasks import wait_for
 
 log = logging.getLogger("broker.remoting")
 
+MAX_CALLS_PER_CONNECTION = 64
+
+
+class ClientCallError(Exception):
+    """A call to a client that could not be made or was not answered (closed, too many, timeout)."""
+
 Handler = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[Optional[RemotingCommand]]]
 RpcHook = Callable[[RemotingCommand, "RemotingConnection"], None]
 
@@ -82,6 +93,7 @@ class RemotingConnection(asyncio.Protocol):
         self._reserved = 0  # bytes of the pending-bytes budget held by the incomplete frame
         self.attrs: dict[str, Any] = {}  # per-connection state of processors (client ids...)
         self._out: list[bytes] = []  # encoded responses of this loop turn (send / _flush_out)
+        self._calls: dict[int, "asyncio.Future[RemotingCommand]"] = {}  # our requests to the client, by opaque
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,8 +128,11 @@ class RemotingConnection(asyncio.Protocol):
                 log.warning("closing remoting connection from %s: %s", self.remote_addr, exc)
                 self._abort()
                 return
-            if cmd.is_response:
-                continue  # we send no requests to clients that expect answers
+            if cmd.is_response:  # the answer to one of our calls, else dropped
+                fut = self._calls.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
             self.in_flight += 1
             self.clock.busy = self.in_flight
             asyncio.get_running_loop().create_task(self._process(cmd))
@@ -145,6 +160,10 @@ class RemotingConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.closed = True
+        calls, self._calls = self._calls, {}
+        for fut in calls.values():
+            if not fut.done():
+                fut.set_exception(ClientCallError(f"the connection of {self.remote_addr} closed"))
         self.server.guard.budget.release(self._reserved)
         self._reserved = 0
         if self.refused:
@@ -215,6 +234,26 @@ class RemotingConnection(asyncio.Protocol):
         if len(out) == 1:
             asyncio.get_running_loop().call_soon(self._flush_out)
 
+    async def call(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send ``cmd`` to the client and wait for its response (``invokeSync`` of Broker2Client).
+        Raises :class:`ClientCallError` when closed, over the call cap, or not answered in time."""
+        if self.transport is None or self.closed:
+            raise ClientCallError(f"the connection of {self.remote_addr} is closed")
+        if len(self._calls) >= MAX_CALLS_PER_CONNECTION:
+            raise ClientCallError(f"{MAX_CALLS_PER_CONNECTION} calls already wait on {self.remote_addr}")
+        opaque = self.server.next_opaque()
+        cmd.opaque = opaque
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._calls[opaque] = fut
+        try:
+            self.send(cmd)
+            try:
+                return await wait_for(fut, timeout_s)
+            except asyncio.TimeoutError:
+                raise ClientCallError(f"{self.remote_addr} did not answer in {timeout_s:g} s") from None
+        finally:
+            self._calls.pop(opaque, None)
+
     def _flush_out(self) -> None:
         out = self._out
         if not out:
@@ -258,10 +297,16 @@ class RemotingServer:
         self.processors: dict[int, Handler] = {}
         self.rpc_hooks: list[RpcHook] = []
         self.close_listeners: list[Callable[[RemotingConnection], None]] = []
+        self._opaque = 0
         self.connections: set[RemotingConnection] = set()
         self.refusal_log = RateLimitedLog(log, burst=20, window_s=1.0)
         self._server: Optional[asyncio.base_events.Server] = None
         self.port = 0
+
+    def next_opaque(self) -> int:
+        """The opaque of the broker's next request to a client (int32, as RocketMQ's requestId)."""
+        self._opaque = (self._opaque + 1) & 0x7FFFFFFF
+        return self._opaque
 
     def register(self, code: int, handler: Handler) -> None:
         self.processors[code] = handler

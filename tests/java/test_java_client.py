@@ -15,14 +15,20 @@ for our classic SYNC_MASTER + SLAVE pair and our three-node DLedger group:
   topic at least its delay (1 s) after it was born; the ordered queue pulls in send order, and an
   orderly push consumer (``MessageListenerOrderly``, which consumes only queues the broker locked
   for it with LOCK_BATCH_MQ) consumes it in send order.
-Skipped only where Apache's tools or java/javac are absent (as test_mqadmin_compat).
+Then Apache's mqadmin asks our broker about a live Java consumer (``ConsumerHold.java``):
+``consumerStatus -i`` prints the running info the broker fetched from the client, and
+``queryMsgById -g -d`` has the broker hand a stored message to that client, which consumes it
+(CR_SUCCESS). Skipped only where Apache's tools or java/javac are absent (as test_mqadmin_compat).
 """
 from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from broker.devtools.procs import wait_until
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting.procs import NamesrvProc
+from tests.remoting.test_mqadmin_compat import apache
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
 HAVE_JAVA = (APACHE / "bin" / "jrun").exists() and shutil.which("java") is not None and shutil.which("javac") is not None
@@ -49,8 +56,8 @@ TOPIC = "JavaE2ETopic"
 def client_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("java-classes")
     cp = ":".join(str(j) for j in sorted((APACHE / "lib").glob("*.jar")))
-    r = subprocess.run(["javac", "-d", str(out), "-cp", cp, str(REPO / "tests" / "java" / "ClientE2E.java")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["javac", "-d", str(out), "-cp", cp, str(REPO / "tests" / "java" / "ClientE2E.java"),
+                        str(REPO / "tests" / "java" / "ConsumerHold.java")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -76,6 +83,52 @@ def check(seen: dict[str, Any]) -> None:
     assert seen["orderlyConsumed"] == seen["orderedSent"], seen  # needs LOCK_BATCH_MQ
 
 
+HOLD_GROUP = "E2EHoldGroup"
+
+
+def ask_about_a_live_consumer(classes: Path, home: Path, namesrv: str, b: BrokerProc) -> None:
+    """Apache's mqadmin asks our broker about a live Java consumer: ``consumerStatus -i`` (the broker
+    calls the client: GET_CONSUMER_RUNNING_INFO) and ``queryMsgById -g -d`` (CONSUME_MESSAGE_DIRECTLY:
+    the broker hands the stored message to that client, which consumes it again)."""
+    with b.client() as c:
+        msg_id = c.send(TOPIC, "direct", keys=["direct-1"])["msgId"]
+    env = dict(os.environ, EXTRA_CP=str(classes), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
+    p = subprocess.Popen([str(APACHE / "bin" / "jrun"), "ConsumerHold", namesrv, TOPIC, HOLD_GROUP], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in p.stdout], daemon=True).start()  # type: ignore[union-attr]
+    seen: list[str] = []
+
+    def line_with(word: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ln = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            seen.append(ln)
+            if word in ln:
+                return ln
+        raise AssertionError(f"no {word!r} from ConsumerHold in {timeout} s: {seen[-20:]}")
+
+    try:
+        client_id = json.loads(line_with('"clientId"', 60))["clientId"]
+        line_with('"consumed":"direct-1"', 60)  # it consumes, so its heartbeat reached the broker
+        status = apache(home, "consumerStatus", "-n", namesrv, "-g", HOLD_GROUP, "-i", client_id)
+        assert "#Consumer Subscription#" in status and TOPIC in status and "CONSUME_FROM_FIRST_OFFSET" in status, status
+        pushed = apache(home, "queryMsgById", "-n", namesrv, "-i", msg_id, "-g", HOLD_GROUP, "-d", client_id)
+        assert "consumeResult=CR_SUCCESS" in pushed, pushed
+        line_with('"consumed":"direct-1"', 30)  # consumed again, directly
+    finally:
+        if p.stdin is not None:
+            p.stdin.close()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
 def dead_letters(b: BrokerProc) -> list[str]:
     with b.client() as c:
         msgs = c.pull("%DLQ%E2EGroup", 0, 0, 8).get("messages", [])
@@ -92,6 +145,7 @@ def test_java_client_against_the_classic_pair(tmp_path: Path, client_classes: Pa
         slave.start()
         check(run_client(client_classes, tmp_path / "java", ns.address))
         assert wait_until(lambda: "sync-3" in dead_letters(master) or None, 20, "sync-3 in the DLQ")
+        ask_about_a_live_consumer(client_classes, tmp_path / "java", ns.address, master)
     finally:
         kill_all([slave, master])
         ns.kill9()
@@ -105,6 +159,7 @@ def test_java_client_against_the_dledger_group(tmp_path: Path, client_classes: P
         leader = g.wait_master(60)
         check(run_client(client_classes, tmp_path / "java", ns.address))
         assert wait_until(lambda: "sync-3" in dead_letters(g.procs[leader]) or None, 20, "sync-3 in the DLQ")
+        ask_about_a_live_consumer(client_classes, tmp_path / "java", ns.address, g.procs[leader])
         assert len(IDS) == 3
     finally:
         kill_all(g.procs.values())

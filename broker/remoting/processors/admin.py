@@ -68,12 +68,7 @@ from broker.remoting.server import RemotingConnection
 from broker.store.message import decode_message, record_store_timestamp
 
 #: what this broker cannot do for a request Apache's broker answers, in one line each
-_NO_CLIENT_CALLS = ("this broker cannot call a client and wait for its answer (broker.remoting.server drops "
-                    "responses from clients)")
 CANNOT_APPLY = {
-    RC.GET_CONSUMER_RUNNING_INFO: f"consumer running info: {_NO_CLIENT_CALLS}",
-    RC.CONSUME_MESSAGE_DIRECTLY: f"consume message directly: {_NO_CLIENT_CALLS}",
-    RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: f"consumer status: {_NO_CLIENT_CALLS}",
     RC.REGISTER_FILTER_SERVER: "filter servers (class filter) are not supported: TAG expressions only",
     RC.REGISTER_MESSAGE_FILTER_CLASS: "filter classes are not supported: TAG expressions only",
     RC.QUERY_CORRECTION_OFFSET: "offset correction across filter groups is not supported (no filter servers)",

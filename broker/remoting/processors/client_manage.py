@@ -62,24 +62,38 @@ class ClientInfo:
 
 
 class ConsumerManager:
-    def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_MS) -> None:
+    def __init__(self, channel_expired_ms: int = CHANNEL_EXPIRED_MS,
+                 on_change: Optional[Callable[[list[ClientInfo], str], None]] = None) -> None:
         self.groups: dict[str, dict[str, ClientInfo]] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
         self.channel_expired_ms = channel_expired_ms
+        # a consumer joined or left a group: called with the group's clients now (Apache's
+        # ConsumerIdsChangeListener: NOTIFY_CONSUMER_IDS_CHANGED, broker2client)
+        self.on_change = on_change
+
+    def _changed(self, group: str) -> None:
+        clients = list(self.groups.get(group, {}).values())
+        if clients and self.on_change is not None:
+            self.on_change(clients, group)
 
     def register(self, group: str, info: ClientInfo) -> bool:
         table = self.groups.setdefault(group, {})
-        is_new = info.client_id not in table
+        old = table.get(info.client_id)
+        is_new = old is None or old.conn is not info.conn
         table[info.client_id] = info
+        if is_new:
+            self._changed(group)
         return is_new
 
     def unregister(self, group: str, client_id: str) -> None:
         for tables in (self.groups, self.producers):
             t = tables.get(group)
             if t is not None:
-                t.pop(client_id, None)
+                gone = t.pop(client_id, None)
                 if not t:
                     del tables[group]
+                elif gone is not None and tables is self.groups:
+                    self._changed(group)
 
     def on_close(self, conn: Any) -> None:
         self._drop(lambda info: info.conn is conn)
@@ -92,10 +106,13 @@ class ConsumerManager:
         for tables in (self.groups, self.producers):
             for group in list(tables):
                 t = tables[group]
-                for cid in [cid for cid, info in t.items() if gone(info)]:
+                dropped = [cid for cid, info in t.items() if gone(info)]
+                for cid in dropped:
                     del t[cid]
                 if not t:
                     del tables[group]
+                elif dropped and tables is self.groups:
+                    self._changed(group)
 
     def consumer_ids(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))
