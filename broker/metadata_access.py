@@ -49,6 +49,7 @@ class TopicView:
     write_queue_nums: int
     perm: int
     raw: Any = None
+    order: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
@@ -98,7 +99,7 @@ class MetadataAccessor:
     # ------------------------------------------------------------------ topics
     @staticmethod
     def _view(tc: Any) -> TopicView:
-        return TopicView(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc)
+        return TopicView(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc, bool(tc.order))
 
     def topic(self, topic: str) -> Optional[TopicView]:
         mgr = self.managers.get("topics")
@@ -111,9 +112,9 @@ class MetadataAccessor:
         mgr = self.managers.get("topics")
         return [] if mgr is None else [self._view(tc) for tc in mgr.topic_config_table.values()]
 
-    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int) -> TopicView:
+    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int, *, order: bool = False) -> TopicView:
         mgr = self.managers["topics"]
-        tc = TopicConfig(topic_name=topic, read_queue_nums=read_q, write_queue_nums=write_q, perm=perm)
+        tc = TopicConfig(topic_name=topic, read_queue_nums=read_q, write_queue_nums=write_q, perm=perm, order=order)
         mgr.update_topic_config(tc)  # bumps dataVersion, persists
         log.info("topic %s created/updated: readQueueNums %d writeQueueNums %d perm %d", topic, read_q, write_q, perm)
         return self._view(tc)

@@ -116,6 +116,10 @@ class BrokerProcessor:
             tc = self.c.metadata.create_topic(topic, self.c.default_topic_queue_nums, self.c.default_topic_queue_nums, 6)
         if not tc.perm & PERM_WRITE:
             raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden (perm {tc.perm})")
+        if tc.order and not int(getattr(self.c.broker_config, "broker_permission", 6)) & PERM_WRITE:
+            # as 4.9.8's msgCheck: an ordered topic's sends stop at once; the others move away as the
+            # producers' routes (registered read-only) refresh
+            raise BrokerApiError(E.NO_PERMISSION, f"the broker[{self.c.broker_ip}] sending message is forbidden")
         return tc
 
     def _select_queue(self, topic: str, requested: int | None, write_queue_nums: int) -> int:
@@ -228,9 +232,9 @@ class BrokerProcessor:
     def list_topics(self) -> dict[str, Any]:
         return {"topics": [tc.to_json() for tc in self.c.metadata.topics()]}
 
-    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int) -> dict[str, Any]:
+    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int, *, order: bool = False) -> dict[str, Any]:
         self.c.check_writable()
-        tc = self.c.metadata.create_topic(topic, read_q, write_q, perm)
+        tc = self.c.metadata.create_topic(topic, read_q, write_q, perm, order=order)
         return {"topicConfig": tc.to_json(), "dataVersion": self.c.metadata.data_version("topics")}
 
     def topic_status(self, topic: str) -> dict[str, Any]:

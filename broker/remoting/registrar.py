@@ -8,6 +8,9 @@ Rules (apache/rocketmq 4.9.x ``BrokerController.registerBrokerAll``):
   ``brokerAddr`` (``brokerIP1:listenPort``), ``brokerId``, ``brokerName``, ``clusterName``,
   ``haServerAddr`` (``brokerIP2:haListenPort``), ``compressed=false``, ``bodyCrc32``; body
   ``{"topicConfigSerializeWrapper":{"topicConfigTable":..,"dataVersion":..},"filterServerList":[]}``.
+- ``brokerPermission`` (6 = read and write): when it lacks read or write, every topic is
+  registered with that perm instead of its own (mqadmin ``updateBrokerConfig -k brokerPermission
+  -v 4`` drains a broker: routes say read-only); a change registers at once.
 - A broker without a role yet (DLedger, brokerId -1) does not register.
 - The connection to each name server stays open between registrations: a name server drops a
   broker whose connection closes, so a killed broker disappears from routes at once.
@@ -86,8 +89,12 @@ class BrokerRegistrar:
         ip2 = getattr(self.c.broker_config, "broker_ip2", None) or self.c.broker_ip
         return f"{ip2}:{self.c.ha_listen_port}"
 
-    def _state(self) -> tuple[int, str, Any]:
-        return (self.c.broker_id, self.c.broker_role, json.dumps(self.c.metadata.data_version("topics"), sort_keys=True))
+    def _state(self) -> tuple[int, str, Any, int]:
+        return (self.c.broker_id, self.c.broker_role, json.dumps(self.c.metadata.data_version("topics"), sort_keys=True),
+                self._permission())
+
+    def _permission(self) -> int:
+        return int(getattr(self.c.broker_config, "broker_permission", 6))
 
     async def _run(self) -> None:
         last_state: Any = None
@@ -114,7 +121,11 @@ class BrokerRegistrar:
 
     def _body(self) -> bytes:
         topics = json.loads(self.c.metadata.file_content("topics")[0])
-        wrapper = {"dataVersion": topics.get("dataVersion"), "topicConfigTable": topics.get("topicConfigTable", {})}
+        table = topics.get("topicConfigTable", {})
+        perm = self._permission()
+        if perm & 6 != 6:  # not both readable and writable: every topic registers with the broker's perm
+            table = {name: dict(tc, perm=perm) for name, tc in table.items()}
+        wrapper = {"dataVersion": topics.get("dataVersion"), "topicConfigTable": table}
         return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper},
                           separators=(",", ":")).encode("utf-8")
 

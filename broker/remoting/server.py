@@ -335,12 +335,13 @@ class RemotingServer:
                 conn.clock.prove(AUTHENTICATED_TRUST)
             self.refusal_log.warning("refused", "%s refused %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
             return cmd.response(exc.code, str(exc)), accepted
-        except StoreError as exc:  # damaged or unreadable data: the message says where and what to do
-            log.error("%s: %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, exc)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)), accepted
-        except Exception as exc:  # noqa: BLE001 - RocketMQ answers SYSTEM_ERROR and keeps the channel
+        # (one name per except clause: compiled, a name keeps the type of its first clause)
+        except StoreError as damaged:  # damaged or unreadable data: the message says where and what to do
+            log.error("%s: %s from %s: %s", self.name, request_name(cmd.code), conn.remote_addr, damaged)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(damaged)), accepted
+        except Exception as unexpected:  # noqa: BLE001 - RocketMQ answers SYSTEM_ERROR and keeps the channel
             log.exception("%s: processing %s from %s failed", self.name, request_name(cmd.code), conn.remote_addr)
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"), accepted
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(unexpected).__name__}: {unexpected}"), accepted
 
     def _trust_of(self, cmd: RemotingCommand) -> int:
         """How far a request that passed every hook proves its connection (module rules)."""

@@ -16,7 +16,7 @@ Rules (apache/rocketmq 4.9.x):
   GET_ALL_SUBSCRIPTIONGROUP_CONFIG -> the JSON of topics.json / consumerOffset.json /
   delayOffset.json / subscriptionGroup.json (with their ``dataVersion``), what a classic slave
   syncs (``SlaveSynchronize``).
-- UPDATE_AND_CREATE_TOPIC (``topic, readQueueNums, writeQueueNums, perm``) -> create/update on
+- UPDATE_AND_CREATE_TOPIC (``topic, readQueueNums, writeQueueNums, perm, order``) -> create/update on
   the master (a slave answers SERVICE_NOT_AVAILABLE); a topic named like the cluster is
   ``SYSTEM_ERROR``, and so is a name over 127 characters from a client below 5.0 (4.9.8's "The
   specified topic is longer than topic max length."; ``topic_group_admin.refuse_long_topic``). The name server learns it at the next registration, which the registrar
@@ -30,8 +30,9 @@ Rules (apache/rocketmq 4.9.x):
   and persist it for the next start); a bad value is ``SYSTEM_ERROR`` naming the key. Other known
   keys are set in memory (``getBrokerConfig`` shows them; code reading the setting at run time
   sees them); unknown keys are ignored, as Java's ``properties2Object``. Unlike Java the conf
-  file is not rewritten: a restart goes back to the file. ``brokerPermission`` (:data:`NOT_APPLIED_KEYS`)
-  is refused with what to use instead: neither the registration nor the send path applies it here.
+  file is not rewritten: a restart goes back to the file. ``brokerPermission`` applies at once as
+  Apache's: the broker re-registers (routes carry it) and pulls / ordered sends follow it. A key in
+  :data:`NOT_APPLIED_KEYS` (none today) would be refused with what to use instead.
 - ACL (50-53, ``updateAclConfig`` / ``deleteAclConfig`` / ``clusterAclConfigVersion`` /
   ``updateGlobalWhiteAddr``): with ``aclEnable=true`` the plain_acl.yml is edited as Java's
   ``PlainPermissionManager`` does (account map keys ``accessKey, secretKey, whiteRemoteAddress,
@@ -61,8 +62,8 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.codes import request_name
-from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_int, field_str,
-                                               raw_message_at)
+from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_bool, field_int,
+                                               field_str, raw_message_at)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import decode_message, record_store_timestamp
@@ -84,10 +85,7 @@ START_ONLY_KEYS = frozenset({
 })
 START_ONLY_PREFIXES = ("dLeger", "storePath", "mappedFileSize")
 #: keys Apache applies at once that this broker does not apply at all: refused, with what to do instead
-NOT_APPLIED_KEYS = {
-    "brokerPermission": "this broker does not apply brokerPermission (its registration and sends ignore it); "
-                        "use mqadmin wipeWritePerm / addWritePerm on the name servers, or updateTopicPerm",
-}
+NOT_APPLIED_KEYS: dict[str, str] = {}
 ACL_FAILED = {RC.UPDATE_AND_CREATE_ACL_CONFIG: R.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
               RC.DELETE_ACL_CONFIG: R.DELETE_ACL_CONFIG_FAILED,
               RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
@@ -282,6 +280,7 @@ class AdminBrokerProcessor(Processor):
             read_q = field_int(cmd, "readQueueNums", 8)
             write_q = field_int(cmd, "writeQueueNums", 8)
             perm = field_int(cmd, "perm", 6)
+            order = field_bool(cmd, "order")  # mqadmin updateTopic -o true: an ordered topic
         except (HeaderError, TopicValidationError) as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
         refused = refuse_long_topic(cmd, topic)  # over 127 characters from a client below 5.0
@@ -290,7 +289,7 @@ class AdminBrokerProcessor(Processor):
         if topic == self.c.cluster_name:
             return cmd.response(R.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
         try:
-            self.ctx.broker_processor.create_topic(topic, read_q, write_q, perm)
+            self.ctx.broker_processor.create_topic(topic, read_q, write_q, perm, order=order)
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
         self.ctx.registrar_wakeup()
@@ -335,6 +334,9 @@ class AdminBrokerProcessor(Processor):
         for obj, name, value in changes:
             setattr(obj, name, value)
         log.info("updateBrokerConfig called by %s: %s", conn.remote_addr, sorted(props))
+        if "brokerPermission" in props:  # routes change: as Apache, a new topics dataVersion (the name
+            self.c.metadata.managers["topics"].changed()  # server takes queue data only from a new one)
+            self.ctx.registrar_wakeup()  # and register at once
         return cmd.response(R.SUCCESS)
 
     async def acl_admin(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -4,7 +4,8 @@ Rules (apache/rocketmq 4.9.x ``PullMessageProcessor``):
 - Header ``consumerGroup, topic, queueId, queueOffset, maxMsgNums, sysFlag, commitOffset,
   suspendTimeoutMillis, subscription, subVersion, expressionType``. sysFlag bits: 1 commit
   offset, 2 suspend, 4 subscription, 8 class filter.
-- Checks: topic exists (``TOPIC_NOT_EXIST``), is readable (``NO_PERMISSION``), queueId <
+- Checks: the broker is readable (``brokerPermission``: ``NO_PERMISSION`` "the broker[ip] pulling
+  message is forbidden"), topic exists (``TOPIC_NOT_EXIST``), is readable (``NO_PERMISSION``), queueId <
   readQueueNums (``SYSTEM_ERROR``); the group's ``consumeEnable`` (``NO_PERMISSION``). A TAG
   expression (``*``/empty = all; ``a || b``) filters by the ConsumeQueue tagsCode (Java
   ``String.hashCode`` of the tag); other expression types are ``SUBSCRIPTION_PARSE_FAILED``.
@@ -101,6 +102,8 @@ class PullMessageProcessor(Processor):
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
         c = self.c
+        if not int(getattr(c.broker_config, "broker_permission", 6)) & PERM_READ:
+            return cmd.response(R.NO_PERMISSION, f"the broker[{c.broker_ip}] pulling message is forbidden")
         tc = c.metadata.topic(topic)
         if tc is None:
             return cmd.response(R.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")

@@ -205,18 +205,19 @@ class SendMessageProcessor(Processor):
                 props["CLUSTER"] = self.c.cluster_name
                 wait = props.pop("WAIT", None) != "false"  # 4.9.8 does not store WAIT: 9 bytes a message
                 items = [(field_int(cmd, "flag", 0), cmd.body, props)]
-        except TopicValidationError as exc:
-            return request.response(R.SYSTEM_ERROR, f"The specified topic is illegal: {exc}")
-        except (HeaderError, UnicodeDecodeError) as exc:
-            return request.response(R.SYSTEM_ERROR, str(exc))
+        # (one name per except clause: compiled, a name keeps the type of its first clause)
+        except TopicValidationError as bad_topic:
+            return request.response(R.SYSTEM_ERROR, f"The specified topic is illegal: {bad_topic}")
+        except (HeaderError, UnicodeDecodeError) as bad_header:
+            return request.response(R.SYSTEM_ERROR, str(bad_header))
         if len(cmd.body) > self.c.max_message_size:
             return request.response(R.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length "
                                     f"not matched. msg body length limit {self.c.max_message_size}B, msg properties "
                                     "length limit 32KB.")
         try:
             topic, forced_q = self._retry_or_dlq(topic, reconsume, max_reconsume if max_reconsume >= 0 else None)
-        except _Refuse as exc:
-            return request.response(exc.code, exc.remark)
+        except _Refuse as refusal:
+            return request.response(refusal.code, refusal.remark)
         now = int(time.time() * 1000)
         born_host = self._born_host(conn)
         msgs = [MessageExt(topic=topic, body=bytes(body), flag=flag, properties=props, sys_flag=sys_flag,
@@ -233,8 +234,8 @@ class SendMessageProcessor(Processor):
             delay_level = field_int(cmd, "delayLevel", 0)
             max_times_field = cmd.ext_fields.get("maxReconsumeTimes")
             max_times = int(max_times_field) if max_times_field not in (None, "") else None
-        except (HeaderError, ValueError) as exc:
-            return cmd.response(R.SYSTEM_ERROR, str(exc))
+        except (HeaderError, ValueError) as bad_header:
+            return cmd.response(R.SYSTEM_ERROR, str(bad_header))
         sgc = self._group_config(group)
         if sgc is None:
             return cmd.response(R.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}")
