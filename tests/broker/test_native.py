@@ -133,3 +133,24 @@ def test_compiled_and_source_remoting_codecs_agree() -> None:
         a, b = codec.decode_frame(frames[0][4:]), pure.decode_frame(frames[1][4:])
         assert (a.code, a.ext_fields, a.body, a.opaque, a.flag, a.serialize_type) == \
                (b.code, b.ext_fields, b.body, b.opaque, b.flag, b.serialize_type)
+
+
+def test_no_compiled_function_reuses_an_except_name_for_another_type() -> None:
+    """Compiled, ``except A as exc: ... except B as exc:`` gives ``exc`` the type A in the whole
+    function, so a B becomes a TypeError (the remoting server lost every SYSTEM_ERROR answer that
+    way). Each except clause of a compiled module names its exception once per type."""
+    import ast
+
+    root = Path(native.__file__).resolve().parent.parent
+    found = []
+    for name in native.NATIVE_MODULES:
+        tree = ast.parse((root / (name.replace(".", "/") + ".py")).read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            types: dict[str, set[str]] = {}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ExceptHandler) and node.name:
+                    types.setdefault(node.name, set()).add(ast.unparse(node.type) if node.type else "")
+            found += [f"{name}.{fn.name}: {n} as {sorted(t)}" for n, t in types.items() if len(t) > 1]
+    assert found == []
