@@ -4,14 +4,19 @@ Usage (``-b`` takes ``host:port`` of a broker's ``listenPort``; default ``$RMQ_B
 ``127.0.0.1:10911``; ``--json`` prints the raw JSON instead of the readable form)::
 
     mqadmin clusterList      -b 127.0.0.1:10911,127.0.0.1:10921   (or -n NAMESRV [-c CLUSTER]: all it lists)
-    mqadmin topicList        -b ADDR
-    mqadmin updateTopic      -b ADDR -t TOPIC [-r READQ] [-w WRITEQ] [-p PERM]
+                             [-m] [-i SECONDS [--count N]]   (-m: Apache's in/out totals; -i: repeat, Ctrl-C ends)
+    mqadmin topicList        -b ADDR | -n NAMESRV [-c]      (-c: Apache's #Cluster Name #Topic #Consumer Group)
+    mqadmin updateTopic      -b ADDR | -n NAMESRV -c CLUSTER -t TOPIC [-r READQ] [-w WRITEQ] [-p PERM]
+                             [-o true|false] [-u false] [-s false]   (remoting 17; unit topics unsupported)
     mqadmin topicStatus      -b ADDR -t TOPIC
     mqadmin sendMessage      -b ADDR | -n NAMESRV [-b BROKERNAME] -t TOPIC -p BODY [-c TAGS] [-k KEYS] [-i QID]
-    mqadmin consumeMessage   -b ADDR -t TOPIC [-i QUEUEID] [-o OFFSET] [-c COUNT] [-g GROUP]
+                             [-m false]   (message trace is not supported)
+    mqadmin consumeMessage   -b ADDR|BROKERNAME -t TOPIC [-i QUEUEID] [-o OFFSET] [-c COUNT] [-g GROUP]
+                             [-s BEGIN] [-e END]   (store times: ms or yyyy-MM-dd#HH:mm:ss:SSS)
     mqadmin queryMsgByOffset -b ADDR -t TOPIC -i QUEUEID -o QUEUEOFFSET
     mqadmin queryMsgByPhyOffset -b ADDR -o COMMITLOGOFFSET
-    mqadmin queryMsgById     -b ADDR -i MSGID
+    mqadmin queryMsgById     -b ADDR -i MSGID [-g GROUP -d CLIENTID] [-s true|false] [-u UNIT]
+                             (-g -d: the broker pushes it to that consumer; -s true: send it again; -u ignored)
     mqadmin queryMsgByKey    -b ADDR -t TOPIC -k KEY
     mqadmin consumerOffsets  -b ADDR [-g GROUP] [-t TOPIC]
     mqadmin dledgerStatus    -b ADDR[,ADDR...]          DLedger role, term, indexes, follower lag
@@ -58,7 +63,8 @@ from broker.api.client import (
     BrokerClientError, BrokerUnavailable, SyncBrokerClient, body_bytes, new_uniq_key, split_address,
 )
 from broker.api.signing import credentials_from
-from broker.cli import mqadmin_compat, mqadmin_stats
+from broker.cli import mqadmin_compat, mqadmin_flags, mqadmin_stats
+from broker.cli.mqadmin_flags import UsageError
 
 DEFAULT_ADDR = os.environ.get("RMQ_BROKER_ADDR", "127.0.0.1:10911")
 
@@ -98,12 +104,20 @@ def _table(rows: list[list[Any]], header: list[str]) -> None:
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> Any:
+    """Our status table, or Apache's ``-m`` table (mqadmin_flags); ``-i`` repeats it."""
+    once = mqadmin_flags.cluster_more_stats if args.more_stats else _cluster_list_once
+    return mqadmin_flags.repeat(args, once)
+
+
+def _cluster_list_once(args: argparse.Namespace) -> int:
     if args.namesrv and not args.broker_addrs:  # Apache's form: every broker the name server lists
-        args.broker_addrs = mqadmin_stats.resolve_all(args)
-        if not args.broker_addrs:
+        addrs = mqadmin_stats.resolve_all(args)
+        if not addrs:
             return 3
-    addrs = [a for part in args.broker_addrs for a in part.split(",") if a]
-    rows, raw = [], []
+    else:
+        addrs = [a for part in args.broker_addrs for a in part.split(",") if a]
+    rows: list[list[Any]] = []
+    raw: list[Any] = []
     worst = 0
     for addr in addrs:
         try:
@@ -129,6 +143,8 @@ def cmd_cluster_list(args: argparse.Namespace) -> Any:
 
 
 def cmd_topic_list(args: argparse.Namespace) -> Any:
+    if args.cluster_model:
+        return mqadmin_flags.topic_list_clusters(args)
     data = _client(args).topics()
     if args.json:
         return data
@@ -138,19 +154,26 @@ def cmd_topic_list(args: argparse.Namespace) -> Any:
 
 
 def cmd_update_topic(args: argparse.Namespace) -> Any:
-    """Apache's ``-b ADDR`` (one broker) or ``-n NAMESRV -c CLUSTER`` (every master of it)."""
-    targets = _addresses(args) if args.cluster else _addresses(args)[:1]
-    out = []
+    """Apache's ``-b ADDR`` (one broker) or ``-n NAMESRV -c CLUSTER`` (every master of it), by
+    UPDATE_AND_CREATE_TOPIC with Apache's TopicConfig (mqadmin_flags: order, unit flags)."""
+    tc = mqadmin_flags.topic_config(args)
+    cluster = bool(args.cluster) and not args.user_broker
+    targets = _addresses(args) if cluster else _addresses(args)[:1]
+    done = []
     for addr in targets:
-        data = _client_for(args, addr).create_topic(args.topic, read_queue_nums=args.read_queue_nums,
-                                                    write_queue_nums=args.write_queue_nums, perm=args.perm)
-        out.append(data)
-        if not args.json:
+        mqadmin_flags.create_topic(args, addr, tc)
+        done.append(addr)
+        if not args.json and cluster:
             print(f"create topic to {addr} success.")
+    conf = mqadmin_flags.order_conf(args, tc, done, cluster) if tc["order"] and args.namesrv and done else None
     if args.json:
-        return out[0] if len(out) == 1 else out
-    print(out[-1].get("topicConfig", out[-1]) if out else "no broker to create the topic on")
-    return 0 if out else 1
+        return {"created": done, "topicConfig": tc, **({"orderConf": conf} if conf is not None else {})}
+    if conf is not None:
+        print(f"set {'cluster' if cluster else 'broker'} orderConf. isOrder=true, orderConf=[{conf}]")
+    if not cluster and done:
+        print(f"create topic to {done[0]} success.")
+    print(mqadmin_flags.topic_config_line(tc) if done else "no broker to create the topic on")
+    return 0 if done else 1
 
 
 def cmd_topic_status(args: argparse.Namespace) -> Any:
@@ -200,6 +223,7 @@ def send_following(args: argparse.Namespace, send: Callable[[SyncBrokerClient], 
 
 
 def cmd_send(args: argparse.Namespace) -> Any:
+    mqadmin_flags.refuse_true(args.msg_trace, "-m true: message trace is")
     uniq = new_uniq_key()  # one id for every try: a retried put is answered, not stored twice
     addr, data = send_following(args, lambda c: c.send(args.topic, args.body, tags=args.tags, keys=args.keys,
                                                        queue_id=args.queue_id, uniq_key=uniq))
@@ -211,23 +235,34 @@ def cmd_send(args: argparse.Namespace) -> Any:
 
 
 def cmd_consume(args: argparse.Namespace) -> Any:
+    window = mqadmin_flags.time_window(args)  # -s/-e: (begin, end) store times
     c = _client(args)
+    addr = _addresses(args)[0]
     queues = [args.queue_id] if args.queue_id is not None else [
         q["queueId"] for q in c.topic_status(args.topic).get("queues", [])
     ]
     committed: dict[str, int] = {}
-    if args.group and args.offset is None:
+    if args.group and args.offset is None and (window is None or not window[0]):
         table = c.query_offsets(args.group, args.topic).get("offsets", {})
         committed = {str(k): int(v) for k, v in table.get(f"{args.topic}@{args.group}", {}).items()}
     out: list[dict[str, Any]] = []
     for qid in queues:
         offset = args.offset if args.offset is not None else committed.get(str(qid), 0)
+        last: int | None = None  # -e: the last queue offset to read (inclusive)
+        if window is not None:
+            if window[0]:
+                found = mqadmin_flags.search_offset(args, addr, args.topic, qid, window[0])
+                offset = found if args.offset is None else max(found, args.offset)
+            if window[1]:
+                last = mqadmin_flags.search_offset(args, addr, args.topic, qid, window[1])
         remaining = args.count
-        while remaining > 0:
-            res = c.pull(args.topic, qid, offset, min(remaining, 256))
+        while remaining > 0 and (last is None or offset <= last):
+            want = min(remaining, 256) if last is None else min(remaining, 256, last - offset + 1)
+            res = c.pull(args.topic, qid, offset, want)
             msgs = res.get("messages", [])
-            out.extend(msgs)
-            remaining -= len(msgs)
+            picked = msgs if window is None else [m for m in msgs if mqadmin_flags.in_window(m, window)]
+            out.extend(picked)
+            remaining -= len(picked)
             if not msgs:
                 break
             offset = res["nextBeginOffset"]
@@ -262,11 +297,31 @@ def cmd_by_phy_offset(args: argparse.Namespace) -> Any:
 
 
 def cmd_by_id(args: argparse.Namespace) -> Any:
+    if bool(args.consumer_group) != bool(args.client_id):
+        raise UsageError("-g GROUP and -d CLIENTID go together (the consumer to push the message to)")
+    ids = [i.strip() for i in args.msg_id.split(",") if i.strip()]
+    if args.consumer_group:  # Apache's pushMsg: the broker that stored it calls the consumer
+        for msg_id in ids:
+            print(mqadmin_flags.consume_directly(args, msg_id))
+        return 0
+    if args.resend is not None:  # Apache's sendMsg; -s false alone does nothing, as Apache
+        for msg_id in ids if args.resend else []:
+            _resend(args, msg_id)
+        return 0
     m = _client(args).by_id(args.msg_id, args.topic)
     if args.json:
         return m
     _print_message(m)
     return 0
+
+
+def _resend(args: argparse.Namespace, msg_id: str) -> None:
+    m = _client(args).by_id(msg_id, args.topic)
+    print(f"prepare resend msg. originalMsgId={msg_id}")
+    uniq = new_uniq_key()  # a new one: this broker answers a known UNIQ_KEY without storing it again
+    fields = mqadmin_flags.resend_fields(m)
+    addr, data = send_following(args, lambda c: c.send(m["topic"], body_bytes(m), uniq_key=uniq, **fields))
+    print(mqadmin_flags.send_result_line(uniq, m["topic"], addr, data))
 
 
 def cmd_by_key(args: argparse.Namespace) -> Any:
@@ -353,10 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--access-key", help="ACL account to sign with (default $RMQ_ACCESS_KEY)")
     common.add_argument("--secret-key", help="its secret key (default $RMQ_SECRET_KEY; prefer the variable)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    by_name: dict[str, argparse.ArgumentParser] = {}
 
     def add(name: str, fn: Callable[[argparse.Namespace], Any], help_text: str, broker_flag: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common], help=help_text)
         sp.set_defaults(fn=fn)
+        by_name[name] = sp
         return sp
 
     sp = add("clusterList", cmd_cluster_list, "status of one or more brokers (-b, or all of -n's)")
@@ -404,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("setPreferredLeader", cmd_set_preferred_leader, "set the preferred DLedger leader(s) on brokers")
     sp.add_argument("--id", required=True, help="peer id(s), ';'-separated; empty clears")
     mqadmin_stats.register(add)
+    mqadmin_flags.add_flags(by_name)
     return p
 
 
@@ -415,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mqadmin: {exc}", file=sys.stderr)
         return 2
     args.broker_addrs = list(args.broker or [])
+    args.user_broker = bool(args.broker)  # -b given (before -n fills it in)
     problem = mqadmin_compat.resolve(args)  # broker names with -n, -n without -b
     if problem:
         print(f"mqadmin: {problem}", file=sys.stderr)
@@ -434,6 +493,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as exc:
+        print(f"mqadmin: {exc}", file=sys.stderr)
+        return 2
+    except mqadmin_stats.RemoteError as exc:
+        print(f"CODE: {exc.code}  DESC: {exc.remark}" if exc.code >= 0 else f"mqadmin: {exc.remark}", file=sys.stderr)
+        return 3 if exc.unreachable else (2 if exc.code == -2 else 1)
     except BrokerUnavailable as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)
         return 3
