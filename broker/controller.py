@@ -154,8 +154,8 @@ class BrokerController:
         self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
-        self.schedule: Any = None  # broker.schedule.ScheduleMessageService (runs while master)
-        self.transactions: Any = None  # broker.transaction.TransactionService (check-back while master)
+        self.schedule: Any = None  # broker.store.schedule.ScheduleMessageService (runs while master)
+        self.transactions: Any = None  # broker.transaction.TransactionalMessageService (check-back while master)
         self.acl_validator: Any = None  # PlainAccessValidator shared by remoting and HTTP (aclEnable=true)
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)

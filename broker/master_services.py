@@ -20,7 +20,7 @@ def _cfg(obj: Any, name: str, default: Any) -> Any:
 
 def make_schedule(self: "BrokerController") -> Any:
     """ScheduleMessageService over the store and delayOffset.json, with its pending gauge."""
-    from broker.schedule import ScheduleMessageService  # noqa: WPS433
+    from broker.store.schedule import ScheduleMessageService  # noqa: WPS433
 
     assert self.store_access is not None
     service = ScheduleMessageService(
@@ -33,10 +33,10 @@ def make_schedule(self: "BrokerController") -> Any:
 
 
 def make_transactions(self: "BrokerController") -> Any:
-    """TransactionService; check-backs go oneway to the freshest connection of the half's producer group."""
+    """TransactionalMessageService; check-backs go oneway to the freshest connection of the half's producer group."""
     from broker.remoting.codec import RemotingCommand  # noqa: WPS433
     from broker.store.message import encode_message  # noqa: WPS433
-    from broker.transaction import TransactionService  # noqa: WPS433
+    from broker.transaction import TransactionalMessageService  # noqa: WPS433
 
     def producer_channel(group: str) -> Any:
         clients = self.remoting.consumers.producers.get(group) if self.remoting is not None else None
@@ -52,7 +52,7 @@ def make_transactions(self: "BrokerController") -> Any:
 
     assert self.store_access is not None
     b = self.broker_config
-    return TransactionService(
+    return TransactionalMessageService(
         self.store, self.metadata.managers["consumerOffset"], self.store_access.put_internal, producer_channel,
         timeout_ms=int(_cfg(b, "transaction_timeout", 6000)), check_max=int(_cfg(b, "transaction_check_max", 15)),
         check_interval_ms=int(_cfg(b, "transaction_check_interval", 60_000)),

@@ -28,7 +28,7 @@ Rules (RocketMQ 4.9.8 ``TransactionalMessageServiceImpl``, ``EndTransactionProce
   check offsets in exactly these topics and files. Raw PREPARED/ROLLBACK records in user topics
   (what the store API writes for sysFlag 0x4/0xC) are never dispatched or delivered, as in Apache.
 
-Theory of operation: :class:`TransactionService` holds no state of its own beyond the offsets;
+Theory of operation: :class:`TransactionalMessageService` holds no state of its own beyond the offsets;
 puts go through ``StoreAccess.put_internal`` (no send dedup: a put-back copy keeps its UNIQ_KEY).
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ class EndTransactionError(Exception):
         self.code = code
 
 
-class TransactionService:
+class TransactionalMessageService:
     """Prepare/commit/rollback and the check-back loop (module rules)."""
 
     def __init__(self, store: Any, offsets: Any, put: Callable[[list[MessageExt]], Awaitable[Any]],

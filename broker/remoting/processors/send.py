@@ -28,7 +28,7 @@ Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProc
   ``reconsumeTimes+1``, ``RETRY_TOPIC`` and ``ORIGIN_MESSAGE_ID`` set; to ``%DLQ%<group>`` past
   the max or when ``delayLevel < 0``. The retry is delayed as RocketMQ's: level ``delayLevel``,
   or ``3 + reconsumeTimes`` when 0 (``DELAY`` set; the store moves it to SCHEDULE_TOPIC_XXXX
-  and ``broker.schedule`` delivers it to the retry topic when due).
+  and ``broker.store.schedule`` delivers it to the retry topic when due).
 """
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ class SendMessageProcessor(Processor):
             self._ensure_topic(topic, sgc.retry_queue_nums)
             qid = random.randrange(sgc.retry_queue_nums)
             # as RocketMQ: the retry waits delayLevel, or 3 + reconsumeTimes (10 s, 30 s, 1 min, ...),
-            # through the store's SCHEDULE_TOPIC_XXXX and broker.schedule
+            # through the store's SCHEDULE_TOPIC_XXXX and broker.store.schedule
             props["DELAY"] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
         props.setdefault("ORIGIN_MESSAGE_ID", cmd.ext_fields.get("originMsgId") or msg.msg_id)
         inner = MessageExt(topic=topic, body=msg.body, flag=msg.flag, properties=props, sys_flag=msg.sys_flag,

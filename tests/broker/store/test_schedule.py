@@ -1,4 +1,4 @@
-"""Delayed delivery (issue 14.1): broker/schedule.py on Apache's bytes and in real brokers.
+"""Delayed delivery (issue 14.1): broker/store/schedule.py on Apache's bytes and in real brokers.
 
 - ``message_timeup`` turns each SCHEDULE_TOPIC_XXXX record of the variety store into the record
   Apache 4.9.8 itself redelivered: same properties string (DELAY and REAL_* kept), body, flags,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.client import RemotingClient
-from broker.schedule import message_timeup
+from broker.store.schedule import message_timeup
 from broker.store.message import decode_message, encode_message
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 

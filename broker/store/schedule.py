@@ -43,7 +43,7 @@ from broker.store.message_const import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL
                                         RMQ_SYS_SCHEDULE_TOPIC)
 from broker.tasks import wait_for
 
-log = logging.getLogger("broker.schedule")
+log = logging.getLogger("broker.store.schedule")
 
 RETRY_AFTER_S = 10.0  # DELAY_FOR_A_PERIOD
 IDLE_POLL_S = 0.1  # DELAY_FOR_A_WHILE: also a safety net should an arrival wake-up be missed
