@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("broker", "dledger", "upgrade")
+PACKAGES = ("broker", "dledger", "namesrv", "upgrade")
 ALLOWED = {REPO / "dledger" / "aio.py"}  # the helper itself delegates to it on 3.12+
 
 

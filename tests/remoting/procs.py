@@ -36,7 +36,7 @@ class NamesrvProc:
 
     def start(self, timeout: float = 20.0) -> "NamesrvProc":
         self._fh = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", *self.args], stdout=self._fh,
+        self.proc = subprocess.Popen([sys.executable, "-m", "namesrv", *self.args], stdout=self._fh,
                                      stderr=subprocess.STDOUT, cwd=str(REPO), env=dict(os.environ, PYTHONUNBUFFERED="1"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -173,7 +173,7 @@ def test_signed_reads_when_the_acl_says_so(tmp_path: Path) -> None:
 
 
 def test_kv_store_limits_are_exact() -> None:
-    from broker.namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
+    from namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
 
     kv = KvConfigStore(KvLimits(max_entries=3, max_key_bytes=8, max_value_bytes=10, max_total_bytes=40))
     kv.put("ns", "a", "0123456789")
@@ -232,7 +232,7 @@ def _start_bare(tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, i
     port = free_port()
     log = tmp / f"ns-{port}.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-p", str(port), *args], stdout=fh,
+        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "-p", str(port), *args], stdout=fh,
                                 stderr=subprocess.STDOUT, cwd=str(REPO))
     return proc, log, port
 
@@ -370,7 +370,7 @@ def test_every_code_has_a_kind_and_white_addresses_pass_as_in_rocketmq(tmp_path:
     the way an Apache 4.9 broker, which does not sign registrations, registers with an ACL name server."""
     from types import SimpleNamespace
 
-    from broker.namesrv.doors import ADMIN_WRITE, BROKER_WRITE, READ, NamesrvAccess, kind_of
+    from namesrv.doors import ADMIN_WRITE, BROKER_WRITE, READ, NamesrvAccess, kind_of
     from broker.remoting.acl import AclRefusal, PlainAccessValidator, sign_request
 
     assert kind_of(RC.REGISTER_BROKER) == kind_of(RC.UNREGISTER_BROKER) == BROKER_WRITE

@@ -4,5 +4,5 @@
 - :mod:`.server`: NamesrvController: request processors, broker expiry scan, CLI ``main``.
 - :mod:`.doors`: who may call what (ACL for writes, loopback unless told, explicit open).
 - :mod:`.kv_config`: the bounded KV config store.
-Run: ``python -m broker.namesrv -p 9876`` (loopback, open), or ``-c conf/namesrv/namesrv.properties``.
+Run: ``python -m namesrv -p 9876`` (loopback, open), or ``-c conf/namesrv/namesrv.properties``.
 """

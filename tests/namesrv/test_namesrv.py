@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.namesrv.route_info import RouteInfoManager
+from namesrv.route_info import RouteInfoManager
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
@@ -111,7 +111,7 @@ def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> No
                      "serverReadTimeoutMillis=300\nserverMaxConnections=5\n")
     log = tmp_path / "ns.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(props)], stdout=fh,
+        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "-c", str(props)], stdout=fh,
                                 stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[2]))
     try:
         wait_until(lambda: f"listening on 127.0.0.1:{port}" in log.read_text(), 20, "the name server to start",

@@ -50,10 +50,10 @@ from broker.remoting.codes import ResponseCode as R
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
 from broker.java_properties import ConfigError, read_properties_file
-from broker.namesrv.admin_requests import DEFAULTS, NamesrvAdmin
-from broker.namesrv.doors import DEFAULT_HOST, DoorRefused, NamesrvAccess, check_doors, security_from
-from broker.namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
-from broker.namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
+from namesrv.admin_requests import DEFAULTS, NamesrvAdmin
+from namesrv.doors import DEFAULT_HOST, DoorRefused, NamesrvAccess, check_doors, security_from
+from namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits
+from namesrv.route_info import BROKER_CHANNEL_MAX_IDLE_MS, RouteInfoManager
 from broker.remoting.acl import AclConfigError, PlainAccessValidator
 
 log = logging.getLogger("namesrv")
