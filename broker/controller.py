@@ -181,7 +181,7 @@ class BrokerController:
 
     @classmethod
     def from_conf_file(cls, path: str) -> "BrokerController":
-        from broker.conf_file import load_conf  # noqa: WPS433 (config errors surface at the CLI)
+        from broker.config.conf_file import load_conf  # noqa: WPS433 (config errors surface at the CLI)
 
         conf = load_conf(path)
         return cls(conf.broker, conf.store, conf_path=path)

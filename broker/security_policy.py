@@ -24,7 +24,7 @@ anything; parsing alone does not, so ``mqupgrade`` can still read an old store's
   doors the confs it writes leave open.
 
 Theory of operation: pure checks over a parsed conf; each refusal is one
-:class:`~broker.config.ConfigError` naming the key, the file and line, and the fix.
+:class:`~broker.config.java_properties.ConfigError` naming the key, the file and line, and the fix.
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from broker.java_properties import ConfigError
+from broker.config.java_properties import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.conf_file import ParsedConf
+    from broker.config.conf_file import ParsedConf
 
 MIN_SECRET_LENGTH = 16
 #: Secrets printed in the shipped conf files: anyone who read the repository knows them.

@@ -31,7 +31,7 @@ import json
 import logging
 from typing import Any
 
-from broker.java_properties import ConfigError, parse_properties
+from broker.config.java_properties import ConfigError, parse_properties
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R

@@ -49,7 +49,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingConnection, RemotingServer
-from broker.java_properties import ConfigError, read_properties_file
+from broker.config.java_properties import ConfigError, read_properties_file
 from namesrv.admin_requests import DEFAULTS, NamesrvAdmin
 from namesrv.doors import DEFAULT_HOST, DoorRefused, NamesrvAccess, check_doors, security_from
 from namesrv.kv_config import KvConfigStore, KvLimitError, KvLimits

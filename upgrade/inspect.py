@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from broker.conf_file import ParsedConf
-from broker.config import BrokerRole
+from broker.config.conf_file import ParsedConf
+from broker.config.broker_config import BrokerRole
 from broker.store.consume_queue import ConsumeQueueStore, is_consume_queue_dispatchable
 from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.message import check_message_and_return_size, explain_invalid_record

@@ -15,8 +15,8 @@ import dataclasses
 import secrets
 from typing import Optional
 
-from broker.conf_file import ParsedConf, parse_conf, to_conf
-from broker.config import BrokerConfig, MessageStoreConfig
+from broker.config.conf_file import ParsedConf, parse_conf, to_conf
+from broker.config.broker_config import BrokerConfig, MessageStoreConfig
 from broker.security_policy import MIN_SECRET_LENGTH
 from upgrade.plan_model import Node, PlanError
 

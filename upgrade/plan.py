@@ -36,8 +36,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from broker.conf_file import ConfigError, ParsedConf, load_conf
-from broker.config import BrokerConfig, MessageStoreConfig, parse_dleger_peers
+from broker.config.conf_file import ConfigError, ParsedConf, load_conf
+from broker.config.broker_config import BrokerConfig, MessageStoreConfig, parse_dleger_peers
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
 from upgrade.node_conf import assign_ports, group_auth_token, http_peers_of, ports_of, render_conf
 from upgrade.plan_model import Action, Node, Plan, PlanError  # noqa: F401 - the plan's API (apply, tests)
@@ -131,7 +131,7 @@ def _refusals(insp: Inspection) -> list[str]:
 
 def _exposed_doors(conf_text: str, source: str) -> list[str]:
     """The unauthenticated doors reachable off loopback of a conf this plan writes."""
-    from broker.conf_file import parse_conf
+    from broker.config.conf_file import parse_conf
     from broker.security_policy import open_doors
 
     try:

@@ -24,7 +24,7 @@ Rules:
 - The event loops (the broker's, and the DLedger loop thread of a DLedger-mode store) are uvloop
   when it is installed (DESIGN §6), unless ``$RMQ_NO_UVLOOP=1``.
 
-Theory of operation: parse args -> ``broker.conf_file.load_conf`` -> ``BrokerController``
+Theory of operation: parse args -> ``broker.config.conf_file.load_conf`` -> ``BrokerController``
 -> ``asyncio.run(controller.run_until_signal())``.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
 
-    from broker.conf_file import ConfigError, load_conf  # noqa: WPS433
+    from broker.config.conf_file import ConfigError, load_conf  # noqa: WPS433
 
     try:
         conf = load_conf(args.config_file)

@@ -6,7 +6,7 @@ Rules:
 - :meth:`HASettings.from_config` accepts any object with those attributes (the broker's
   ``MessageStoreConfig``/``BrokerConfig``, a ``SimpleNamespace`` in tests) or a plain ``dict``;
   a missing attribute falls back to the RocketMQ 4.9.8 default, so the HA package does not
-  depend on the exact shape of ``broker/config.py``.
+  depend on the exact shape of ``broker/config/broker_config.py``.
 - The SYNC_MASTER wait: RocketMQ 4.9.8 waits ``slaveTimeout`` (3000 ms) in
   ``CommitLog.submitReplicaRequest``; older 4.x releases waited ``syncFlushTimeout`` (5000 ms).
   The project contract names ``sync_flush_timeout``, so that is what is used here; callers
@@ -70,7 +70,7 @@ class HASettings:
                 values[name] = getattr(config, name)
         values.update(overrides)
         role = values.get("broker_role")
-        if role is not None and not isinstance(role, str):  # an Enum from broker/config.py
+        if role is not None and not isinstance(role, str):  # an Enum from broker/config/broker_config.py
             values["broker_role"] = getattr(role, "name", str(role))
         if not values.get("ha_auth_token"):
             values["ha_auth_token"] = None

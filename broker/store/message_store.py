@@ -68,7 +68,7 @@ from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreRe
 from broker.tasks import wait_for
 
 if TYPE_CHECKING:
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from broker.store.dledger_commitlog import DLedgerCommitLog
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class StoreSettings:
 
     @classmethod
     def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
-        """From a ``broker.config.MessageStoreConfig`` (or any object/dict with these names)."""
+        """From a ``broker.config.broker_config.MessageStoreConfig`` (or any object/dict with these names)."""
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if isinstance(config, dict) and f.name in config:

@@ -69,7 +69,7 @@ def write_properties_file(path: str | os.PathLike[str],
 
 # ---------------------------------------------------------------------------------------------
 # The one Java-properties parser of the project (broker confs and upgrade tools use it too,
-# through broker.java_properties, which adds the conf-error type and Properties.store escaping).
+# through broker.config.java_properties, which adds the conf-error type and Properties.store escaping).
 
 _WS = " \t\f"
 

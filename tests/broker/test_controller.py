@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.client import BrokerClient, BrokerClientError, body_bytes
-from broker.conf_file import load_conf
+from broker.config.conf_file import load_conf
 from broker.controller import BrokerController
 from broker.store.lockfile import StoreLock
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, port_pair, wait_until, write_conf

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import parse_conf
+from broker.config.conf_file import parse_conf
 from broker.devtools.procs import free_port
 from broker.put_coalescer import PutCoalescer, coalescer_for
 from broker.store.message import MessageExt

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from broker.api.client import BrokerClient, BrokerClientError
-from broker.conf_file import parse_conf
+from broker.config.conf_file import parse_conf
 from broker.controller import BrokerController
 from broker.devtools.procs import free_ports
 from broker.role import slave_broker_id
@@ -152,7 +152,7 @@ async def _pulled(api: BrokerClient) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(60)
 async def test_classic_broker_has_no_dledger_admin(tmp_path: Path) -> None:
-    from broker.conf_file import load_conf
+    from broker.config.conf_file import load_conf
 
     conf, _ = master_conf(tmp_path, "ASYNC_MASTER")
     parsed = load_conf(conf)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.http_acl import POLICIES
-from broker.conf_file import load_conf
+from broker.config.conf_file import load_conf
 from broker.controller import BrokerController
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.permissions import HTTP, OPERATIONS, REMOTING, Need, remoting_needs_admin

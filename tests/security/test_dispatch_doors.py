@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import load_conf
+from broker.config.conf_file import load_conf
 from broker.devtools.procs import free_ports, write_conf
 from broker.store.message import MessageExt, encode_message
 from broker.store.message_store import DefaultMessageStore

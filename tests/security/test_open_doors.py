@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import parse_conf
+from broker.config.conf_file import parse_conf
 from broker.security_policy import exposed_warnings, open_doors
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf
 from tests.upgrade.upgrade_helpers import PEERS, copy

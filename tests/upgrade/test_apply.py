@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import load_conf
+from broker.config.conf_file import load_conf
 from tests.upgrade.upgrade_helpers import (
     PEERS, REPO, copy, hold_lock, journal_state, make_behind, make_dirty, mqupgrade, tree_state, wait_for,
 )

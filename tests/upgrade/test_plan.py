@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import parse_conf
+from broker.config.conf_file import parse_conf
 from tests.upgrade.upgrade_helpers import PEERS, copy, flip_byte, hold_lock, make_behind, make_dirty, mqupgrade
 from upgrade.plan import Plan, PlanError, load_confs, make_plan, parse_self_ids
 

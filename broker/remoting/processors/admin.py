@@ -56,7 +56,7 @@ from typing import Any, Optional
 
 from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
-from broker.java_properties import ConfigError, parse_properties
+from broker.config.java_properties import ConfigError, parse_properties
 from broker.remoting.acl import SUB, AclConfigError, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
@@ -301,8 +301,8 @@ class AdminBrokerProcessor(Processor):
                                                           f"{CANNOT_APPLY[cmd.code]}")
 
     async def update_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        from broker.config import FIELD_BY_KEY  # noqa: WPS433
-        from broker.conf_file import _HINTS, _convert  # noqa: WPS433
+        from broker.config.broker_config import FIELD_BY_KEY  # noqa: WPS433
+        from broker.config.conf_file import _HINTS, _convert  # noqa: WPS433
 
         if not cmd.body:
             return cmd.response(R.SUCCESS)

@@ -245,7 +245,7 @@ class AdminStatsProcessor(Processor):
 
     # ------------------------------------------------------------------ config and runtime
     async def get_broker_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        from broker.conf_file import to_properties  # noqa: WPS433
+        from broker.config.conf_file import to_properties  # noqa: WPS433
 
         props = to_properties(self.c.broker_config, self.c.store_config, only_changed=False)
         props["brokerRole"], props["brokerId"] = str(self.c.broker_role), str(self.c.broker_id)  # live (issue 25.3)

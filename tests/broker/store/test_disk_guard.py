@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from broker.api.client import BrokerClient, BrokerClientError
-from broker.conf_file import load_conf
+from broker.config.conf_file import load_conf
 from broker.controller import BrokerController
 from broker.store.disk_guard import DiskGuard
 from broker.store.message import MessageExt

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus
 from broker.store.transfer_limits import TransferLimits
 from tests.broker.store.test_message_store import FIXTURE_SETTINGS, open_store

@@ -12,7 +12,7 @@ Rules:
 
 Theory of operation: the dataclasses are plain values with defaults equal to Apache's; reading
 and writing ``.conf`` files (syntax, conversion, typo detection, cross-key validation) is
-:mod:`broker.conf_file`, one idea per module.
+:mod:`broker.config.conf_file`, one idea per module.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from broker.java_properties import ConfigError  # noqa: F401 - raised by the model's derived values
+from broker.config.java_properties import ConfigError  # noqa: F401 - raised by the model's derived values
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Rules:
   ``rmqAddressServerSubGroup``.
 - The lists below were extracted from those setters in apache/rocketmq at tag
   ``rocketmq-all-4.9.8`` and at develop ``8fc57f1468d1`` (after 5.3.3; BrokerConfig then also
-  inherits BrokerIdentity's setters). They are data, not behaviour: broker/config.py accepts
+  inherits BrokerIdentity's setters). They are data, not behaviour: broker/config/broker_config.py accepts
   any of them that it does not implement with one warning line, and uses the union as the
   vocabulary for "did you mean" suggestions on typos.
 """

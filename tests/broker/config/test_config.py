@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.conf_file import ConfigError, load_conf, parse_conf, to_conf
-from broker.config import FIELD_BY_KEY, BrokerConfig, BrokerRole, FlushDiskType, MessageStoreConfig, key_of
-from broker.java_properties import escape_property, parse_properties
-from broker.config_keys import APACHE_KEYS, APACHE_KEYS_4_9
+from broker.config.conf_file import ConfigError, load_conf, parse_conf, to_conf
+from broker.config.broker_config import FIELD_BY_KEY, BrokerConfig, BrokerRole, FlushDiskType, MessageStoreConfig, key_of
+from broker.config.java_properties import escape_property, parse_properties
+from broker.config.config_keys import APACHE_KEYS, APACHE_KEYS_4_9
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 DLEDGER_CONF = """\
 # distribution/conf/dledger/broker-n0.conf

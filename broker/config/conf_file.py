@@ -1,4 +1,4 @@
-"""Broker ``.conf`` files: Java-properties text <-> the typed model of :mod:`broker.config`.
+"""Broker ``.conf`` files: Java-properties text <-> the typed model of :mod:`broker.config.broker_config`.
 
 Rules:
 - Syntax is ``java.util.Properties.load``: ``key=value``, ``key:value`` or ``key value``;
@@ -10,14 +10,14 @@ Rules:
   parse ``10911 `` as an int and silently ignore the key).
 - A key we implement is converted strictly (int, bool ``true``/``false``, enum names); a bad
   value is a :class:`ConfigError` naming key, file and line. A key Apache RocketMQ knows but we
-  do not use (broker/config_keys.py) is accepted with one warning line. Any other key is a
+  do not use (broker/config/config_keys.py) is accepted with one warning line. Any other key is a
   typo: :class:`ConfigError` naming key, file and line and the nearest known key.
 - DLedger keys are validated when ``enableDLegerCommitLog=true``: ``dLegerSelfId`` is a letter
   followed by digits and appears in ``dLegerPeers`` (``n0-host:port;n1-host:port``); our
   ``dLegerPeersHttp`` (same form, each peer's HTTP API) must list the same ids and this node's
   own HTTP port.
 
-Theory of operation: ``broker.java_properties.parse_properties`` yields ``(key, value, line)``
+Theory of operation: ``broker.config.java_properties.parse_properties`` yields ``(key, value, line)``
 triples; :func:`parse_conf` routes each to the dataclass owning the key, converts it, remembers
 where it came from (for later error messages), applies the derived defaults and validates.
 :func:`to_conf` is the inverse, used by the upgrade tool to write node conf files.
@@ -34,11 +34,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from broker.config import (
+from broker.config.broker_config import (
     _PEER_ID, FIELD_BY_KEY, BrokerConfig, BrokerRole, MessageStoreConfig, Owner,
 )
-from broker.config_keys import APACHE_KEYS
-from broker.java_properties import ConfigError, escape_property, parse_properties
+from broker.config.config_keys import APACHE_KEYS
+from broker.config.java_properties import ConfigError, escape_property, parse_properties
 
 __all__ = ["ConfigError", "KNOWN_KEYS", "ParsedConf", "load_conf", "parse_conf", "to_conf", "to_properties",
            "validate_conf"]

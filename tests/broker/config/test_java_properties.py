@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.java_properties import ConfigError, parse_properties, read_properties_file
+from broker.config.java_properties import ConfigError, parse_properties, read_properties_file
 from dledger.store.properties import PropertiesError, parse_properties as dledger_parse
 from upgrade.validate.layout import read_properties as validator_read
 
