@@ -17,15 +17,12 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
-
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.remoting.broker_remoting import BrokerRemoting
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -45,10 +42,24 @@ class HeaderError(ValueError):
     pass
 
 
+class RemotingContext(Protocol):
+    """What a processor may use of the broker's remoting side (``BrokerRemoting`` provides it):
+    a narrow contract instead of the object, so no processor imports the module that builds it."""
+
+    controller: Any
+    broker_processor: Any  # broker.processor.BrokerProcessor: the topic rules and puts shared with HTTP
+    consumers: Any  # client_manage.ConsumerManager: the live clients by group
+    broker_stats: Any  # broker_stats.BrokerStatsProcessor: per-topic/group counters
+    admin: Any  # admin.AdminBrokerProcessor: offset-by-time lookups
+    stopping: bool
+
+    def registrar_wakeup(self) -> None: ...
+
+
 class Processor:
     """Base of the request processors: the broker's remoting context and its controller."""
 
-    def __init__(self, ctx: "BrokerRemoting") -> None:
+    def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
 
     @property

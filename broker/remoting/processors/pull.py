@@ -36,19 +36,16 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import FAQ, HeaderError, Processor, field_int, field_str
+from broker.remoting.processors.common import FAQ, HeaderError, Processor, RemotingContext, field_int, field_str
 from broker.remoting.processors.pull_hold import PullRequestHoldService, request_bytes
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
 from broker.store.transfer_limits import TransferLimits
-
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.remoting.broker_remoting import BrokerRemoting
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION, FLAG_CLASS_FILTER = 1, 2, 4, 8
 PERM_READ = 4
@@ -74,7 +71,7 @@ def tags_filter(expression: Optional[str], expression_type: Optional[str]) -> Op
 
 
 class PullMessageProcessor(Processor):
-    def __init__(self, ctx: "BrokerRemoting") -> None:
+    def __init__(self, ctx: RemotingContext) -> None:
         super().__init__(ctx)
         bc = getattr(self.c, "broker_config", None)
         self.hold = PullRequestHoldService.from_config(bc)
