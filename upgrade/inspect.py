@@ -48,6 +48,7 @@ from broker.store.record_walk import END, RECORD, ROLL, walk
 from broker.store.shape import DLEDGER, StoreShapeError, read_shape, shape_path
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
+from upgrade.store_files import CommitLogFile, list_files
 from upgrade.store_links import refuse_links
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,14 +61,6 @@ DEFAULT_CQ_FILE_SIZE = 300_000 * 20
 
 class InspectError(Exception):
     """A user mistake (bad path, conflicting options): one line, no traceback."""
-
-
-@dataclass
-class CommitLogFile:
-    name: str
-    from_offset: int
-    size: int
-    allocated: int
 
 
 @dataclass
@@ -170,17 +163,6 @@ class Inspection:
 
 
 # ---- per store ----------------------------------------------------------------------------------
-def _list_files(d: Path) -> list[CommitLogFile]:
-    if not d.is_dir():
-        return []
-    out = []
-    for p in sorted(d.iterdir()):
-        if p.is_file() and len(p.name) == 20 and p.name.isdigit():
-            st = p.stat()
-            out.append(CommitLogFile(p.name, int(p.name), st.st_size, st.st_blocks * 512))
-    return out
-
-
 def _lock_holder(root: Path) -> Optional[str]:
     if not (root / "lock").exists():
         return None
@@ -364,14 +346,14 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
     s.free_bytes = _free_bytes(rootp)
     if not rootp.exists():
         return s
-    s.files = _list_files(cl_dir)
+    s.files = list_files(cl_dir)
     s.clean_shutdown = not (rootp / "abort").exists()
     s.lock_holder = _lock_holder(rootp)
     cfg = rootp / "config"
     s.config_files = sorted(p.name for p in cfg.iterdir() if p.is_file()) if cfg.is_dir() else []
     s.dledger_dirs = sorted(p.name for p in rootp.glob("dledger-*") if p.is_dir())
     for d in s.dledger_dirs:
-        if _list_files(rootp / d / "data"):
+        if list_files(rootp / d / "data"):
             s.problems.append(f"already upgraded: {d}/data holds DLedger files")
     if not any(p.startswith("already upgraded") for p in s.problems):
         s.problems.extend(_recorded_upgrade(rootp))
@@ -401,7 +383,7 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
         s.problems.append(f"{s.files[0].name} is not a multiple of the file size {s.file_size}")
         return s
     s.min_offset = s.files[0].from_offset
-    upgraded = [d for d in s.dledger_dirs if _list_files(rootp / d / "data")]
+    upgraded = [d for d in s.dledger_dirs if list_files(rootp / d / "data")]
     if s.problems and not all(p.startswith("already upgraded") for p in s.problems):
         return s
     _find_end(s, rootp)
@@ -551,7 +533,8 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:
 def run(args: "argparse.Namespace") -> int:
     import json
 
-    from upgrade.plan import PlanError, load_confs
+    from upgrade.node_conf import load_confs
+    from upgrade.plan_model import PlanError
 
     missing = [r for r in args.roots if not Path(r).exists()]
     if missing:  # issue 13.8: not "an empty clean store"

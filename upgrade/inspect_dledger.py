@@ -17,6 +17,7 @@ from typing import Any, Optional
 from broker.store.consume_queue import ConsumeQueueStore
 from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE
 from dledger.store.state_files import CheckpointFile
+from upgrade.store_files import list_files
 
 
 def count_messages(root: Path, cq_file_size: int) -> Optional[int]:
@@ -39,9 +40,8 @@ def inspect_dledger(s: Any, member: Path) -> None:
     """The DLedger side of an upgraded store, read-only and O(1): its first data file starts at
     the divide; the committed index comes from ``checkpoint`` and its index unit gives the end of
     the committed log, which is the store's max offset (the old region ends at the divide)."""
-    from upgrade.inspect import _list_files  # noqa: WPS433 (inspect imports this module)
 
-    data, index = _list_files(member / "data"), _list_files(member / "index")
+    data, index = list_files(member / "data"), list_files(member / "index")
     info: dict[str, Any] = {"dir": member.name, "divided_offset": data[0].from_offset, "data_files": len(data),
                             "committed_index": None, "max_offset": None, "how": ""}
     s.dledger = info

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from pathlib import Path
 from typing import Optional
 
-from broker.config.conf_file import ParsedConf, parse_conf, to_conf
+from broker.config.conf_file import ConfigError, ParsedConf, load_conf, parse_conf, to_conf
 from broker.config.broker_config import BrokerConfig, MessageStoreConfig
 from broker.security_policy import MIN_SECRET_LENGTH
 from upgrade.plan_model import Node, PlanError
@@ -115,3 +116,20 @@ def render_conf(node: Node, base: Optional[ParsedConf], own: bool, group: str, p
     text = to_conf(broker, store, only_changed=True, header=header)
     parse_conf(text, node.conf_out)  # raises ConfigError if we wrote something invalid
     return text
+
+
+def load_confs(paths: list[str]) -> dict[str, ParsedConf]:
+    """Parse ``--conf`` files, keyed by their resolved ``storePathRootDir``."""
+    out: dict[str, ParsedConf] = {}
+    for p in paths:
+        try:
+            conf = load_conf(p)
+        except FileNotFoundError:
+            raise PlanError(f"--conf {p}: no such file") from None
+        except ConfigError as exc:
+            raise PlanError(f"--conf {p}: {exc}") from None
+        root = str(Path(conf.store.store_path_root_dir).expanduser().resolve())
+        if root in out:
+            raise PlanError(f"--conf {p}: another conf already describes {root}")
+        out[root] = conf
+    return out

@@ -36,10 +36,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from broker.config.conf_file import ConfigError, ParsedConf, load_conf
+from broker.config.conf_file import ConfigError, ParsedConf
 from broker.config.broker_config import BrokerConfig, MessageStoreConfig, parse_dleger_peers
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
-from upgrade.node_conf import assign_ports, group_auth_token, http_peers_of, ports_of, render_conf
+from upgrade.node_conf import (assign_ports, group_auth_token, http_peers_of, load_confs,  # noqa: F401 - load_confs: the plan's API
+                               ports_of, render_conf)
 from upgrade.plan_model import Action, Node, Plan, PlanError  # noqa: F401 - the plan's API (apply, tests)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,23 +67,6 @@ def parse_self_ids(text: str) -> dict[str, str]:
         out[sid] = str(Path(root.strip()).expanduser().resolve())
     if len(set(out.values())) != len(out):
         raise PlanError("--self-ids: two peers share one store root")
-    return out
-
-
-def load_confs(paths: list[str]) -> dict[str, ParsedConf]:
-    """Parse ``--conf`` files, keyed by their resolved ``storePathRootDir``."""
-    out: dict[str, ParsedConf] = {}
-    for p in paths:
-        try:
-            conf = load_conf(p)
-        except FileNotFoundError:
-            raise PlanError(f"--conf {p}: no such file") from None
-        except ConfigError as exc:
-            raise PlanError(f"--conf {p}: {exc}") from None
-        root = str(Path(conf.store.store_path_root_dir).expanduser().resolve())
-        if root in out:
-            raise PlanError(f"--conf {p}: another conf already describes {root}")
-        out[root] = conf
     return out
 
 
