@@ -19,7 +19,7 @@ Rules
   (``NOT_LEADER`` with the leader hint, ``LEADER_PENDING_FULL``, ``WAIT_QUORUM_ACK_TIMEOUT``,
   ``DISK_ERROR`` ...). A request refused before it was proposed (not leader, store full) is
   answered from the flush, never from inside ``submit``.
-* A request's sink is either an :class:`~dledger.server.AppendFuture` (``index``/``pos``/
+* A request's sink is either an :class:`AppendFuture` (``index``/``pos``/
   ``positions`` are set when the proposal is written, before the future resolves) or a
   callable ``sink(results, error)`` with exactly one of the two not None. Callables are called
   synchronously from the server's drive loop: they must not block or re-enter the server
@@ -36,17 +36,44 @@ latency with the default window is one loop iteration.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Protocol, Union
 
 from .core.codes import Code
 from .errors import DLedgerError
 
-if TYPE_CHECKING:
-    from .server import AppendFuture, DLedgerServer
-
 ReplySink = Callable[[Optional[list], Optional[DLedgerError]], None]
-Sink = Union["AppendFuture", ReplySink]
 _SUCCESS = int(Code.SUCCESS)
+
+
+class AppendFuture(asyncio.Future):
+    """Future of one append (or batch). ``index``/``pos`` are the first entry's, set at once."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.index = -1
+        self.pos = -1
+        self.last_index = -1
+        self.positions: list[int] = []
+        self.code: int = Code.SUCCESS
+        self.batch = False
+
+    def results(self) -> list[tuple[int, int]]:
+        return [(self.index + i, p) for i, p in enumerate(self.positions)]
+
+
+Sink = Union[AppendFuture, ReplySink]
+
+
+class ProposalTarget(Protocol):
+    """What the coalescer needs of the server (``DLedgerServer``): its loop, its counters, and
+    the two steps of a flush. A contract instead of the class, so this module imports no server."""
+
+    _loop: Optional[asyncio.AbstractEventLoop]
+    counters: dict[str, Any]
+
+    def _propose_group(self, bodies: list[bytes], members: list[tuple[Sink, int, int]]) -> None: ...
+
+    def _after_appends(self) -> None: ...
 
 
 class Proposal:
@@ -88,7 +115,7 @@ def deliver(sink: Sink, results: Optional[list], error: Optional[DLedgerError], 
 class AppendCoalescer:
     """The leader's queue of not-yet-proposed append requests (see module rules)."""
 
-    def __init__(self, server: "DLedgerServer", *, window_s: float = 0.0, max_entries: int = 1024,
+    def __init__(self, server: ProposalTarget, *, window_s: float = 0.0, max_entries: int = 1024,
                  max_bytes: int = 4 * 1024 * 1024) -> None:
         if window_s < 0 or max_entries < 1 or max_bytes < 1:
             raise ValueError("coalescing window must be >= 0 and its bounds >= 1")

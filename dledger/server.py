@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .aio import wait_for
 from .client_channel import ClientChannel
-from .coalesce import AppendCoalescer, Proposal, ReplySink, Sink
+from .coalesce import AppendCoalescer, AppendFuture, Proposal, ReplySink, Sink
 from .config import DLedgerConfig
 from .core.codes import Code, Role
 from .core.ready import AppendDecision
@@ -76,22 +76,6 @@ STALL_REPORT_S = 0.1
 
 RoleListener = Callable[[int, Role], None]
 AppendHook = Callable[[Any, Any, int], None]
-
-
-class AppendFuture(asyncio.Future):
-    """Future of one append (or batch). ``index``/``pos`` are the first entry's, set at once."""
-
-    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop=loop)
-        self.index = -1
-        self.pos = -1
-        self.last_index = -1
-        self.positions: list[int] = []
-        self.code: int = Code.SUCCESS
-        self.batch = False
-
-    def results(self) -> list[tuple[int, int]]:
-        return [(self.index + i, p) for i, p in enumerate(self.positions)]
 
 
 class DLedgerServer(ClientChannel):

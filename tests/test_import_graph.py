@@ -8,8 +8,8 @@ fails the test unless it is listed in :data:`KNOWN` with at most the modules lis
 a listed circle that is gone must be taken off the list (so the list only shrinks).
 
 The circles left (session 11) are the ones issue 26 names: the broker controller and the
-objects it wires, the store's two commitlogs, the DLedger server and its coalescer, and the
-Raft core's role functions (which take the ``RaftCore`` they are part of).
+objects it wires, the store's two commitlogs, and the Raft core's role functions (which take
+the ``RaftCore`` they are part of).
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ KNOWN: list[frozenset[str]] = [
                "broker.store.dledger_put", "broker.store.dledger_reads", "broker.store.dledger_recovery",
                "broker.store.message_store", "broker.store.reput", "broker.store.store_reads",
                "broker.store.verify"}),
-    frozenset({"dledger.client_channel", "dledger.coalesce", "dledger.server"}),
     frozenset({"dledger.core.election", "dledger.core.raft", "dledger.core.replication"}),
 ]
 
