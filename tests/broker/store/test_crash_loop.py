@@ -8,7 +8,8 @@ mid-batch: mid-encode, mid-copy or between copy and acknowledgement), and kills 
 writer cannot start (recovery refused the store) fails the test with the writer's error. At the end
 one store check verifies every acknowledgement of every round, at its acknowledged offsets.
 
-``RMQPY_CRASH_ROUNDS`` (default 200) and ``RMQPY_CRASH_SEED`` (default 13) reproduce a run.
+``RMQPY_CRASH_ROUNDS`` (default 100; CI time, issue 13.4 ran 200) and ``RMQPY_CRASH_SEED`` (default 13) reproduce a run;
+more rounds are a soak (``RMQPY_CRASH_ROUNDS=1000``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.broker.store.test_crash import check_store, kill_after, spawn_writer
 
-ROUNDS = int(os.environ.get("RMQPY_CRASH_ROUNDS", "200"))
+ROUNDS = int(os.environ.get("RMQPY_CRASH_ROUNDS", "100"))
 SEED = int(os.environ.get("RMQPY_CRASH_SEED", "13"))
 BATCH = 16
 
