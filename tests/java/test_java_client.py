@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +34,7 @@ import pytest
 from broker.devtools.procs import wait_until
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
+from tests.java.lines import ProcessLines
 from tests.remoting.procs import NamesrvProc
 from tests.remoting.test_mqadmin_compat import apache
 
@@ -95,21 +93,14 @@ def ask_about_a_live_consumer(classes: Path, home: Path, namesrv: str, b: Broker
     env = dict(os.environ, EXTRA_CP=str(classes), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
     p = subprocess.Popen([str(APACHE / "bin" / "jrun"), "ConsumerHold", namesrv, TOPIC, HOLD_GROUP], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in p.stdout], daemon=True).start()  # type: ignore[union-attr]
-    seen: list[str] = []
+    assert p.stdout is not None
+    lines = ProcessLines(p.stdout)
 
     def line_with(word: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                ln = lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            seen.append(ln)
-            if word in ln:
-                return ln
-        raise AssertionError(f"no {word!r} from ConsumerHold in {timeout} s: {seen[-20:]}")
+        ln = lines.wait_for(lambda ln: word in ln, timeout)
+        if ln is None:
+            raise AssertionError(f"no {word!r} from ConsumerHold in {timeout} s: {lines.seen[-20:]}")
+        return ln
 
     try:
         client_id = json.loads(line_with('"clientId"', 60))["clientId"]

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import subprocess
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +36,7 @@ from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.devtools.procs import REPO, wait_until
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import DLedgerGroup
+from tests.java.lines import ProcessLines
 from tests.java.test_java_client import APACHE, FAST, HAVE_JAVA
 from tests.remoting.procs import NamesrvProc
 
@@ -208,33 +207,21 @@ def test_leader_kill_with_a_java_producer_sending(tmp_path: Path, classes: Path)
     ns = NamesrvProc(tmp_path).start()
     g = DLedgerGroup(tmp_path, namesrvAddr=ns.address, **CONF)
     p: subprocess.Popen[str] | None = None
-    lines: "queue.Queue[str]" = queue.Queue()
-    tail: list[str] = []
     try:
         g.start()
         old = g.wait_master(60)
         p = subprocess.Popen([str(APACHE / "bin" / "jrun"), "ClientMore", "failover", ns.address, topic, group],
                              env=java_env(classes, tmp_path / "java"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
-        out = p.stdout
-        assert out is not None
-
-        def pump() -> None:
-            for ln in out:
-                lines.put(ln)
-        threading.Thread(target=pump, daemon=True).start()
+        assert p.stdout is not None
+        out = ProcessLines(p.stdout)
 
         def progress_at_least(n: int, timeout: float) -> int:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                try:
-                    ln = lines.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                tail.append(ln)
-                if ln.startswith('{"progress"') and json.loads(ln)["progress"] >= n:
-                    return int(json.loads(ln)["progress"])
-            raise AssertionError(f"the Java producer did not reach {n} acknowledged sends in {timeout} s: {tail[-20:]}")
+            ln = out.wait_for(lambda ln: ln.startswith('{"progress"') and json.loads(ln)["progress"] >= n, timeout)
+            if ln is None:
+                raise AssertionError(f"the Java producer did not reach {n} acknowledged sends in {timeout} s: "
+                                     f"{out.seen[-20:]}")
+            return int(json.loads(ln)["progress"])
 
         before = progress_at_least(100, 90)
         t_kill = time.monotonic()
@@ -246,17 +233,9 @@ def test_leader_kill_with_a_java_producer_sending(tmp_path: Path, classes: Path)
         after = progress_at_least(before + 150, 45)
         assert p.stdin is not None
         p.stdin.close()  # the producer stops; its consumer reads the topic
-        deadline = time.monotonic() + 100
-        result: dict[str, Any] | None = None
-        while result is None and time.monotonic() < deadline:
-            try:
-                ln = lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            tail.append(ln)
-            if ln.startswith('{"result"'):
-                result = json.loads(ln)
-        assert result is not None, f"no result from the Java failover client: {tail[-20:]}"
+        ln = out.wait_for(lambda ln: ln.startswith('{"result"'), 100)
+        assert ln is not None, f"no result from the Java failover client: {out.seen[-20:]}"
+        result: dict[str, Any] = json.loads(ln)
         by_key, by_uniq = stored_keys(g.procs[new], topic)
     finally:
         if p is not None:
