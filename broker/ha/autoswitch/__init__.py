@@ -1,0 +1,11 @@
+"""Controller mode (RIP-44) on the broker side: Apache RocketMQ 5.x's store/ha/autoswitch files.
+
+Modules (nothing is imported here):
+
+- ``checkpoint_file`` Apache's ``CheckpointFile`` text format (count, CRC, one entry a line) with
+  its ``.bak`` fallback; pure encode/decode plus one small I/O class.
+- ``epoch_file``      ``EpochFileCache``: the ``<masterEpoch, startOffset>`` history in
+  ``epochFileCheckpoint``, and ``find_consistent_point`` (the slave's truncation point).
+- ``metadata_file``   ``BrokerMetadata`` / ``TempBrokerMetadata``: the ``brokerIdentity`` and
+  ``brokerIdentity-temp`` files that keep the controller-assigned brokerId.
+"""
