@@ -48,7 +48,10 @@ Rules:
 Theory of operation: everything runs on one asyncio loop. The controller owns the objects; the
 request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
 :class:`broker.store_access.StoreAccess`, metadata calls in
-:class:`broker.metadata_access.MetadataAccessor`, so this module is only lifecycle and role.
+:class:`broker.metadata_access.MetadataAccessor`, classic replication in
+:class:`broker.classic_ha.ClassicHA`, so this module is only lifecycle and role. The objects it
+wires get the parts they use, or the controller itself seen through a narrow Protocol
+(``ProcessorHost``, ``RoleHost``, ``GaugeSource``); none of them imports this module (issue 26).
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from aiohttp import web
 
@@ -65,6 +68,7 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
+from broker.classic_ha import ClassicHA, HAStartError
 from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
@@ -81,6 +85,9 @@ from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
 from broker.security_policy import exposed_warnings, open_doors
 from broker.tasks import cancel_and_wait
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.role import DLedgerRoleChangeHandler
 
 log = logging.getLogger("broker.controller")
 
@@ -150,8 +157,6 @@ class BrokerController:
         self.store_access: StoreAccess | None = None
         self.metadata = MetadataAccessor(self.root_dir, broker_config, store_config)
         self.processor = BrokerProcessor(self)
-        self.ha_service: Any = None
-        self.ha_client: Any = None
         self.slave_sync: SlaveSynchronize | None = None
         self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
         self.schedule: Any = None  # broker.store.schedule.ScheduleMessageService (runs while master)
@@ -160,6 +165,8 @@ class BrokerController:
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
         self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
+        self.ha = ClassicHA(store_config, broker_name=self.broker_name, bind_address=self.bind_address,
+                            listen_port=self.ha_listen_port, master_address=self.ha_master_address)
         self.listen_limits = ListenLimits.from_broker_config(broker_config)
         self.pending_budget = PendingBudget(self.listen_limits.max_pending_bytes)  # all listen ports together
         self.open_doors = open_doors(broker_config, store_config)  # broker.security_policy (issue 23.10)
@@ -279,7 +286,8 @@ class BrokerController:
                 raise BrokerStartError(str(exc)) from None
         abort_existed = AbortFile(self.root_dir).exists
         try:
-            self.store_access = StoreAccess.open(self)  # lock first: nothing is touched before it
+            # lock first: nothing is touched before it
+            self.store_access = StoreAccess.open(self.store_config, self.broker_config, self.root_dir, self.metrics)
         except StoreLockedError as exc:
             raise BrokerStartError(str(exc)) from None
         except BaseException as exc:  # issue 24.8: no abort file or lock left by a start that failed
@@ -291,10 +299,14 @@ class BrokerController:
         self.store = self.store_access.store
         self.store_access.enable_dedup(self.broker_config.send_dedup_window_seconds, self.store_host)
         self.metadata.load()
-        self.schedule = make_schedule(self)
-        self.transactions = make_transactions(self)
+        self.schedule = make_schedule(self.store_access, self.metadata, self.metrics, self.store_config)
+        self.transactions = make_transactions(self.store_access, self.metadata, self.broker_config,
+                                              lambda: self.remoting)
         if not self.dledger_enabled:
-            await self._start_classic_ha()
+            try:
+                await self.ha.start(self.store_access, self.broker_role in MASTER_ROLES)
+            except HAStartError as exc:
+                raise BrokerStartError(str(exc)) from None
         else:
             self._start_role_handler()
         self.acl_validator = self._load_acl()
@@ -372,40 +384,7 @@ class BrokerController:
                                    f"{exc.strerror}") from None
 
     def _ha_summary(self) -> str:
-        if self.dledger_enabled:
-            return "DLedger replication"
-        if self.ha_service is not None:
-            return f"HA listening on {self.ha_service.host}:{self.ha_service.listen_port}"
-        if self.ha_client is not None:
-            return f"replicating from HA master {self.ha_master_address}"
-        return "no HA"
-
-    async def _start_classic_ha(self) -> None:
-        from broker.ha.client import HAClient  # noqa: WPS433
-        from broker.ha.service import HAService  # noqa: WPS433
-
-        sa = self.store_access
-        assert sa is not None  # opened in start() before the HA services
-        commitlog = sa.commitlog
-        token = _cfg(self.store_config, "ha_auth_token", None) or None  # None: classic open protocol
-        if self.broker_role in MASTER_ROLES:
-            ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
-            self.ha_service = HAService(commitlog, self.store_config, host=ha_host, port=self.ha_listen_port,
-                                        broker_name=self.broker_name, auth_token=token)
-            try:
-                await self.ha_service.start()
-            except OSError as exc:
-                self.ha_service = None
-                raise BrokerStartError(f"cannot listen on HA port {ha_host}:{self.ha_listen_port} (haListenPort): "
-                                       f"{exc.strerror}") from None
-            sa.on_put(self.ha_service.notify_put)
-        else:
-            if not self.ha_master_address:
-                raise BrokerStartError("brokerRole=SLAVE needs haMasterAddress=<master host>:<master haListenPort>")
-            self.ha_client = HAClient(commitlog, self.ha_master_address, self.store_config,
-                                      on_append=sa.wake_dispatch, broker_name=self.broker_name,
-                                      auth_token=token)
-            await self.ha_client.start()
+        return "DLedger replication" if self.dledger_enabled else self.ha.summary()
 
     def _start_role_handler(self) -> None:
         from broker.role import DLedgerRoleChangeHandler, find_dledger_commitlog  # noqa: WPS433
@@ -468,10 +447,7 @@ class BrokerController:
         self.shutdown_step = name  # named by the exit watchdog should the process not exit
 
     async def _release_waiting_puts(self) -> None:
-        if self.ha_service is not None:
-            released = self.ha_service.stop_waiting()
-            if released:
-                log.info("shutdown: %d put(s) waiting for a slave ack answered FLUSH_SLAVE_TIMEOUT", released)
+        self.ha.release_waiting_puts()
 
     async def _stop_remoting(self) -> None:
         if self.remoting is not None:
@@ -507,12 +483,7 @@ class BrokerController:
             await self.slave_sync.stop()
 
     async def _stop_ha(self) -> None:
-        if self.ha_client is not None:
-            client, self.ha_client = self.ha_client, None
-            await client.shutdown()
-        if self.ha_service is not None:
-            service, self.ha_service = self.ha_service, None
-            await service.shutdown()
+        await self.ha.stop()
 
     async def _persist_metadata(self) -> None:
         self.metadata.persist_all()
@@ -614,30 +585,15 @@ class BrokerController:
         return {"bindAddress": self.bind_address, "pendingBytes": self.pending_budget.reserved,
                 "maxPendingBytes": self.pending_budget.limit, "ports": ports}
 
-    def dledger_handler(self) -> Any:
+    def dledger_handler(self) -> "DLedgerRoleChangeHandler":
         """The role handler, or BAD_REQUEST when this broker does not run in DLedger mode."""
         if self.role_handler is None:
             raise BrokerApiError(E.BAD_REQUEST, "this broker does not run in DLedger mode (enableDLegerCommitLog=false)")
         return self.role_handler
 
     def ha_status(self) -> dict[str, Any]:
-        if self.ha_service is not None:
-            st = self.ha_service.status()
-            acked = st.get("push2slave_max_offset", 0)
-            return {"mode": "master", "listenPort": st.get("listen_port"), "connections": st.get("connection_count", 0),
-                    "push2SlaveMaxOffset": acked, "slaveLagBytes": max(0, st.get("master_max_offset", 0) - acked)
-                    if st.get("connection_count") else None, "slaves": st.get("slaves", []),
-                    "auth": st.get("auth"), "authenticatedSlaves": st.get("authenticated_slave_count"),
-                    "pendingConnections": st.get("pending_connections"),
-                    "refusedConnections": st.get("refused_connections")}
-        if self.ha_client is not None:
-            st = self.ha_client.status()
-            return {"mode": "slave", "connected": st.get("connected"), "masterHaAddress": st.get("master_address"),
-                    "maxOffset": st.get("max_offset"), "bytesReceived": st.get("bytes_received"),
-                    "connectCount": st.get("connect_count"), "lastError": st.get("last_error"),
-                    "auth": st.get("auth"), "handshakeFailures": st.get("handshake_failures"),
-                    "lastSync": self.slave_sync.syncs if self.slave_sync else None}
-        return {"mode": "dledger" if self.dledger_enabled else "none"}
+        st = self.ha.status(self.slave_sync.syncs if self.slave_sync else None)
+        return st if st is not None else {"mode": "dledger" if self.dledger_enabled else "none"}
 
     def config_file(self, name: str) -> dict[str, Any]:
         content, version = self.metadata.file_content(name)

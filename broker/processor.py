@@ -21,12 +21,13 @@ Rules:
   not depend on the store's internals.
 
 Theory of operation: stateless apart from the round-robin counters; the controller owns the
-store, metadata managers, HA and role, and hands itself in.
+store, metadata managers, HA and role, and hands itself in as a :class:`ProcessorHost` (the
+members this module uses), so it does not import ``broker.controller`` (issue 26).
 """
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
@@ -39,13 +40,43 @@ from broker.store_access import PutOutcome, StoreAccess
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
-    from broker.controller import BrokerController
+    from broker.metadata_access import MetadataAccessor
+    from broker.role import DLedgerRoleChangeHandler
 
 PERM_READ, PERM_WRITE = 4, 2
 
 
+class ProcessorHost(Protocol):
+    """What the processor asks of its broker (``BrokerController`` is one): the write gate, the
+    store and metadata, identity and produce settings, status, and the DLedger role handler."""
+
+    broker_ip: str
+    cluster_name: str
+    store_host: tuple[str, int]
+    broker_config: Any  # broker.config.config.BrokerConfig (brokerPermission)
+    max_message_size: int
+    default_topic_queue_nums: int
+    auto_create_topic_enable: bool
+    dledger_enabled: bool
+    store_access: Optional[StoreAccess]
+    metadata: "MetadataAccessor"
+    metrics: "BrokerMetrics"
+    role_handler: Optional["DLedgerRoleChangeHandler"]
+    remoting: Any  # broker.remoting.broker_remoting.BrokerRemoting once started (broker stats)
+
+    def check_writable(self) -> None: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def config_file(self, name: str) -> dict[str, Any]: ...
+
+    def dledger_handler(self) -> "DLedgerRoleChangeHandler": ...
+
+
 class BrokerProcessor:
-    def __init__(self, controller: "BrokerController") -> None:
+    def __init__(self, controller: ProcessorHost) -> None:
         self.c = controller
         self._rr: dict[str, int] = {}
         self._uniq = UniqKeyGenerator(controller.broker_ip)

@@ -54,7 +54,9 @@ Rules (RocketMQ ``broker/dledger/DLedgerRoleChangeHandler.java``, reference §4.
   key) and the fix. It clears by itself once enough links connect (the operator fixed the conf and
   restarted); nothing is stopped.
 
-Theory of operation: the DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
+Theory of operation: the handler reaches its broker through :class:`RoleHost` (the members
+it uses, nothing more; the controller passes itself), so this module does not import
+``broker.controller`` (issue 26). The DLedgerServer runs on the DLedgerCommitLog's own event-loop thread
 ("DLedgerLoop"); its role-change and leader-ready listeners are called there. They only record
 ``(term, role, leader_id)`` / the ready term and hop to the broker's loop with
 ``call_soon_threadsafe``, so nothing slow runs inside the consensus loop and every broker
@@ -68,13 +70,14 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from broker.tasks import cancel_and_wait, wait_for
 from dledger.core.codes import Code, Role
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.controller import BrokerController
+    from broker.api.metrics import BrokerMetrics
+    from broker.slave_sync import SlaveSynchronize
 
 log = logging.getLogger("broker.role")
 
@@ -112,8 +115,34 @@ def find_dledger_commitlog(store: Any) -> Any:
     return commitlog
 
 
+class RoleHost(Protocol):
+    """What the handler reads and changes of its broker (``BrokerController`` is one): the role,
+    the two role changes, the member-failure report, the metrics and SlaveSynchronize."""
+
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    member_failure: Optional[str]
+    metrics: "BrokerMetrics"
+    slave_sync: Optional["SlaveSynchronize"]
+
+    @property
+    def api_address(self) -> str: ...
+
+    @property
+    def master_api_address(self) -> Optional[str]: ...
+
+    def is_master(self) -> bool: ...
+
+    def change_to_master(self, role: str = ...) -> None: ...
+
+    def change_to_slave(self, broker_id: int, master_api_address: Optional[str]) -> None: ...
+
+    def member_stopped(self, reason: str) -> None: ...
+
+
 class DLedgerRoleChangeHandler:
-    def __init__(self, controller: "BrokerController", commitlog: Any, http_peers: dict[str, str], *,
+    def __init__(self, controller: RoleHost, commitlog: Any, http_peers: dict[str, str], *,
                  poll_s: float = 0.01, leader_wait_timeout_s: float = 30.0) -> None:
         self.c = controller
         self.commitlog = commitlog

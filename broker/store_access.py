@@ -19,7 +19,8 @@ Rules:
 
 Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
 processor never depend on the store's method names; hooks (``on_put``, ``wake_dispatch``)
-connect the store to HA.
+connect the store to HA. It is given the configs, paths and metrics it needs, never the
+controller (no import of ``broker.controller``: issue 26's import circle).
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ from broker.store.message import MessageExt
 from broker.store.put_result import PutMessageStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.controller import BrokerController
+    from pathlib import Path
+
+    from broker.api.metrics import BrokerMetrics
     from broker.store.commitlog import CommitLog
     from broker.store.dledger_commitlog import DLedgerCommitLog
     from broker.store.message_store import DefaultMessageStore
@@ -130,18 +133,19 @@ class StoreAccess:
         return message_store.STORE_TAKES_LOCK
 
     @classmethod
-    def open(cls, controller: "BrokerController") -> "StoreAccess":
+    def open(cls, store_config: Any, broker_config: Any, root_dir: "Path",
+             metrics: "BrokerMetrics | None" = None) -> "StoreAccess":
+        """Open the broker's store (load, recover, start) and register its gauges on ``metrics``."""
         from broker.store.message_store import DefaultMessageStore  # noqa: WPS433
 
         # brokers run retention (broker.store.clean); stores opened by tools and tests do not
-        store = DefaultMessageStore(controller.store_config, broker_config=controller.broker_config, retention=True,
+        store = DefaultMessageStore(store_config, broker_config=broker_config, retention=True,
                                    record_shape=True, page_checksums=True)
         ok = store.load()  # takes the lock (StoreLockedError), recovers
         if ok is False:
-            raise RuntimeError(f"message store at {controller.root_dir} failed to load (see the log line above)")
+            raise RuntimeError(f"message store at {root_dir} failed to load (see the log line above)")
         store.start()
         access = cls(store, store.last_exit_ok)
-        metrics = getattr(controller, "metrics", None)
         if metrics is not None:
             access.register_dispatch_gauges(metrics)
             access.register_verify_metrics(metrics)
