@@ -1,4 +1,6 @@
-"""Elections: pre-vote, vote, tallying, leader lease.  Functions over a :class:`RaftCore`.
+"""Elections: pre-vote, vote, tallying, leader lease.  Functions over the member's
+:class:`~dledger.core.state.ElectionState` (the ``RaftCore`` passes itself; this module does not
+import it, see ``state.py``).
 
 Rules
 -----
@@ -35,11 +37,11 @@ from dledger.core.codes import Role, VoteResult
 from dledger.core import terms
 from dledger.core.messages import VoteRequest, VoteResponse
 
-if TYPE_CHECKING:
-    from dledger.core.raft import RaftCore
+if TYPE_CHECKING:  # annotations only: the role code holds no reference to the core's class
+    from dledger.core.state import ElectionState
 
 
-def campaign(r: "RaftCore", transfer: bool = False) -> None:
+def campaign(r: ElectionState, transfer: bool = False) -> None:
     """Election timer fired (or TimeoutNow arrived): pre-vote first unless transferring."""
     if terms.exhausted(r.term):  # term+1 would reach terms.TERM_LIMIT: stay put, report (issue 23.2)
         return
@@ -50,7 +52,7 @@ def campaign(r: "RaftCore", transfer: bool = False) -> None:
         _start_real_vote(r, transfer)
 
 
-def _request_votes(r: "RaftCore", term: int, pre: bool, transfer: bool) -> None:
+def _request_votes(r: ElectionState, term: int, pre: bool, transfer: bool) -> None:
     if _tally(r):
         return
     last_index, last_term = r.log.last_index, r.log.last_term
@@ -58,12 +60,12 @@ def _request_votes(r: "RaftCore", term: int, pre: bool, transfer: bool) -> None:
         r.send(VoteRequest(r.id, p, term, last_index, last_term, pre_vote=pre, transfer=transfer))
 
 
-def _start_real_vote(r: "RaftCore", transfer: bool = False) -> None:
+def _start_real_vote(r: ElectionState, transfer: bool = False) -> None:
     r.become_candidate()
     _request_votes(r, r.term, pre=False, transfer=transfer)
 
 
-def in_lease(r: "RaftCore") -> bool:
+def in_lease(r: ElectionState) -> bool:
     """Leader lease, or the boot lease of a node in its first ``election_ticks_min`` ticks."""
     if not r.cfg.check_quorum:
         return False
@@ -72,7 +74,7 @@ def in_lease(r: "RaftCore") -> bool:
     return r.cfg.boot_lease and r.now < r.cfg.election_ticks_min
 
 
-def handle_vote_request(r: "RaftCore", m: VoteRequest) -> None:
+def handle_vote_request(r: ElectionState, m: VoteRequest) -> None:
     """Called after term handling (so ``m.term >= r.term``, or a stale pre-vote)."""
     result = _judge(r, m)
     granted = result is VoteResult.ACCEPT
@@ -83,7 +85,7 @@ def handle_vote_request(r: "RaftCore", m: VoteRequest) -> None:
     r.send(VoteResponse(r.id, m.src, term, granted, pre_vote=m.pre_vote, result=result))
 
 
-def _judge(r: "RaftCore", m: VoteRequest) -> VoteResult:
+def _judge(r: ElectionState, m: VoteRequest) -> VoteResult:
     if m.term < r.term:
         return VoteResult.REJECT_EXPIRED_VOTE_TERM
     if m.last_term < r.log.last_term:
@@ -101,7 +103,7 @@ def _judge(r: "RaftCore", m: VoteRequest) -> VoteResult:
     return VoteResult.ACCEPT
 
 
-def handle_vote_response(r: "RaftCore", m: VoteResponse) -> None:
+def handle_vote_response(r: ElectionState, m: VoteResponse) -> None:
     if m.pre_vote != (r.role is Role.PRE_CANDIDATE):
         return                                   # answers a phase we have left
     if m.pre_vote and m.granted and m.term != r.term + 1:
@@ -110,7 +112,7 @@ def handle_vote_response(r: "RaftCore", m: VoteResponse) -> None:
     _tally(r)
 
 
-def _tally(r: "RaftCore") -> bool:
+def _tally(r: ElectionState) -> bool:
     granted = sum(1 for v in r.votes.values() if v)
     rejected = len(r.votes) - granted
     if granted >= r.cfg.quorum:
@@ -122,7 +124,7 @@ def _tally(r: "RaftCore") -> bool:
     return False
 
 
-_WIN: dict[Role, Callable[["RaftCore"], None]] = {
+_WIN: dict[Role, Callable[[ElectionState], None]] = {
     Role.PRE_CANDIDATE: _start_real_vote,
     Role.CANDIDATE: lambda r: r.become_leader(),
 }

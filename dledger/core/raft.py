@@ -13,6 +13,9 @@ Rules
   tables, ``_TICK[role]`` and ``_STEP[role]`` (etcd-raft's tickElection/tickHeartbeat and
   stepLeader/stepCandidate/stepFollower); the term rules common to all roles run first in
   :meth:`step`.
+- The role code (``election.py``, ``replication.py``) is functions this class passes itself to;
+  they see it only through the narrow Protocols of ``state.py``, so this module is the only one
+  that imports them and none imports it back (no import circle).
 
 Theory of operation
 -------------------

@@ -1,4 +1,6 @@
 """Log replication: the leader's push pipeline and commit rule, the follower's append handling.
+Functions over the member's :class:`~dledger.core.state.ReplicationState` (the ``RaftCore``
+passes itself; this module does not import it, see ``state.py``).
 
 Rules
 -----
@@ -45,13 +47,13 @@ from dledger.core.codes import Code
 from dledger.core.messages import AppendRequest, AppendResponse, Entry, TimeoutNow
 from dledger.core.progress import PState, quorum_index
 
-if TYPE_CHECKING:
-    from dledger.core.raft import RaftCore
+if TYPE_CHECKING:  # annotations only: the role code holds no reference to the core's class
+    from dledger.core.state import ReplicationState
 
 
 # --------------------------------------------------------------------------- leader
 
-def send_append(r: "RaftCore", peer: str, allow_empty: bool = False) -> bool:
+def send_append(r: ReplicationState, peer: str, allow_empty: bool = False) -> bool:
     """Send the next batch to ``peer`` if its progress allows.  True if a message was sent."""
     pr = r.prs[peer]
     if pr.paused(r.cfg.max_inflight):
@@ -72,7 +74,7 @@ def send_append(r: "RaftCore", peer: str, allow_empty: bool = False) -> bool:
     return True
 
 
-def _send_begin(r: "RaftCore", peer: str) -> bool:
+def _send_begin(r: ReplicationState, peer: str) -> bool:
     """The follower needs entries below our begin index (retention, or a log that starts at
     ``dividedCommitlogOffset``): DLedger truncates it to our first entry.  Sent from PROBE
     only (one at a time, like any probe); the answer's ``match`` moves it to REPLICATE."""
@@ -92,18 +94,18 @@ def _send_begin(r: "RaftCore", peer: str) -> bool:
     return True
 
 
-def fill_pipeline(r: "RaftCore", peer: str, allow_empty: bool = False) -> None:
+def fill_pipeline(r: ReplicationState, peer: str, allow_empty: bool = False) -> None:
     if send_append(r, peer, allow_empty):
         while r.prs[peer].state is PState.REPLICATE and send_append(r, peer):
             pass
 
 
-def bcast_append(r: "RaftCore", allow_empty: bool = False) -> None:
+def bcast_append(r: ReplicationState, allow_empty: bool = False) -> None:
     for p in r.others:
         fill_pipeline(r, p, allow_empty)
 
 
-def send_heartbeats(r: "RaftCore") -> None:
+def send_heartbeats(r: ReplicationState) -> None:
     """Heartbeat tick: re-probe paused PROBE peers, time out stuck pipelines, carry commit."""
     for p in r.others:
         pr = r.prs[p]
@@ -119,7 +121,7 @@ def send_heartbeats(r: "RaftCore") -> None:
         fill_pipeline(r, p)
 
 
-def handle_append_response(r: "RaftCore", m: AppendResponse) -> None:
+def handle_append_response(r: ReplicationState, m: AppendResponse) -> None:
     pr = r.prs[m.src]
     pr.recent_active = True
     if m.success:
@@ -137,7 +139,7 @@ def handle_append_response(r: "RaftCore", m: AppendResponse) -> None:
         fill_pipeline(r, m.src, allow_empty=True)
 
 
-def maybe_commit(r: "RaftCore") -> bool:
+def maybe_commit(r: ReplicationState) -> bool:
     q = quorum_index(r.log.persisted, [r.prs[p].match for p in r.others], r.cfg.quorum)
     if q <= r.log.committed:
         return False
@@ -150,7 +152,7 @@ def maybe_commit(r: "RaftCore") -> bool:
     return True
 
 
-def maybe_send_timeout_now(r: "RaftCore", peer: str) -> None:
+def maybe_send_timeout_now(r: ReplicationState, peer: str) -> None:
     if (r.transferee == peer and not r.timeout_now_sent
             and r.prs[peer].match == r.log.last_index):
         r.send(TimeoutNow(r.id, peer, r.term))
@@ -159,7 +161,7 @@ def maybe_send_timeout_now(r: "RaftCore", peer: str) -> None:
 
 # --------------------------------------------------------------------------- follower
 
-def handle_append(r: "RaftCore", m: AppendRequest) -> None:
+def handle_append(r: ReplicationState, m: AppendRequest) -> None:
     log = r.log
     prev_index, prev_term, entries = m.prev_index, m.prev_term, m.entries
     if m.begin:
@@ -194,7 +196,7 @@ def handle_append(r: "RaftCore", m: AppendRequest) -> None:
     _after_match(r, m, prev_index, entries)
 
 
-def _after_match(r: "RaftCore", m: AppendRequest, prev_index: int,
+def _after_match(r: ReplicationState, m: AppendRequest, prev_index: int,
                  entries: "tuple[Entry, ...]") -> None:
     """The log matches the leader's through ``prev_index + len(entries)``: ack and commit."""
     log = r.log
@@ -209,7 +211,7 @@ def _after_match(r: "RaftCore", m: AppendRequest, prev_index: int,
         send_ack(r, force=True)
 
 
-def send_ack(r: "RaftCore", force: bool = False) -> None:
+def send_ack(r: ReplicationState, force: bool = False) -> None:
     """Acknowledge ``min(ack_target, persisted)`` to the leader if it moved (or if forced)."""
     if r.leader_id is None or r.leader_id == r.id:
         return
