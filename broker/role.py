@@ -78,6 +78,8 @@ from dledger.core.codes import Code, Role
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
     from broker.slave_sync import SlaveSynchronize
+    from broker.store.dledger_commitlog import DLedgerCommitLog
+    from dledger.server import DLedgerServer
 
 log = logging.getLogger("broker.role")
 
@@ -106,10 +108,12 @@ def slave_broker_id(self_id: str) -> int:
     return int(self_id[1:]) + 1
 
 
-def find_dledger_commitlog(store: Any) -> Any:
+def find_dledger_commitlog(store: Any) -> "DLedgerCommitLog":
     """The DLedgerCommitLog of a DLedger-mode DefaultMessageStore (with a started server)."""
+    from broker.store.dledger_commitlog import DLedgerCommitLog  # noqa: WPS433 - DLedger mode only
+
     commitlog = getattr(store, "commitlog", None)
-    if commitlog is None or not hasattr(commitlog, "add_leader_ready_listener") or commitlog.server is None:
+    if not isinstance(commitlog, DLedgerCommitLog) or commitlog.server is None:
         raise RuntimeError("enableDLegerCommitLog=true but the message store has no DLedgerCommitLog "
                            "with a DLedger server")
     return commitlog
@@ -142,11 +146,12 @@ class RoleHost(Protocol):
 
 
 class DLedgerRoleChangeHandler:
-    def __init__(self, controller: RoleHost, commitlog: Any, http_peers: dict[str, str], *,
+    def __init__(self, controller: RoleHost, commitlog: "DLedgerCommitLog", http_peers: dict[str, str], *,
                  poll_s: float = 0.01, leader_wait_timeout_s: float = 30.0) -> None:
         self.c = controller
         self.commitlog = commitlog
-        self.server = commitlog.server
+        assert commitlog.server is not None  # find_dledger_commitlog: a started server
+        self.server: DLedgerServer = commitlog.server
         self.self_id: str = self.server.config.self_id
         self.http_peers = dict(http_peers)
         self.http_peers.setdefault(self.self_id, controller.api_address)
@@ -166,7 +171,7 @@ class DLedgerRoleChangeHandler:
         self.cannot_elect: Optional[str] = None  # issue 23.2: set once, what /health reports
         self.config_refusal: Optional[str] = None  # issue 24.7: peers refuse our configuration, no majority
         cfg = self.server.config
-        self.lease_s = getattr(cfg, "election_timeout_max_ms", 600) / 1000  # past it, another leader may exist
+        self.lease_s = cfg.election_timeout_max_ms / 1000  # past it, another leader may exist
         self._ticks_seen = -1
         self._ticks_at = time.monotonic()
         self._lapsed_term: Optional[int] = None  # the term whose leadership the lease check dropped
@@ -208,8 +213,7 @@ class DLedgerRoleChangeHandler:
 
     def _report_cannot_elect(self) -> None:
         """Issue 23.2: an exhausted term and no leader make the broker unhealthy, with the reason."""
-        terms = getattr(self.server, "terms", None)
-        why = terms.cannot_elect() if terms is not None else None
+        why = self.server.terms.cannot_elect()
         if why is None or self.cannot_elect is not None or self.c.member_failure is not None:
             return
         self.cannot_elect = f"DLedger group of broker {self.c.broker_name} cannot elect a leader: {self.self_id}: {why}"
@@ -245,13 +249,12 @@ class DLedgerRoleChangeHandler:
             return f"the DLedger member is {srv.role.value} in term {srv.term}"
         if now - self._ticks_at > self.lease_s:
             return f"the DLedger loop has not run for {(now - self._ticks_at) * 1000:.0f} ms"
-        heard = getattr(srv, "_heard", None)  # seam: peer -> monotonic time of its last message
-        quorum = getattr(getattr(getattr(srv, "core", None), "cfg", None), "quorum", None)
-        if isinstance(heard, dict) and isinstance(quorum, int):
-            recent = 1 + sum(1 for t in list(heard.values()) if now - t <= self.lease_s)
-            if recent < quorum:
-                return f"only {recent} of the {quorum} members a majority needs were heard from in the last " \
-                       f"{self.lease_s * 1000:.0f} ms"
+        heard = srv._heard  # noqa: SLF001 - seam: peer -> monotonic time of its last message
+        quorum = srv.core.cfg.quorum
+        recent = 1 + sum(1 for t in list(heard.values()) if now - t <= self.lease_s)
+        if recent < quorum:
+            return f"only {recent} of the {quorum} members a majority needs were heard from in the last " \
+                   f"{self.lease_s * 1000:.0f} ms"
         return None
 
     def _demote_now(self, why: str) -> None:
@@ -265,8 +268,7 @@ class DLedgerRoleChangeHandler:
 
     def _watch_config_refusal(self) -> None:
         """Issue 24.7: peers refusing this member's configuration, and no majority reachable."""
-        transport = getattr(self.server, "transport", None)
-        peers = transport.stats().get("peers", {}) if transport is not None else {}
+        peers = self.server.transport.stats().get("peers", {})
         refusals = [f"{pid}: {p['last_error']}" for pid, p in sorted(peers.items())
                     if not p.get("connected") and _is_config_refusal(p.get("last_error"))]
         reachable = 1 + sum(1 for p in peers.values() if p.get("connected"))
@@ -289,6 +291,7 @@ class DLedgerRoleChangeHandler:
     def _register_gauges(self) -> None:
         """Prometheus gauges read from plain attributes (no hop to the DLedger loop per scrape)."""
         m, srv, dl = self.c.metrics, self.server, self.commitlog.dledger_store
+        assert dl is not None  # set with the server (find_dledger_commitlog: a started server)
         m.register_gauge("rocketmq_dledger_term", "Current DLedger term", lambda: [({}, srv.term)])
         m.register_gauge("rocketmq_dledger_is_leader", "1 on the DLedger leader",
                          lambda: [({"self_id": self.self_id, "leader_id": str(srv.leader_id)}, int(self.is_leader))])
@@ -413,7 +416,9 @@ class DLedgerRoleChangeHandler:
 
     async def _on_dledger_loop(self, fn: Any, timeout: float = 30.0) -> Any:
         """Run ``fn()`` (awaiting it if it is a coroutine) on the DLedger loop, from the broker loop."""
-        dl_loop = self.commitlog._loop  # seam: DLedgerCommitLog owns the loop the server runs on
+        dl_loop = self.commitlog._loop  # noqa: SLF001 - seam: DLedgerCommitLog owns the loop the server runs on
+        if dl_loop is None:
+            raise RuntimeError("the DLedger loop is not running (the store is shut down)")
 
         async def call() -> Any:
             out = fn()

@@ -2,6 +2,7 @@
 own composed object (``broker.classic_ha``), keeps the controller's start errors and status."""
 from __future__ import annotations
 
+import ast
 import socket
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from broker.config.conf_file import load_conf
 from broker.controller import BrokerController, BrokerStartError
 from broker.store.lockfile import StoreLock
 from tests.broker.api.broker_procs import master_conf
-from tests.test_import_graph import circles, import_graph
+from tests.test_import_graph import REPO, circles, import_graph
 
 WIRED = ("broker.processor", "broker.role", "broker.store_access", "broker.master_services", "broker.broker_gauges",
          "broker.classic_ha")
@@ -21,6 +22,18 @@ def test_the_wired_objects_do_not_import_the_controller() -> None:
     g = import_graph()
     assert {m: "broker.controller" in g[m] for m in WIRED} == {m: False for m in WIRED}
     assert [sorted(c) for c in circles(g) if "broker.controller" in c] == []
+
+
+def test_the_role_handler_uses_the_dledger_servers_api_without_probing_it() -> None:
+    """Issue 26: ``role.py`` once probed ``getattr(server, "set_preferred_leaders", None)``, a method
+    DLedgerServer did not have, so its fallback always rewrote ``server.core.cfg``. The handler now
+    holds a typed ``DLedgerServer``/``DLedgerCommitLog`` (mypy checks every member it uses) and
+    reads them directly: no ``getattr``/``hasattr`` with a fallback anywhere in the class."""
+    tree = ast.parse((REPO / "broker" / "role.py").read_text())
+    handler = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DLedgerRoleChangeHandler")
+    probes = [f"line {n.lineno}: {ast.unparse(n)}" for n in ast.walk(handler)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")]
+    assert probes == []
 
 
 def _controller(tmp_path: Path, role: str, **extra: object) -> BrokerController:
