@@ -158,7 +158,7 @@ class BrokerController:
         self.metadata = MetadataAccessor(self.root_dir, broker_config, store_config)
         self.processor = BrokerProcessor(self)
         self.slave_sync: SlaveSynchronize | None = None
-        self.role_handler: Any = None  # broker.role.DLedgerRoleChangeHandler in DLedger mode
+        self.role_handler: DLedgerRoleChangeHandler | None = None  # DLedger mode only
         self.schedule: Any = None  # broker.store.schedule.ScheduleMessageService (runs while master)
         self.transactions: Any = None  # broker.transaction.TransactionalMessageService (check-back while master)
         self.acl_validator: Any = None  # PlainAccessValidator shared by remoting and HTTP (aclEnable=true)
