@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Protocol
 
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -138,6 +138,17 @@ class GroupCommitRequest:
         self.deadline = time.monotonic() + timeout_ms / 1000.0
 
 
+def _settle(req: GroupCommitRequest, status: PutMessageStatus) -> None:
+    """Complete a waiting put. A waiter that gave up first (an async put's own timeout cancels
+    the future it awaited) is skipped: before, its cancelled future raised here and every
+    request after it in the group stayed unanswered until its own timeout (a flush that took
+    longer than the put's timeout, i.e. a slow disk, turned one timeout into a group of them)."""
+    try:
+        req.future.set_result(status)
+    except InvalidStateError:
+        pass
+
+
 class GroupCommitService(FlushService):
     """SYNC_FLUSH: one fdatasync pass per group of waiting puts."""
 
@@ -177,9 +188,9 @@ class GroupCommitService(FlushService):
         retry: list[GroupCommitRequest] = []
         for req in batch:
             if flushed >= req.next_offset:
-                req.future.set_result(PutMessageStatus.PUT_OK)
+                _settle(req, PutMessageStatus.PUT_OK)
             elif now >= req.deadline:
-                req.future.set_result(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+                _settle(req, PutMessageStatus.FLUSH_DISK_TIMEOUT)
             else:
                 retry.append(req)
         self.groups += 1
@@ -194,8 +205,7 @@ class GroupCommitService(FlushService):
             batch, self._requests = self._requests, []
         flushed = self.queue.flushed_where
         for req in batch:
-            req.future.set_result(
-                PutMessageStatus.PUT_OK if flushed >= req.next_offset else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            _settle(req, PutMessageStatus.PUT_OK if flushed >= req.next_offset else PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     @staticmethod
     def wait(req: GroupCommitRequest) -> PutMessageStatus:

@@ -554,13 +554,15 @@ class DefaultMessageStore(StoreReads):
             return result
         self.wake_dispatch()
         status = PutMessageStatus.PUT_OK
+        # the flush and the slave's ack are requested together and run at once (Apache 5's
+        # handleDiskFlushAndHA): a SYNC_FLUSH SYNC_MASTER put waits for the slower, not the sum
         fut = cl.submit_flush_request(ar, prepared)
+        rep = cl.submit_replica_request(ar)
         if fut is not None:
             try:
                 status = await wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
             except asyncio.TimeoutError:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        rep = cl.submit_replica_request(ar)
         if rep is not None:
             rstatus = await asyncio.wrap_future(rep)
             if rstatus is not PutMessageStatus.PUT_OK:

@@ -389,3 +389,22 @@ def test_past_the_flushed_offset_any_garbage_is_the_unfinished_write(tmp_path: P
     with pytest.raises(StoreCorruptionError, match=f"everything below offset {victim + 1} was flushed"):
         recovery.recover_normally(cl, Ckpt())
     cl.shutdown()
+
+
+def test_group_commit_answers_the_rest_of_a_group_when_one_waiter_gave_up(tmp_path: Path) -> None:
+    """An async put whose own timeout fired cancels the future it awaited; the group commit
+    then completes every other request of the same flush pass (before: the cancelled future
+    raised inside the pass and the requests after it were never answered)."""
+    cl = open_log(tmp_path / "cl", 1 << 20, flush_disk_type=SYNC_FLUSH, sync_flush_timeout_ms=5000)
+    svc = cl.flush_service  # not started: the test drives its passes
+    reqs = []
+    for i in range(3):
+        ar = cl.append_messages([msg(i)]).append_result
+        reqs.append(svc.put_request(ar.end_offset))
+    assert reqs[0].future.cancel()  # the first waiter gave up
+    svc._run_once()
+    assert [r.future.result(timeout=1) for r in reqs[1:]] == [PutMessageStatus.PUT_OK] * 2
+    late = svc.put_request(cl.append_messages([msg(9)]).append_result.end_offset)
+    late.future.cancel()
+    cl.shutdown()  # the final flush skips a cancelled waiter too, and does not raise
+

@@ -167,3 +167,38 @@ async def test_async_put_sync_flush(tmp_path: Path) -> None:
         assert r.ok and store.get_flushed_where() >= r.append_result.end_offset
     finally:
         store.shutdown()
+
+
+async def test_sync_flush_and_replica_waits_are_requested_together(tmp_path: Path) -> None:
+    """A SYNC_FLUSH put on a SYNC_MASTER asks for the slave's ack while its flush is still
+    pending (Apache 5's ``handleDiskFlushAndHA``), so it waits for the slower of the two, not their
+    sum; a replica failure still wins over a flush that succeeded, as before."""
+    import concurrent.futures
+
+    store = open_store(tmp_path / "s", flush_disk_type="SYNC_FLUSH")
+    cl = store.commitlog
+    seen: list[bool] = []
+    flush_futures: list[concurrent.futures.Future] = []
+    submit_flush = cl.submit_flush_request
+
+    def held_flush(ar, msgs=()):
+        fut = submit_flush(ar, msgs)
+        flush_futures.append(fut)
+        return fut
+
+    def replica_hook(ar) -> concurrent.futures.Future:
+        seen.append(flush_futures[-1].done())  # was the flush still pending when the ack was asked for?
+        rep: concurrent.futures.Future = concurrent.futures.Future()
+        rep.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        return rep
+
+    try:
+        cl.flush_service.shutdown()  # nothing flushes: the flush future stays pending until its timeout
+        cl.submit_flush_request = held_flush
+        cl.replica_hook = replica_hook
+        store.settings.sync_flush_timeout = 200
+        r = await store.put_messages_async([MessageExt("A", b"x")])
+        assert seen == [False], "the replica wait was requested only after the flush wait ended"
+        assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and r.status.stored
+    finally:
+        store.shutdown()
