@@ -25,141 +25,36 @@ Rules:
   as file + file offset + absolute offset. ``compare_last=N`` limits this to the last N shared
   files (Apache's wiki compares the last two with md5sum); the default compares all shared data.
 
-Theory of operation: :func:`inspect_store` builds a :class:`StoreInspection` from a directory
-listing, a few small reads near the tail and the ConsumeQueues' last units;
-:func:`inspect_stores` adds the master choice and the :class:`Comparison` of every replica.
-Both are plain dataclasses with ``to_dict`` for ``--json`` and for the plan.
+Theory of operation: :func:`inspect_store` builds a :class:`StoreInspection` by running three
+tables of named steps, read top to bottom as what is looked at: :data:`LISTING` (the directory
+listing), :data:`SHAPE_CHECKS` (the commitlog's files fit together; the first failing row is the
+store's problem) and :data:`TAIL` (a few small reads near the end, :mod:`upgrade.inspect_tail`, and
+the ConsumeQueues' last units); :func:`inspect_stores` adds the master choice and the
+:class:`Comparison` of every replica. The data are plain dataclasses (:mod:`upgrade.inspect_model`)
+with ``to_dict`` for ``--json`` and for the plan.
 """
 from __future__ import annotations
 
-import mmap
 import sys
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from broker.config.conf_file import ParsedConf
 from broker.config.broker_config import BrokerRole
-from broker.store.consume_queue import ConsumeQueueStore, is_consume_queue_dispatchable
 from broker.store.lockfile import StoreLock, StoreLockedError
-from broker.store.message import check_message_and_return_size, explain_invalid_record
-from broker.store.record_walk import END, RECORD, ROLL, walk
 from broker.store.shape import DLEDGER, StoreShapeError, read_shape, shape_path
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
-from upgrade.store_files import CommitLogFile, list_files
+from upgrade.inspect_model import (DEFAULT_CQ_FILE_SIZE, DEFAULT_FILE_SIZE, Comparison, Inspection,  # noqa: F401 - API
+                                   InspectError, StoreInspection)
+from upgrade.inspect_tail import find_end
+from upgrade.store_files import list_files
 from upgrade.store_links import refuse_links
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
-
-DEFAULT_FILE_SIZE = 1024 * 1024 * 1024
-DEFAULT_CQ_FILE_SIZE = 300_000 * 20
-
-
-
-class InspectError(Exception):
-    """A user mistake (bad path, conflicting options): one line, no traceback."""
-
-
-@dataclass
-class StoreInspection:
-    root: str
-    exists: bool
-    commit_log_dir: str
-    conf: Optional[str] = None
-    conf_role: Optional[str] = None
-    file_size: int = DEFAULT_FILE_SIZE
-    file_size_source: str = "default"
-    cq_file_size: int = DEFAULT_CQ_FILE_SIZE
-    files: list[CommitLogFile] = field(default_factory=list)
-    min_offset: int = -1
-    max_offset: int = 0
-    max_offset_method: str = "no commitlog"
-    walked_bytes: int = 0
-    tail_file: Optional[str] = None
-    tail_position: int = 0  # wrote position in the tail file
-    frozen: bool = False  # the end-of-file blank is already at the end (DLedger first start ran)
-    stop_reason: str = ""  # why the walk stopped (zeros = clean end)
-    files_after_end: list[str] = field(default_factory=list)
-    clean_shutdown: bool = True
-    lock_holder: Optional[str] = None
-    cq_max_physical_offset: int = -1
-    cq_state: str = "none"  # agrees | behind | ahead | none
-    cq_detail: str = ""
-    config_files: list[str] = field(default_factory=list)
-    dledger_dirs: list[str] = field(default_factory=list)
-    # an upgraded store (issue 13.8): its DLedger log continues the offset space above the divide
-    dledger: Optional[dict[str, Any]] = None  # dir, divided_offset, committed_index, max_offset, how
-    messages: Optional[int] = None  # messages the ConsumeQueues hold (sum of max - min over queues)
-    free_bytes: int = 0
-    index_settings: dict[str, Any] = field(default_factory=lambda: {
-        "max_hash_slot_num": 5_000_000, "max_index_num": 20_000_000, "message_index_enable": True,
-        "source": "defaults"})
-    problems: list[str] = field(default_factory=list)  # reasons it cannot be upgraded as is
-    role: str = "?"  # master | slave | empty (set by inspect_stores)
-
-    @property
-    def has_data(self) -> bool:
-        return bool(self.files)
-
-    @property
-    def needs_recovery(self) -> bool:
-        return not self.clean_shutdown or bool(self.files_after_end) or self.cq_state == "ahead" or (
-            bool(self.stop_reason) and self.stop_reason != "zeros" and not self.frozen)
-
-    @property
-    def data_bytes(self) -> int:
-        return sum(f.allocated for f in self.files)
-
-    def file_path(self, name: str) -> Path:
-        return Path(self.commit_log_dir) / name
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["needs_recovery"] = self.needs_recovery
-        return d
-
-
-@dataclass
-class Comparison:
-    master: str
-    replica: str
-    behind_bytes: int  # master max - replica max (negative: the replica is ahead)
-    compared_files: list[str] = field(default_factory=list)
-    compared_bytes: int = 0
-    read_bytes: int = 0
-    identical: bool = True
-    first_difference: Optional[dict[str, Any]] = None  # file, file_offset, offset
-    missing_files: list[str] = field(default_factory=list)  # master files after the replica's last
-    head_missing: list[str] = field(default_factory=list)  # master files before the replica's first
-    skipped_files: int = 0  # shared files not compared (compare_last)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Inspection:
-    stores: list[StoreInspection]
-    master: Optional[str]
-    master_reason: str
-    comparisons: list[Comparison]
-    compare_last: Optional[int] = None
-
-    def store(self, root: str) -> StoreInspection:
-        for s in self.stores:
-            if s.root == root:
-                return s
-        raise KeyError(root)
-
-    def comparison(self, root: str) -> Optional[Comparison]:
-        return next((c for c in self.comparisons if c.replica == root), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"master": self.master, "master_reason": self.master_reason, "compare_last": self.compare_last,
-                "stores": [s.to_dict() for s in self.stores], "comparisons": [c.to_dict() for c in self.comparisons]}
 
 
 # ---- per store ----------------------------------------------------------------------------------
@@ -198,112 +93,6 @@ def _free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-class _Walker:
-    """Walks records across commitlog files with one read-only mapping per file."""
-
-    def __init__(self, s: StoreInspection) -> None:
-        self.s = s
-        self.maps: dict[int, mmap.mmap] = {}
-
-    def view(self, index: int) -> mmap.mmap:
-        if index not in self.maps:
-            f = self.s.files[index]
-            with open(self.s.file_path(f.name), "rb") as fh:
-                self.maps[index] = mmap.mmap(fh.fileno(), f.size, access=mmap.ACCESS_READ)
-        return self.maps[index]
-
-    def close(self) -> None:
-        for m in self.maps.values():
-            m.close()
-
-    def index_of(self, offset: int) -> Optional[int]:
-        first = self.s.files[0].from_offset
-        i = (offset - first) // self.s.file_size
-        return i if 0 <= i < len(self.s.files) else None
-
-    def walk(self, index: int, pos: int) -> tuple[int, int, str, bool, int]:
-        """(end offset, file index of the end, stop reason, frozen, dispatchable records seen)."""
-        dispatchable = 0
-        while True:
-            view = self.view(index)
-            kind = END
-            for kind, at, size, req, _ in walk(view, pos, len(view), check_message_and_return_size, check_crc=True):
-                pos = at + size
-                if kind == RECORD:
-                    dispatchable += is_consume_queue_dispatchable(req)
-                    self.s.walked_bytes += size
-            f = self.s.files[index]
-            if kind == ROLL:  # end-of-file blank
-                if index + 1 < len(self.s.files):
-                    index, pos = index + 1, 0
-                    continue
-                return f.from_offset + pos, index, "blank", True, dispatchable
-            head = bytes(view[pos:pos + 8])
-            reason = "zeros" if head.strip(b"\0") == b"" else explain_invalid_record(view, pos)
-            return f.from_offset + pos, index, reason, False, dispatchable
-
-
-def _cq_hint(s: StoreInspection, root: Path) -> tuple[int, Optional[tuple[int, int]]]:
-    """(CQ max physical offset, (offset, size) of the unit that reaches it) from the CQs' tails."""
-    if not (root / "consumequeue").is_dir():
-        return -1, None
-    cqs = ConsumeQueueStore(root, s.cq_file_size, read_only=True)
-    try:
-        cqs.load()
-        best, unit = -1, None
-        for cq in cqs.consume_queues():
-            cq.recover()
-            if cq.max_physic_offset > best:
-                last = cq.get(cq.max_offset_in_queue - 1)
-                if last is not None and last[0] + last[1] == cq.max_physic_offset:
-                    best, unit = cq.max_physic_offset, (last[0], last[1])
-                else:
-                    best, unit = cq.max_physic_offset, None
-        return best, unit
-    finally:
-        cqs.shutdown()
-
-
-def _find_end(s: StoreInspection, root: Path) -> None:
-    w = _Walker(s)
-    try:
-        cq_max, unit = _cq_hint(s, root)
-        s.cq_max_physical_offset = cq_max
-        start: Optional[tuple[int, int]] = None
-        if unit is not None:
-            i = w.index_of(unit[0])
-            if i is not None:
-                f = s.files[i]
-                req = check_message_and_return_size(w.view(i), unit[0] - f.from_offset, True)
-                if req.success and req.msg_size == unit[1]:
-                    start = (i, unit[0] - f.from_offset + unit[1])
-                    s.max_offset_method = "walk from the last ConsumeQueue unit"
-        if start is None:
-            start = (max(0, len(s.files) - 3), 0)
-            s.max_offset_method = "walk from the 3rd-last file (no usable ConsumeQueue hint)"
-        end, index, reason, frozen, dispatchable = w.walk(*start)
-    finally:
-        w.close()
-    s.max_offset = end
-    s.stop_reason = reason
-    s.frozen = frozen
-    tf = s.files[index]
-    s.tail_file, s.tail_position = tf.name, end - tf.from_offset
-    s.files_after_end = [f.name for f in s.files[index + 1:]]
-    if cq_max < 0:
-        s.cq_state, s.cq_detail = "none", "no ConsumeQueue units"
-    elif cq_max > end:
-        s.cq_state, s.cq_detail = "ahead", f"ConsumeQueues reach {cq_max}, beyond the commitlog end {end}"
-    elif cq_max == end:
-        s.cq_state, s.cq_detail = "agrees", f"max {cq_max} = commitlog end"
-    elif s.max_offset_method.startswith("walk from the last") and dispatchable == 0:
-        s.cq_state, s.cq_detail = "agrees", f"max {cq_max}; no record after it belongs in a ConsumeQueue"
-    else:
-        s.cq_state = "behind"
-        s.cq_detail = (f"max {cq_max}; {dispatchable} record(s) after it belong in ConsumeQueues"
-                       if dispatchable else f"max {cq_max}; the last unit did not verify")
-
-
 def _infer_index_settings(s: StoreInspection, root: Path) -> None:
     """IndexFile size = 40 + 4*slots + 20*num; Apache's defaults keep num = 4*slots, so an
     existing file gives slots = (size - 40) / 84. Without one the defaults apply."""
@@ -323,13 +112,31 @@ def _infer_index_settings(s: StoreInspection, root: Path) -> None:
                             "source": f"{files[-1].name} has an unusual size; pass --conf (index left alone)"}
 
 
-def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = None, *,
-                  settings: Optional[dict[str, Any]] = None) -> StoreInspection:
-    """Inspect one store root. ``conf`` supplies commitlog dir, file sizes and brokerRole;
-    ``settings`` (a plan node's ``store_settings``) supplies the same without a conf."""
-    rootp = Path(root).resolve()
-    if rootp.exists() and not rootp.is_dir():
-        raise InspectError(f"{root}: not a directory")
+@dataclass(frozen=True)
+class _Probe:
+    """How one store is read: its root, and where its sizes come from (a plan node's settings, a
+    conf, or else the files themselves)."""
+
+    root: Path
+    conf: Optional[ParsedConf]  # None when the sizes come from settings
+    settings: Optional[dict[str, Any]]
+
+    @property
+    def sized_by_files(self) -> bool:
+        return self.conf is None and not self.settings
+
+
+class _Reading(NamedTuple):
+    name: str
+    read: Callable[[StoreInspection, _Probe], None]
+
+
+class _ShapeCheck(NamedTuple):
+    name: str
+    problem: Callable[[StoreInspection], Optional[str]]
+
+
+def _new_inspection(rootp: Path, conf: Optional[ParsedConf], settings: Optional[dict[str, Any]]) -> StoreInspection:
     cl_dir = Path(conf.store.commit_log_dir) if conf else rootp / "commitlog"
     if settings and settings.get("store_path_commit_log"):
         cl_dir = Path(settings["store_path_commit_log"])
@@ -338,58 +145,148 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
         s.file_size = settings.get("mapped_file_size_commit_log", s.file_size)
         s.cq_file_size = settings.get("mapped_file_size_consume_queue", s.cq_file_size)
         s.file_size_source = "plan"
-        conf = None
-    if conf is not None:
+    elif conf is not None:
         s.conf, s.conf_role = conf.source, conf.store.broker_role.value
         s.file_size, s.file_size_source = conf.store.mapped_file_size_commit_log, "conf"
         s.cq_file_size = conf.store.mapped_file_size_consume_queue
     s.free_bytes = _free_bytes(rootp)
-    if not rootp.exists():
-        return s
-    s.files = list_files(cl_dir)
-    s.clean_shutdown = not (rootp / "abort").exists()
-    s.lock_holder = _lock_holder(rootp)
-    cfg = rootp / "config"
-    s.config_files = sorted(p.name for p in cfg.iterdir() if p.is_file()) if cfg.is_dir() else []
-    s.dledger_dirs = sorted(p.name for p in rootp.glob("dledger-*") if p.is_dir())
-    for d in s.dledger_dirs:
-        if list_files(rootp / d / "data"):
-            s.problems.append(f"already upgraded: {d}/data holds DLedger files")
-    if not any(p.startswith("already upgraded") for p in s.problems):
-        s.problems.extend(_recorded_upgrade(rootp))
-    if conf is None and not settings:
-        cq_files = sorted((rootp / "consumequeue").glob("*/*/" + "[0-9]" * 20))
+    return s
+
+
+# ---- the listing: what the directory says, without reading records -----------------------------
+def _read_files(s: StoreInspection, p: _Probe) -> None:
+    s.files = list_files(Path(s.commit_log_dir))
+
+
+def _read_shutdown(s: StoreInspection, p: _Probe) -> None:
+    s.clean_shutdown = not (p.root / "abort").exists()
+
+
+def _read_lock(s: StoreInspection, p: _Probe) -> None:
+    s.lock_holder = _lock_holder(p.root)
+
+
+def _read_config(s: StoreInspection, p: _Probe) -> None:
+    cfg = p.root / "config"
+    s.config_files = sorted(x.name for x in cfg.iterdir() if x.is_file()) if cfg.is_dir() else []
+
+
+def _upgraded_dirs(root: Path, dirs: list[str]) -> list[str]:
+    return [d for d in dirs if list_files(root / d / "data")]
+
+
+def _read_dledger(s: StoreInspection, p: _Probe) -> None:
+    """``dledger-*`` directories; those holding DLedger data mean the store is already upgraded."""
+    s.dledger_dirs = sorted(x.name for x in p.root.glob("dledger-*") if x.is_dir())
+    s.problems.extend(f"already upgraded: {d}/data holds DLedger files" for d in _upgraded_dirs(p.root, s.dledger_dirs))
+
+
+def _read_shape_record(s: StoreInspection, p: _Probe) -> None:
+    if not any(x.startswith("already upgraded") for x in s.problems):
+        s.problems.extend(_recorded_upgrade(p.root))
+
+
+def _read_derived_sizes(s: StoreInspection, p: _Probe) -> None:
+    """ConsumeQueue file size and IndexFile settings: from the conf, else from the files."""
+    if p.sized_by_files:
+        cq_files = sorted((p.root / "consumequeue").glob("*/*/" + "[0-9]" * 20))
         if cq_files:
             s.cq_file_size = cq_files[0].stat().st_size
-        _infer_index_settings(s, rootp)
-    elif conf is not None:
-        s.index_settings = {"max_hash_slot_num": conf.store.max_hash_slot_num,
-                            "max_index_num": conf.store.max_index_num,
-                            "message_index_enable": conf.store.message_index_enable, "source": "conf"}
+        _infer_index_settings(s, p.root)
+    elif p.conf is not None:
+        store = p.conf.store
+        s.index_settings = {"max_hash_slot_num": store.max_hash_slot_num, "max_index_num": store.max_index_num,
+                            "message_index_enable": store.message_index_enable, "source": "conf"}
+
+
+LISTING: tuple[_Reading, ...] = (
+    _Reading("commitlog files (names, sizes, allocated bytes)", _read_files),
+    _Reading("clean shutdown (no abort file)", _read_shutdown),
+    _Reading("lock holder (a running broker)", _read_lock),
+    _Reading("config/ files", _read_config),
+    _Reading("dledger-* directories (already upgraded?)", _read_dledger),
+    _Reading("storeshape record (upgraded, DLedger log gone?)", _read_shape_record),
+    _Reading("ConsumeQueue file size and IndexFile settings", _read_derived_sizes),
+)
+
+
+# ---- the commitlog's shape: the first failing check is the store's problem ---------------------
+def _sizes_equal(s: StoreInspection) -> Optional[str]:
+    odd = [f"{f.name} ({f.size} bytes)" for f in s.files if f.size != s.file_size]
+    return f"mismatched file sizes: {', '.join(odd)} != mappedFileSizeCommitLog {s.file_size}" if odd else None
+
+
+def _no_gap(s: StoreInspection) -> Optional[str]:
+    return next((f"gap in the commitlog: {b.name} does not follow {a.name}" for a, b in zip(s.files, s.files[1:])
+                 if b.from_offset != a.from_offset + s.file_size), None)
+
+
+def _first_file_aligned(s: StoreInspection) -> Optional[str]:
+    first = s.files[0]
+    return f"{first.name} is not a multiple of the file size {s.file_size}" if first.from_offset % s.file_size else None
+
+
+SHAPE_CHECKS: tuple[_ShapeCheck, ...] = (
+    _ShapeCheck("every file has mappedFileSizeCommitLog bytes", _sizes_equal),
+    _ShapeCheck("each file starts where the one before ends", _no_gap),
+    _ShapeCheck("the first file starts at a multiple of the file size", _first_file_aligned),
+)
+
+
+# ---- the tail: the records near the end ---------------------------------------------------------
+def _read_end(s: StoreInspection, p: _Probe) -> None:
+    find_end(s, p.root)
+
+
+def _read_messages(s: StoreInspection, p: _Probe) -> None:
+    s.messages = count_messages(p.root, s.cq_file_size)
+
+
+def _read_dledger_log(s: StoreInspection, p: _Probe) -> None:
+    upgraded = _upgraded_dirs(p.root, s.dledger_dirs)
+    if upgraded:
+        inspect_dledger(s, p.root / upgraded[0])
+
+
+TAIL: tuple[_Reading, ...] = (
+    _Reading("the end: walk from the last ConsumeQueue unit (or the 3rd-last file)", _read_end),
+    _Reading("messages the ConsumeQueues hold", _read_messages),
+    _Reading("an upgraded store's DLedger log across the divide", _read_dledger_log),
+)
+
+
+def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = None, *,
+                  settings: Optional[dict[str, Any]] = None) -> StoreInspection:
+    """Inspect one store root. ``conf`` supplies commitlog dir, file sizes and brokerRole;
+    ``settings`` (a plan node's ``store_settings``) supplies the same without a conf.
+
+    The tables, in order: :data:`LISTING` (every row), :data:`SHAPE_CHECKS` (the first failing
+    row is the store's problem and ends the inspection), then :data:`TAIL` unless a problem other
+    than "already upgraded" stops it."""
+    rootp = Path(root).resolve()
+    if rootp.exists() and not rootp.is_dir():
+        raise InspectError(f"{root}: not a directory")
+    s = _new_inspection(rootp, conf, settings)
+    if not rootp.exists():
+        return s
+    probe = _Probe(rootp, None if settings else conf, settings)
+    for reading in LISTING:
+        reading.read(s, probe)
     if not s.files:
         return s
-    sizes = {f.size for f in s.files}
-    if conf is None and not settings:
+    if probe.sized_by_files:
+        sizes = {f.size for f in s.files}
         s.file_size, s.file_size_source = max(sizes, key=lambda z: sum(f.size == z for f in s.files)), "files"
-    odd = [f"{f.name} ({f.size} bytes)" for f in s.files if f.size != s.file_size]
-    if odd:
-        s.problems.append(f"mismatched file sizes: {', '.join(odd)} != mappedFileSizeCommitLog {s.file_size}")
-        return s
-    for a, b in zip(s.files, s.files[1:]):
-        if b.from_offset != a.from_offset + s.file_size:
-            s.problems.append(f"gap in the commitlog: {b.name} does not follow {a.name}")
+    for check in SHAPE_CHECKS:
+        problem = check.problem(s)
+        if problem is not None:
+            s.problems.append(problem)
             return s
-    if s.files[0].from_offset % s.file_size:
-        s.problems.append(f"{s.files[0].name} is not a multiple of the file size {s.file_size}")
-        return s
     s.min_offset = s.files[0].from_offset
-    upgraded = [d for d in s.dledger_dirs if list_files(rootp / d / "data")]
-    if s.problems and not all(p.startswith("already upgraded") for p in s.problems):
+    if s.problems and not all(x.startswith("already upgraded") for x in s.problems):
         return s
-    _find_end(s, rootp)
-    s.messages = count_messages(rootp, s.cq_file_size)
-    if upgraded:
-        inspect_dledger(s, rootp / upgraded[0])
+    for reading in TAIL:
+        reading.read(s, probe)
     return s
 
 

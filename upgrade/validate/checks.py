@@ -25,14 +25,17 @@ Rules:
 - Every violation row carries check, node, file, offset (absolute) and file_offset; queue rows
   also carry ``topic:queueId``.
 
-Theory of operation: ``reconcile`` then ``evaluate``; evaluate walks summaries per node in
-offset order once per concern and appends violation rows to the check they belong to.
+Theory of operation: ``reconcile`` then ``evaluate``. Evaluate is two tables of named checks
+(h11's transitions-as-data style), read top to bottom as what the validator verifies:
+:data:`NODE_CHECKS` run per node in layout order (each walks that node's summaries in offset
+order once per concern, appends violation rows to the check they belong to and fills the node's
+numbers), then :data:`GROUP_CHECKS` across nodes (the executors' rows, n/a checks, replicas).
 """
 from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from upgrade.validate.layout import FileRef, StoreLayout
 from upgrade.validate.plan import Plan, ScanRange
@@ -324,55 +327,104 @@ def replica_mismatches(plan: Plan, summaries: dict[int, dict], node_order: list[
     return out
 
 
-def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
-             mismatches: list[dict] | None = None) -> tuple[Findings, dict[str, dict]]:
-    f = Findings()
-    nodes: dict[str, dict] = {}
-    by_kind: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for s in summaries.values():
-        by_kind[s["node"]][s["kind"]].append(s)
-    old_files = _by_file(summaries.values(), "old")
-    dl_files = _by_file(summaries.values(), "dl")
-    any_dledger = False
-    for lay in layouts:
-        k = by_kind[lay.node]
-        live = lambda kind: [s for s in k[kind] if not s.get("discarded")]  # noqa: E731
-        info: dict[str, Any] = {"root": lay.root,
-                                "mode": "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")}
-        old_info: dict[str, Any] = {"files": len(lay.old), "file_size": lay.old_file_size}
-        _old_region(f, lay, old_files, old_info)
-        for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records", "undispatched"):
-            old_info[key] = sum(s.get(key, 0) for s in live("old"))
-        ctx = plan.contexts.get(lay.node)
-        if ctx is not None and ctx.live_tail is not None:
-            old_info["dispatch_frontier"] = ctx.vouched
-            notes = [s["tail"] for s in live("old") if s.get("tail")]
-            if notes:
-                old_info["unfinished_tail"] = notes[0]
-        info["old"] = old_info
-        info["divided_offset"] = lay.divided_offset
-        if lay.dledger is not None:
-            any_dledger = True
-            dl = lay.dledger
-            dl_info: dict[str, Any] = {"data_files": len(dl.data), "committed_index": dl.committed_index,
-                                       "end_index": dl.end_index, "committed_pos": dl.committed_pos,
-                                       "checkpoint": dl.checkpoint_source}
-            _dledger_region(f, lay, dl_files, live("dl"), k["idx"], dl_info)
-            for key in ("messages", "dispatchable", "tx_skipped", "barriers"):
-                dl_info[key] = sum(s[key] for s in live("dl"))
-            info["dledger"] = dl_info
-            _divide(f, lay, old_files, dl_files, info)
-            info["max_offset"] = dl.committed_pos
-        else:
-            info["max_offset"] = old_info.get("write_end")
-        _queues(f, lay, live("old") + live("dl"), k["cq"], info)
-        info["messages"] = old_info["messages"] + info.get("dledger", {}).get("messages", 0)
-        info["dispatchable"] = old_info["dispatchable"] + info.get("dledger", {}).get("dispatchable", 0)
-        info["tx_skipped"] = old_info["tx_skipped"] + info.get("dledger", {}).get("tx_skipped", 0)
-        info["barriers"] = old_info["barriers"] + info.get("dledger", {}).get("barriers", 0)
-        info["cq_units_checked"] = sum(s["messages"] for s in k["cq"])
-        nodes[lay.node] = info
-    for s in summaries.values():  # task rows last: the driver's root-cause rows are never crowded out
+# ---- evaluate: the checks as tables --------------------------------------------------------------
+class NodeView:
+    """One node's share of the evaluation: its layout, its summaries by kind, and its numbers."""
+
+    def __init__(self, plan: Plan, lay: StoreLayout, by_kind: dict[str, list[dict]],
+                 old_files: dict[tuple[str, str], list[dict]], dl_files: dict[tuple[str, str], list[dict]]) -> None:
+        self.plan, self.lay, self.by_kind = plan, lay, by_kind
+        self.old_files, self.dl_files = old_files, dl_files
+        self.info: dict[str, Any] = {"root": lay.root,
+                                     "mode": "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")}
+
+    def live(self, kind: str) -> list[dict]:
+        """The node's summaries of ``kind`` that chaining kept (``reconcile`` marks the others)."""
+        return [s for s in self.by_kind[kind] if not s.get("discarded")]
+
+
+class GroupView(NamedTuple):
+    layouts: list[StoreLayout]
+    summaries: dict[int, dict]
+    mismatches: list[dict]
+
+
+class NodeCheck(NamedTuple):
+    name: str
+    run: Callable[[Findings, NodeView], None]
+
+
+class GroupCheck(NamedTuple):
+    name: str
+    run: Callable[[Findings, GroupView], None]
+
+
+def _check_old_region(f: Findings, v: NodeView) -> None:
+    lay = v.lay
+    old_info: dict[str, Any] = {"files": len(lay.old), "file_size": lay.old_file_size}
+    _old_region(f, lay, v.old_files, old_info)
+    for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records", "undispatched"):
+        old_info[key] = sum(s.get(key, 0) for s in v.live("old"))
+    ctx = v.plan.contexts.get(lay.node)
+    if ctx is not None and ctx.live_tail is not None:
+        old_info["dispatch_frontier"] = ctx.vouched
+        notes = [s["tail"] for s in v.live("old") if s.get("tail")]
+        if notes:
+            old_info["unfinished_tail"] = notes[0]
+    v.info["old"] = old_info
+    v.info["divided_offset"] = lay.divided_offset
+
+
+def _check_dledger_region(f: Findings, v: NodeView) -> None:
+    dl = v.lay.dledger
+    if dl is None:
+        return
+    dl_info: dict[str, Any] = {"data_files": len(dl.data), "committed_index": dl.committed_index,
+                               "end_index": dl.end_index, "committed_pos": dl.committed_pos,
+                               "checkpoint": dl.checkpoint_source}
+    _dledger_region(f, v.lay, v.dl_files, v.live("dl"), v.by_kind["idx"], dl_info)
+    for key in ("messages", "dispatchable", "tx_skipped", "barriers"):
+        dl_info[key] = sum(s[key] for s in v.live("dl"))
+    v.info["dledger"] = dl_info
+
+
+def _check_divide(f: Findings, v: NodeView) -> None:
+    if v.lay.dledger is not None:
+        _divide(f, v.lay, v.old_files, v.dl_files, v.info)
+
+
+def _max_offset(f: Findings, v: NodeView) -> None:
+    dl = v.lay.dledger
+    v.info["max_offset"] = dl.committed_pos if dl is not None else v.info["old"].get("write_end")
+
+
+def _check_queues(f: Findings, v: NodeView) -> None:
+    _queues(f, v.lay, v.live("old") + v.live("dl"), v.by_kind["cq"], v.info)
+
+
+def _totals(f: Findings, v: NodeView) -> None:
+    info, dl_info = v.info, v.info.get("dledger", {})
+    for key in ("messages", "dispatchable", "tx_skipped", "barriers"):
+        info[key] = info["old"][key] + dl_info.get(key, 0)
+    info["cq_units_checked"] = sum(s["messages"] for s in v.by_kind["cq"])
+
+
+NODE_CHECKS: tuple[NodeCheck, ...] = (
+    NodeCheck("old region: files tile, equal sizes, each full file ends in a blank (structure, "
+              "old_continuity)", _check_old_region),
+    NodeCheck("DLedger region: files contiguous, indexes and terms, committed entries (structure, "
+              "dledger_continuity)", _check_dledger_region),
+    NodeCheck("the divide: old region blank-filled up to it, first entry there (divide)", _check_divide),
+    NodeCheck("the node's max offset (committed DLedger end, else the old write end)", _max_offset),
+    NodeCheck("queues: one +1 run of queue offsets per queue, ConsumeQueues cover it (consumequeue)",
+              _check_queues),
+    NodeCheck("the node's totals (old + DLedger region, ConsumeQueue units checked)", _totals),
+)
+
+
+def _task_rows(f: Findings, g: GroupView) -> None:
+    """The executors' rows last: the driver's root-cause rows are never crowded out."""
+    for s in g.summaries.values():
         if s.get("discarded"):
             continue
         for row in s["violations"]:
@@ -380,24 +432,64 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
         stored = Counter(row["check"] for row in s["violations"])
         for check, n in s["by_check"].items():
             f.counts[check] += n - stored[check]
-    if not any(lay.divided_offset is not None and lay.old for lay in layouts):
+
+
+def _not_applicable(f: Findings, g: GroupView) -> None:
+    if not any(lay.divided_offset is not None and lay.old for lay in g.layouts):
         f.not_applicable.add("divide")
-    if not any_dledger:
+    if not any(lay.dledger is not None for lay in g.layouts):
         f.not_applicable.add("dledger_continuity")
-    if len(layouts) < 2:
+    if len(g.layouts) < 2:
         f.not_applicable.add("replicas")
-    else:
-        divs = {lay.node: lay.divided_offset for lay in layouts}
-        if len(set(divs.values())) > 1:
-            ref = layouts[0]
-            for lay in layouts[1:]:
-                if lay.divided_offset != ref.divided_offset:
-                    f.add("replicas", lay.node, None, lay.divided_offset,
-                          f"divided offset {lay.divided_offset} differs from {ref.node}'s {ref.divided_offset}")
-        for m in mismatches or []:
-            at = m.get("at", m["lo"])
-            what = (f"{m['kind']} range {m['lo']}..{m['hi']} missing ({m['ref_node']} has it)" if m.get("missing")
-                    else f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})")
-            f.add("replicas", m["node"], m["file"], at, what, at - m["file_start"],
-                  space="index" if m["kind"] == "idx" else "physical")
+
+
+def _replica_divides(f: Findings, g: GroupView) -> None:
+    if len(g.layouts) < 2 or len({lay.divided_offset for lay in g.layouts}) <= 1:
+        return
+    ref = g.layouts[0]
+    for lay in g.layouts[1:]:
+        if lay.divided_offset != ref.divided_offset:
+            f.add("replicas", lay.node, None, lay.divided_offset,
+                  f"divided offset {lay.divided_offset} differs from {ref.node}'s {ref.divided_offset}")
+
+
+def _replica_bytes(f: Findings, g: GroupView) -> None:
+    if len(g.layouts) < 2:
+        return
+    for m in g.mismatches:
+        at = m.get("at", m["lo"])
+        what = (f"{m['kind']} range {m['lo']}..{m['hi']} missing ({m['ref_node']} has it)" if m.get("missing")
+                else f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})")
+        f.add("replicas", m["node"], m["file"], at, what, at - m["file_start"],
+              space="index" if m["kind"] == "idx" else "physical")
+
+
+GROUP_CHECKS: tuple[GroupCheck, ...] = (
+    GroupCheck("the executors' violation rows and counts (structure, old/dledger continuity, consumequeue)",
+               _task_rows),
+    GroupCheck("checks with nothing to check are n/a (divide, dledger_continuity, replicas)", _not_applicable),
+    GroupCheck("every replica has the first node's divided offset (replicas)", _replica_divides),
+    GroupCheck("every replica's ranges hash as the majority's (replicas)", _replica_bytes),
+)
+
+
+def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
+             mismatches: list[dict] | None = None) -> tuple[Findings, dict[str, dict]]:
+    """Run :data:`NODE_CHECKS` over every node (layout order), then :data:`GROUP_CHECKS`: the
+    findings per check and each node's numbers."""
+    f = Findings()
+    by_kind: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for s in summaries.values():
+        by_kind[s["node"]][s["kind"]].append(s)
+    old_files = _by_file(summaries.values(), "old")
+    dl_files = _by_file(summaries.values(), "dl")
+    nodes: dict[str, dict] = {}
+    for lay in layouts:
+        view = NodeView(plan, lay, by_kind[lay.node], old_files, dl_files)
+        for node_check in NODE_CHECKS:
+            node_check.run(f, view)
+        nodes[lay.node] = view.info
+    group = GroupView(layouts, summaries, mismatches or [])
+    for group_check in GROUP_CHECKS:
+        group_check.run(f, group)
     return f, nodes
