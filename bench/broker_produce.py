@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from broker.api.client import BrokerClient, BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import REPO, port_pair, wait_exit, write_conf
+from tools.procs import REPO, port_pair, wait_exit, write_conf
 
 
 def _conf(template: str, out: Path, **kv: Any) -> Path:

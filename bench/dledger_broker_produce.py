@@ -49,14 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
-from broker.devtools.procs import wait_exit
+from tools.procs import wait_exit
 
 REPO = Path(__file__).resolve().parents[1]
 IDS = ("n0", "n1", "n2")
 
 
 def _free_ports(n: int) -> list[int]:
-    from broker.devtools.procs import free_ports  # noqa: WPS433 - outside the ephemeral range
+    from tools.procs import free_ports  # noqa: WPS433 - outside the ephemeral range
 
     return free_ports(n)
 

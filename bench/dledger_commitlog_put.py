@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker.devtools.procs import free_port  # noqa: E402
+from tools.procs import free_port  # noqa: E402
 from broker.store.message import MessageExt  # noqa: E402
 from broker.store.message_store import DefaultMessageStore  # noqa: E402
 

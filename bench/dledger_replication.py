@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from dledger.rpc import framing as fr  # noqa: E402
 from dledger.rpc.client import DLedgerClient  # noqa: E402
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 
 
 def _secret() -> Optional[str]:

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from broker.devtools.procs import REPO, free_ports, wait_exit, wait_until, write_conf
+from tools.procs import REPO, free_ports, wait_exit, wait_until, write_conf
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
 IDS = ("n0", "n1", "n2")

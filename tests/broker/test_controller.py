@@ -114,7 +114,7 @@ async def test_split_http_port_binds_bind_address_with_the_limits(tmp_path: Path
     both ports' counters in /status."""
     import asyncio
 
-    from broker.devtools.procs import free_port
+    from tools.procs import free_port
     from tests.security._listen_support import listening_hosts
 
     http_port = free_port()

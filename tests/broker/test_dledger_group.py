@@ -27,7 +27,7 @@ from broker.store.dledger_dispatch import BARRIER_TOPIC
 from broker.store.message import decode_message
 from dledger.store.file_store import DLedgerMmapFileStore
 from dledger.store.state_files import CheckpointFile
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
 
 pytestmark = pytest.mark.multiprocess

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc
 
 pytestmark = pytest.mark.multiprocess

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import wait_until
+from tools.procs import wait_until
 from tests.broker.api.broker_procs import BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess

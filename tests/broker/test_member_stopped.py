@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import wait_until
+from tools.procs import wait_until
 from tests.broker.test_dledger_group import DLedgerGroup
 
 pytestmark = pytest.mark.multiprocess

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.config.conf_file import parse_conf
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.put_coalescer import PutCoalescer, coalescer_for
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore

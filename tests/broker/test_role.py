@@ -19,7 +19,7 @@ import pytest
 from broker.api.client import BrokerClient, BrokerClientError
 from broker.config.conf_file import parse_conf
 from broker.controller import BrokerController
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 from broker.role import slave_broker_id
 from tests.broker.api.broker_procs import master_conf
 

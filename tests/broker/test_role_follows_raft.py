@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import wait_until
+from tools.procs import wait_until
 from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 from dledger.rpc.client import DLedgerClient
 
 pytestmark = [pytest.mark.multiprocess]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from dledger.config import DLedgerConfig
 from dledger.rpc.client import DLedgerClient
 from dledger.storelog import open_store
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from dledger.errors import DLedgerError
 from dledger.rpc.client import DLedgerClient
 from dledger.server import DLedgerServer
 from dledger.storelog import open_store
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 GROUP_SECRET = "test-group-secret-0123"  # members refuse to start without one (issue 12)

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from broker.devtools.procs import wait_until
+from tools.procs import wait_until
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.java.lines import ProcessLines

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools.procs import REPO, wait_until
+from tools.procs import REPO, wait_until
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import DLedgerGroup
 from tests.java.lines import ProcessLines

@@ -102,7 +102,7 @@ def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> No
     import sys
     import time
 
-    from broker.devtools.procs import free_port, wait_until
+    from tools.procs import free_port, wait_until
     from tests.security._listen_support import closed_by_peer, listening_hosts
 
     port = free_port()

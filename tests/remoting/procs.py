@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 

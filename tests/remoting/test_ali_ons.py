@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import REPO, free_port, write_conf
+from tools.procs import REPO, free_port, write_conf
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import REPO
+from tools.procs import REPO
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until

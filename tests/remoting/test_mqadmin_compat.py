@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
 
 pytestmark = pytest.mark.multiprocess

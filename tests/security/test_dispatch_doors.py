@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.config.conf_file import load_conf
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from broker.store.message import MessageExt, encode_message
 from broker.store.message_store import DefaultMessageStore
 from tests.broker.api.broker_procs import REPO, BrokerProc, wait_until

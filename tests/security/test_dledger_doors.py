@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.client import body_bytes
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from dledger.rpc import framing as fr
 from dledger.store.state_files import MemberStateFile
 from tests.broker.test_dledger_group import CONF_DIR, DLedgerGroup

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import pytest
 
-from broker.devtools.procs import free_port, wait_until
+from tools.procs import free_port, wait_until
 from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand

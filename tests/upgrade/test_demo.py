@@ -1,4 +1,4 @@
-"""The main job end to end (``python -m upgrade.demo``) with small numbers, and its user errors.
+"""The main job end to end (``python -m tools.demo``) with small numbers, and its user errors.
 
 The journey test runs the demo in this process (its brokers are child processes) with the
 session's shared Spark, so the validator does not pay a second JVM start; it checks the exit
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from upgrade import demo
+from tools import demo
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from tests.broker.api.broker_procs import BrokerProc, dledger_single_conf, kill_all, master_conf, wait_until
 from tests.broker.test_transaction import TX, TxProducer, _first_check, visible
 from upgrade.apply import apply_plan

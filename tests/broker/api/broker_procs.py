@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools import procs as devprocs
-from broker.devtools.procs import REPO, port_pair, wait_until  # noqa: F401 - imported from here by tests
+from tools import procs as devprocs
+from tools.procs import REPO, port_pair, wait_until  # noqa: F401 - imported from here by tests
 
 CONF_DIR = REPO / "conf" / "classic"
 

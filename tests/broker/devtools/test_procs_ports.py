@@ -8,11 +8,11 @@ import json
 import subprocess
 import sys
 
-from broker.devtools.procs import REPO
+from tools.procs import REPO
 
 _DRAW = """
 import json, sys, time
-from broker.devtools import procs
+from tools import procs
 ports = [p for _ in range(40) for p in procs.free_ports(5)]
 lane = procs._claim_lane()
 print(json.dumps({"lane": [lane.start, lane.stop], "laned": len(lane) < procs._SLOTS, "ports": ports}))

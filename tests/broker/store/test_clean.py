@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.store.clean import StoreCleaner, delete_hours
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus

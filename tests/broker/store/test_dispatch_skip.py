@@ -14,7 +14,7 @@ import shutil
 import struct
 from pathlib import Path
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.lockfile import AbortFile

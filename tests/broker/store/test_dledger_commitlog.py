@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.store.dledger_dispatch import (
     BARRIER_TOPIC, barrier_message_body, check_dledger_message_and_return_size,
 )

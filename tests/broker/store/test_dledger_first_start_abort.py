@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from tests.broker.store.test_dledger_commitlog import dledger_store, msg
 
 

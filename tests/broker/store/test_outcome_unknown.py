@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.store.message_store import DefaultMessageStore
 from broker.store.put_result import PutMessageStatus
 from dledger.core.codes import Code

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus
 from broker.store.verify import CorruptRecordError, record_problem_at

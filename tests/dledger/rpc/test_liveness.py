@@ -9,7 +9,7 @@ import pytest
 from dledger.config import DLedgerConfig
 from dledger.rpc.liveness import SilenceDetector, tune_socket
 from dledger.rpc.transport import PeerTransport
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 from tests.faults.harness.proxy import Fault, ProxyHub
 
 pytestmark = pytest.mark.timeout(60)

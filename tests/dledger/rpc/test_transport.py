@@ -8,7 +8,7 @@ import pytest
 
 from dledger.rpc import framing as fr
 from dledger.rpc.transport import PeerTransport
-from broker.devtools.procs import free_ports
+from tools.procs import free_ports
 
 pytestmark = pytest.mark.timeout(30)
 

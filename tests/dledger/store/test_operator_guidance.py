@@ -71,7 +71,7 @@ def test_entry_corruption_names_the_real_recovery(tmp_path: Path) -> None:
 
 
 def test_mqbroker_refuses_a_short_file_with_the_real_fix(tmp_path: Path) -> None:
-    from broker.devtools.procs import free_ports, write_conf
+    from tools.procs import free_ports, write_conf
 
     http, raft = free_ports(2)
     root = tmp_path / "store"

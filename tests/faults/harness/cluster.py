@@ -31,7 +31,7 @@ from typing import Any, Optional
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import BLANK_MAGIC_CODE, MessageFormatError, decode_message
-from broker.devtools.procs import free_ports, write_conf
+from tools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc
 
 from .proxy import ProxyHub

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.devtools.procs import free_port
+from tools.procs import free_port
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:
-    return free_port()  # outside the ephemeral range (broker.devtools.procs)
+    return free_port()  # outside the ephemeral range (tools.procs)
 
 
 def _spark_class() -> str:

@@ -140,8 +140,8 @@ def test_validate_while_a_broker_writes(tmp_path, spark):
 @pytest.mark.timeout(300)
 def test_validate_a_dledger_store_while_its_broker_writes(tmp_path):
     """A one-member DLedger broker keeps appending: only the committed prefix (checkpoint) is read."""
-    from broker.devtools import procs as devprocs
-    from broker.devtools.procs import REPO, port_pair
+    from tools import procs as devprocs
+    from tools.procs import REPO, port_pair
 
     port, raft = port_pair(), port_pair()
     store = tmp_path / "dl-n0"

@@ -1,8 +1,8 @@
 """Local child processes made easy: free 127.0.0.1 ports, ``.conf`` files from templates, polling.
 
-Used by the upgrade demo (``upgrade/demo_procs.py``), the benchmarks (``bench/``) and the tests,
-which all start real ``mqbroker`` / DLedger processes; here (a project module) because bench and
-demo must run without the test tree.
+Used by the upgrade demo (``tools/demo_procs.py``), the benchmarks (``bench/``) and the tests,
+which all start real ``mqbroker`` / DLedger processes; in ``tools/`` (not packaged, issue 26.7)
+rather than the test tree because bench and demo must run without the tests.
 
 Rules:
 - Ports are 127.0.0.1 ports the kernel just handed out (bound, then released); a group of ports
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 # mqbroker's shutdownTimeoutMillis (10 s) + its exit watchdog's grace (5 s) + slack for a loaded machine

@@ -1,4 +1,4 @@
-"""Process helpers for the demo (``upgrade.demo``): free ports, conf files, broker child processes.
+"""Process helpers for the demo (``tools.demo``): free ports, conf files, broker child processes.
 
 Rules:
 - Every broker is a real ``mqbroker -c FILE`` child process (``python -m broker.cli.mqbroker``)
@@ -15,7 +15,7 @@ Rules:
 
 Theory of operation: thin wrappers over ``subprocess.Popen`` and the synchronous HTTP client
 (:class:`broker.api.client.SyncBrokerClient`), polled with :func:`wait_until`; ports, conf files
-and polling are :mod:`broker.devtools.procs` (shared with bench and tests), raising DemoError.
+and polling are :mod:`tools.procs` (shared with bench and tests), raising DemoError.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from broker.devtools import procs as devprocs
-from broker.devtools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, write_conf  # noqa: F401 - the demo's names
+from tools import procs as devprocs
+from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, write_conf  # noqa: F401 - the demo's names
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ class DemoError(Exception):
     """Something in the demo did not go as it must (one line for the user, no traceback)."""
 
 
-# ---- ports, conf files, waiting (broker.devtools.procs, with DemoError) -------------------------
+# ---- ports, conf files, waiting (tools.procs, with DemoError) -----------------------------------
 def port_with_offsets(offsets: Iterable[int], avoid: Iterable[int] = ()) -> int:
     """A free port ``p`` with ``p + d`` free for every ``d`` in ``offsets`` and none in ``avoid``."""
     return devprocs.port_with_offsets(offsets, avoid, error=DemoError)

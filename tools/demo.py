@@ -1,4 +1,4 @@
-"""The whole journey on an embedded default: ``python -m upgrade.demo`` (``scripts/demo.sh``).
+"""The whole journey on an embedded default: ``python -m tools.demo`` (``scripts/demo.sh``).
 
 1. A classic master/slave pair (SYNC_MASTER + SLAVE, conf files generated from
    ``conf/classic``) takes ``--messages`` messages over 2 topics x 4 queues (tags, keys, batched
@@ -23,7 +23,7 @@ Rules:
 - Everything runs on 127.0.0.1 ports the kernel hands out, in a temporary directory (deleted at
   the end, kept when the run failed) or ``--workdir`` (always kept: logs, confs, plan, journal,
   report and picture). Every
-  broker is a child process that :class:`upgrade.demo_procs.Procs` kills in ``finally``, also on
+  broker is a child process that :class:`tools.demo_procs.Procs` kills in ``finally``, also on
   Ctrl-C or SIGTERM: nothing is left running.
 - One progress line per step, prefixed with the elapsed time; tool output is indented below it.
 - Only acknowledged sends count (a failed attempt may still be stored: at-least-once, as with
@@ -58,7 +58,7 @@ from broker.api.client import BrokerClientError, MasterFollowingProducer, messag
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import decode_message
 from dledger.entry import BODY_OFFSET, check_header, read_header
-from upgrade.demo_procs import (
+from tools.demo_procs import (
     REPO, BrokerProc, DemoError, Procs, free_ports, kill_pids, port_with_offsets, read_conf_value, spark_jvms_of,
     wait_until, write_conf,
 )
@@ -527,7 +527,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m upgrade.demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=_positive, default=3000, help="classic phase (default %(default)s)")
     p.add_argument("--dledger-messages", type=_positive, default=2000, help="DLedger phase before the kill")
     p.add_argument("--after-failover-messages", type=_positive, default=1000, help="after the kill")
