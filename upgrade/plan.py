@@ -43,8 +43,7 @@ from broker.config.broker_config import parse_dleger_peers
 from upgrade.inspect import Inspection, StoreInspection, inspect_stores
 from upgrade.node_conf import assign_ports, load_confs  # noqa: F401 - load_confs: the plan's API
 from upgrade.plan_actions import emit_actions
-from upgrade.plan_checks import (DLEDGER_INDEX_FILE_SIZE, Build, Draft, PlanRequest,  # noqa: F401 - the size: API
-                                 check_arguments, disk_refusals, refusals_of)
+from upgrade.plan_checks import Build, Draft, PlanRequest, check_arguments, disk_refusals, refusals_of
 from upgrade.plan_model import Action, Node, Plan, PlanError  # noqa: F401 - the plan's API (apply, tests)
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from broker.config.broker_config import BrokerConfig, MessageStoreConfig
 from broker.config.conf_file import ConfigError, ParsedConf
-from upgrade.inspect import Comparison, StoreInspection
+from upgrade.inspect_model import Comparison, StoreInspection
 from upgrade.node_conf import group_auth_token, http_peers_of, render_conf
 from upgrade.plan_checks import Build
 from upgrade.plan_model import Action, Node

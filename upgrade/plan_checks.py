@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from broker.config.broker_config import parse_dleger_peers
 from broker.config.conf_file import ParsedConf
-from upgrade.inspect import Inspection, StoreInspection
+from upgrade.inspect_model import Inspection, StoreInspection
 from upgrade.node_conf import ports_of
 from upgrade.plan_model import Node, PlanError
 from upgrade.store_files import CommitLogFile
