@@ -25,6 +25,7 @@ file is copied into the mmap with a single slice assignment. Recovery lives in
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import struct
@@ -34,6 +35,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from broker.store import commitlog_recovery
 from broker.store.dispatch import DispatchRequest, StoreFile
 from broker.store.errors import MessageFormatError
 from broker.store.flush import FlushRealTimeService, FlushService, GroupCommitService
@@ -48,14 +50,15 @@ from broker.store.verify import CorruptionLog, CorruptRecordError, fix_for_class
 from broker.store.put_result import (
     AppendMessageResult, PutMessageResult, PutMessageStatus,
 )
+from broker.store.store_settings import ASYNC_FLUSH, SYNC_FLUSH
+from broker.tasks import wait_for
 
 if TYPE_CHECKING:
     from broker.store.checkpoint import StoreCheckpoint
+    from broker.store.store_host import StoreHost
 
 log = logging.getLogger(__name__)
 
-ASYNC_FLUSH = "ASYNC_FLUSH"
-SYNC_FLUSH = "SYNC_FLUSH"
 _QP = struct.Struct(">qq")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -80,6 +83,10 @@ class CommitLog:
     """The classic commitlog: writes, reads, offsets; recovery in ``commitlog_recovery``."""
 
     is_dledger = False  # DLedgerCommitLog: True (puts complete on a quorum commit, it recovers itself)
+    #: where a DLedger region would begin: none here (DLedgerCommitLog: its divide)
+    divided_commitlog_offset = -1
+    #: the DLedger files of the offset space: none here (DLedgerCommitLog: its DLedger store)
+    dledger_region: None = None
 
     def __init__(
         self,
@@ -113,6 +120,9 @@ class CommitLog:
         self._put_lock = threading.Lock()
         self._confirm_offset = -1
         self.replica_hook: ReplicaHook | None = None
+        # called after every successful put's append, before its durability wait (the store wakes
+        # dispatch with it, so the ConsumeQueues fill while the put waits for its flush or slave)
+        self.on_appended: Callable[[], None] | None = None
         self.writable = True
         # the read guard (broker.store.verify): set by the store, which knows the node's name
         self.verify_reads = True
@@ -130,6 +140,10 @@ class CommitLog:
         self._started = False
 
     # --- life cycle -------------------------------------------------------------------------
+    def recover_with_store(self, store: StoreHost) -> None:
+        """Recover this commitlog and the store's ConsumeQueues (``commitlog_recovery``)."""
+        commitlog_recovery.recover_with_store(self, store)
+
     def load(self) -> None:
         self.mapped_file_queue.load()
         # no file: the (zero) positions are already true; otherwise recovery must set them first
@@ -154,6 +168,18 @@ class CommitLog:
         if self.checkpoint is not None and self.mapped_file_queue.store_timestamp:
             self.checkpoint.physic_msg_timestamp = self.mapped_file_queue.store_timestamp
         return where
+
+    # --- regions: the same questions asked of either commitlog (no isinstance above them) ---
+    @property
+    def classic_region(self) -> "CommitLog":
+        """The classic commitlog files of this offset space: all of them here (a
+        DLedgerCommitLog answers its frozen old region)."""
+        return self
+
+    @property
+    def classic_region_end(self) -> int:
+        """Where the classic files' readable bytes end: the max offset here."""
+        return self.max_offset
 
     # --- offsets ----------------------------------------------------------------------------
     @property
@@ -211,21 +237,52 @@ class CommitLog:
         result = self.append_messages(msgs, keep_store_timestamp)
         if result.status is not PutMessageStatus.PUT_OK or result.append_result is None:
             return result
+        if self.on_appended is not None:
+            self.on_appended()
         status = self.wait_for_durability(result.append_result, msgs)
         if status is not PutMessageStatus.PUT_OK:
             result.status = status
         return result
 
-    def wait_for_durability(self, ar: AppendMessageResult, msgs: Sequence[MessageExt] = ()) -> PutMessageStatus:
-        """Block on the flush (SYNC_FLUSH) and replica waits of an appended result."""
+    async def put_messages_async(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False
+                                 ) -> PutMessageResult:
+        """As :meth:`put_messages`, awaiting the flush and replica futures instead of blocking.
+
+        The flush and the slave's ack are requested together and run at once (Apache 5's
+        ``handleDiskFlushAndHA``): a SYNC_FLUSH SYNC_MASTER put waits for the slower of the two,
+        not their sum; a replica failure wins over a flush that succeeded."""
+        result = self.append_messages(msgs, keep_store_timestamp)
+        ar = result.append_result
+        if result.status is not PutMessageStatus.PUT_OK or ar is None:
+            return result
+        if self.on_appended is not None:
+            self.on_appended()
         status = PutMessageStatus.PUT_OK
         fut = self.submit_flush_request(ar, msgs)
+        rep = self.submit_replica_request(ar)
+        if fut is not None:
+            try:
+                status = await wait_for(asyncio.wrap_future(fut), self._flush_timeout() + 0.1)
+            except asyncio.TimeoutError:
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if rep is not None:
+            rstatus = await asyncio.wrap_future(rep)
+            if rstatus is not PutMessageStatus.PUT_OK:
+                status = rstatus
+        result.status = status
+        return result
+
+    def wait_for_durability(self, ar: AppendMessageResult, msgs: Sequence[MessageExt] = ()) -> PutMessageStatus:
+        """Block on the flush (SYNC_FLUSH) and replica waits of an appended result (requested
+        together, as :meth:`put_messages_async`)."""
+        status = PutMessageStatus.PUT_OK
+        fut = self.submit_flush_request(ar, msgs)
+        rep = self.submit_replica_request(ar)
         if fut is not None:
             try:
                 status = fut.result(timeout=self._flush_timeout() + 0.05)
             except TimeoutError:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        rep = self.submit_replica_request(ar)
         if rep is not None:
             rstatus = rep.result()
             if rstatus is not PutMessageStatus.PUT_OK:

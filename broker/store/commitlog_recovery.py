@@ -50,6 +50,7 @@ from broker.store.message import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.store.commitlog import CommitLog
+    from broker.store.store_host import StoreHost
 
 log = logging.getLogger(__name__)
 
@@ -274,3 +275,26 @@ def recover_abnormally(commitlog: CommitLog, checkpoint: _Checkpoint, dispatch: 
                   checkpoint.physic_msg_timestamp, _flushed(checkpoint))
     _apply(commitlog, offset, index)
     return offset
+
+
+def recover_with_store(commitlog: CommitLog, store: StoreHost) -> None:
+    """A classic store's recovery (``DefaultMessageStore.recover``): the ConsumeQueues first
+    (where dispatch had got to), then the commitlog, normally after a clean stop or abnormally
+    after a crash (re-dispatching what the ConsumeQueues miss); ConsumeQueue units beyond the
+    recovered end are truncated."""
+    cqs = store.consume_queue_store
+    assert cqs is not None  # DefaultMessageStore.load made it
+    max_phy_of_cq = cqs.recover()
+    if not commitlog.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
+        log.warning("the commitlog files are deleted; deleting the consume queues too")
+        cqs.destroy()
+        max_phy_of_cq = -1
+    if store.last_exit_ok:
+        end = recover_normally(commitlog, store.checkpoint)
+    else:
+        assert store.checkpoint is not None
+        end = recover_abnormally(commitlog, store.checkpoint, store.do_dispatch, store.settings.message_index_safe)
+    if max_phy_of_cq >= end:  # RocketMQ's condition; equality (a clean stop) truncates nothing
+        if max_phy_of_cq > end:
+            log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
+        cqs.truncate_dirty(end)

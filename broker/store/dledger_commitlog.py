@@ -85,7 +85,7 @@ from dledger.core.codes import Role
 from broker.tasks import wait_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.message_store import DefaultMessageStore
+    from broker.store.store_host import StoreHost
     from dledger.server import DLedgerServer
     from dledger.store.file_store import DLedgerMmapFileStore
 
@@ -112,7 +112,7 @@ BROKER_DLEDGER_KEYS = {"group": "dLegerGroup", "self_id": "dLegerSelfId", "broke
 
 
 class DLedgerCommitLog(DLedgerReads):
-    """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore."""
+    """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore (a StoreHost)."""
 
     is_dledger = True  # DefaultMessageStore hands puts and recovery to this class
 
@@ -120,7 +120,7 @@ class DLedgerCommitLog(DLedgerReads):
                  dledger_config: DLedgerConfig, *, max_message_size: int = 4 * 1024 * 1024,
                  checkpoint: object | None = None, check_crc_on_recover: bool = True,
                  delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
-                 store_host: HostAddr = ("127.0.0.1", 10911), message_store: DefaultMessageStore | None = None) -> None:
+                 store_host: HostAddr = ("127.0.0.1", 10911), message_store: StoreHost | None = None) -> None:
         if dledger_config.mapped_file_size_for_entry_data != mapped_file_size:
             raise ValueError("DLedger data files must have mappedFileSizeCommitLog bytes "
                              f"({dledger_config.mapped_file_size_for_entry_data} != {mapped_file_size})")
@@ -150,6 +150,7 @@ class DLedgerCommitLog(DLedgerReads):
         self.freeze_point: Any = None  # broker.store.freeze.FreezePoint of the first start, if any
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.replica_hook = None  # classic HA only; DLedger puts wait for the quorum themselves
+        self.on_appended: Callable[[], None] | None = None  # never called: commits wake dispatch (_on_commit)
         self.server: DLedgerServer | None = None
         self.dledger_store: DLedgerMmapFileStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,8 +165,8 @@ class DLedgerCommitLog(DLedgerReads):
         self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0, "outcome_unknown": 0}
 
     @classmethod
-    def for_store(cls, store: DefaultMessageStore) -> "DLedgerCommitLog":
-        """Build from a DefaultMessageStore's settings (``dledger_settings`` = DLedgerConfig kwargs)."""
+    def for_store(cls, store: StoreHost) -> "DLedgerCommitLog":
+        """Build from the store's settings (``dledger_settings`` = DLedgerConfig kwargs)."""
         s = store.settings
         kw = dict(s.dledger_settings or {})
         kw.setdefault("store_base_dir", str(store.root))
@@ -187,7 +188,7 @@ class DLedgerCommitLog(DLedgerReads):
     def load(self) -> None:
         self.old.load()
 
-    def recover_with_store(self, store: DefaultMessageStore) -> None:
+    def recover_with_store(self, store: StoreHost) -> None:
         """Recover both address spaces and the store's ConsumeQueues (``dledger_recovery``)."""
         from broker.store.dledger_recovery import recover_dledger_commitlog
 
@@ -357,14 +358,14 @@ class DLedgerCommitLog(DLedgerReads):
             if self._progress is progress:
                 self._progress = None
 
-    async def _wait_ready(self, term: int, ms: DefaultMessageStore | None, progress: asyncio.Event) -> None:
+    async def _wait_ready(self, term: int, ms: StoreHost | None, progress: asyncio.Event) -> None:
         while self._still_leader(term):
             progress.clear()
             dl = self.dledger_store
             assert dl is not None  # set in open_dledger, before any role change can be reported
             caught_up = dl.ledger_end_index == dl.committed_index
             if caught_up and ms is not None:
-                if ms.reput is None:
+                if not ms.dispatching:
                     caught_up = False
                 else:
                     ms.wake_dispatch()
@@ -403,6 +404,21 @@ class DLedgerCommitLog(DLedgerReads):
                 loop.call_soon_threadsafe(progress.set)
             except RuntimeError:  # loop closed
                 pass
+
+    # --- regions (as CommitLog's: the store asks either commitlog the same questions) ---------
+    @property
+    def classic_region(self) -> CommitLog:
+        """The frozen old classic files, below the divide."""
+        return self.old
+
+    @property
+    def classic_region_end(self) -> int:
+        return self.divided_commitlog_offset
+
+    @property
+    def dledger_region(self) -> DLedgerMmapFileStore | None:
+        """The DLedger files, from the divide on (None until recovery opened them)."""
+        return self.dledger_store
 
     # --- offsets ----------------------------------------------------------------------------
     def _committed_pos(self) -> int:

@@ -18,7 +18,8 @@ Rules (reference §4.5, DESIGN §5):
   a quorum may hold the entries and a later leader commit them (issue 13.6: 100,000 puts
   answered NOT_MASTER were committed, and retried into duplicates).
 
-Theory of operation: plain functions over a DLedgerCommitLog; the commitlog encodes in the
+Theory of operation: plain functions over a :class:`PutLog` (the members of DLedgerCommitLog
+they use: this module does not import the commitlog, which imports it); the commitlog encodes in the
 caller's thread and schedules :func:`append_on_loop` with ``call_soon_threadsafe``; the result
 travels back through a ``concurrent.futures.Future`` that blocking and async callers share; the
 server calls :func:`complete_put` in the drive that commits or fails the entries. Dispatch is
@@ -29,7 +30,8 @@ from __future__ import annotations
 import concurrent.futures
 import struct
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
 from broker.store.message import MessageExt
@@ -38,9 +40,18 @@ from dledger.core.codes import Code
 from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.dledger_commitlog import DLedgerCommitLog
+    from dledger.server import DLedgerServer
 
 _Q = struct.Struct(">q")
+
+class PutLog(Protocol):
+    """What the put path uses of its DLedgerCommitLog."""
+
+    server: DLedgerServer | None
+    topic_queue_table: dict[tuple[str, int], int]
+    counters: dict[str, int]
+    _leader_ready: threading.Event
+
 
 SERVICE_NOT_AVAILABLE_CODES = frozenset({
     Code.NOT_LEADER, Code.INCONSISTENT_LEADER, Code.LEADER_NOT_READY, Code.LEADER_TRANSFERRING,
@@ -64,7 +75,7 @@ def put_status_for(code: int) -> PutMessageStatus:
 
 
 
-def not_leader(cl: "DLedgerCommitLog", why: str) -> PutMessageResult:
+def not_leader(cl: PutLog, why: str) -> PutMessageResult:
     s = cl.server
     leader = s.leader_id if s is not None else None
     cl.counters["refused"] += 1
@@ -72,7 +83,7 @@ def not_leader(cl: "DLedgerCommitLog", why: str) -> PutMessageResult:
                             extra={"leader_id": leader,
                                    "leader_addr": s.config.address_of(leader) if s is not None else None})
 
-def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
+def append_on_loop(cl: PutLog, msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
                    out: "concurrent.futures.Future[PutMessageResult]") -> None:
     """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
     if out.done():
@@ -128,7 +139,7 @@ def append_on_loop(cl: "DLedgerCommitLog", msgs: Sequence[MessageExt], batch: An
     )
 
 
-def complete_put(cl: "DLedgerCommitLog", exc: DLedgerError | None, ar: AppendMessageResult,
+def complete_put(cl: PutLog, exc: DLedgerError | None, ar: AppendMessageResult,
                  out: "concurrent.futures.Future[PutMessageResult]") -> None:
     """The server's sink for a put's entries (DLedger loop, in the drive that decides them)."""
     if out.done():

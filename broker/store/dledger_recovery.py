@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.store import commitlog_recovery
 from broker.store.dispatch import locate
@@ -52,14 +52,40 @@ from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 from broker.store.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.commitlog import SelectMappedBufferResult
-    from broker.store.dledger_commitlog import DLedgerCommitLog
-    from broker.store.message_store import DefaultMessageStore
+    from broker.store.commitlog import CommitLog, SelectMappedBufferResult
+    from broker.store.dispatch import DispatchRequest
+    from broker.store.store_host import StoreHost
+    from dledger.config import DLedgerConfig
+    from dledger.store.file_store import DLedgerMmapFileStore
 
 log = logging.getLogger(__name__)
 
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
+
+
+class RecoveringLog(Protocol):
+    """What recovery uses of the DLedgerCommitLog it recovers (this module does not import it:
+    the commitlog imports this module)."""
+
+    old: CommitLog
+    dledger_config: DLedgerConfig
+    divided_commitlog_offset: int
+    mapped_file_size: int
+    freeze_point: Any
+
+    def open_dledger(self, first_data_offset: int) -> None: ...
+
+    def opened_store(self) -> DLedgerMmapFileStore: ...
+
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None
+                 ) -> SelectMappedBufferResult | None: ...
+
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest: ...
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int: ...
+
+    def roll_next_file(self, offset: int) -> int: ...
 
 
 def has_dledger_data_files(data_dir: str | Path) -> bool:
@@ -69,7 +95,7 @@ def has_dledger_data_files(data_dir: str | Path) -> bool:
                               for p in d.iterdir())
 
 
-def recover_dledger_commitlog(store: DefaultMessageStore, cl: DLedgerCommitLog) -> None:
+def recover_dledger_commitlog(store: StoreHost, cl: RecoveringLog) -> None:
     """Recover ``cl`` (already loaded) and ``store``'s ConsumeQueues; see the module rules."""
     cqs = store.consume_queue_store
     assert cqs is not None  # DefaultMessageStore.load made it
@@ -140,7 +166,7 @@ def _file_matches(mm: Any, start: int, limit: int, index_safe: bool, checkpoint:
     return store_ts <= safe
 
 
-def redispatch_after_crash(store: DefaultMessageStore, cl: DLedgerCommitLog) -> int:
+def redispatch_after_crash(store: StoreHost, cl: RecoveringLog) -> int:
     """Re-dispatch committed DLedger entries from the last safe data file; returns the count."""
     dl = cl.opened_store()
     files = dl.data_file_list.files
@@ -180,12 +206,12 @@ def redispatch_after_crash(store: DefaultMessageStore, cl: DLedgerCommitLog) -> 
     return count
 
 
-def _report(store: DefaultMessageStore, res: SelectMappedBufferResult | None, offset: int, reason: str) -> None:
+def _report(store: StoreHost, res: SelectMappedBufferResult | None, offset: int, reason: str) -> None:
     path, file_pos = locate(res.mapped_file if res is not None else None, offset)
     store.skipped.report(path, file_pos, offset, reason)
 
 
-def raise_corrupt(cl: "DLedgerCommitLog", offset: int, buf: Any, pos: int) -> None:
+def raise_corrupt(cl: RecoveringLog, offset: int, buf: Any, pos: int) -> None:
     from broker.store.errors import StoreCorruptionError
 
     f = cl.opened_store().data_file_list.find_file(offset)

@@ -34,21 +34,19 @@ index and checkpoint runs on one background thread (FlushConsumeQueueService).
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from broker.store import commitlog_recovery, shape, verify
+from broker.store import shape, store_verify
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import StoreCleaner
-from broker.store.commitlog import ASYNC_FLUSH, CommitLog
+from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.disk_guard import DiskGuard
 from broker.store.dispatch import DispatchRequest, SkippedRecords, StoreFile
@@ -65,7 +63,7 @@ from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_proble
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
-from broker.tasks import wait_for
+from broker.store.store_settings import ASYNC_FLUSH, StoreSettings  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from broker.config.broker_config import BrokerConfig
@@ -74,66 +72,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STORE_TAKES_LOCK = True
-
-
-@dataclass
-class StoreSettings:
-    """What the store reads from a MessageStoreConfig (snake_case RocketMQ names)."""
-
-    store_path_root_dir: str
-    store_path_commit_log: str | None = None
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    flush_disk_type: str = ASYNC_FLUSH
-    flush_interval_commit_log: int = 500
-    flush_commit_log_least_pages: int = 4
-    flush_commit_log_thorough_interval: int = 10_000
-    flush_interval_consume_queue: int = 1000
-    sync_flush_timeout: int = 5000
-    max_message_size: int = 4 * 1024 * 1024
-    check_crc_on_recover: bool = True
-    check_crc_on_read: bool = True
-    message_index_enable: bool = True
-    message_index_safe: bool = False
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 20_000_000
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    warm_mapped_file_enable: bool = False  # RocketMQ default (warmMapedFileEnable)
-    file_reserved_time: int = 72
-    # retention (broker.store.clean): the thread runs only with retention=True (brokers turn it on)
-    retention: bool = False
-    delete_when: str = "04"
-    disk_max_used_space_ratio: int = 75
-    clean_file_forcibly_enable: bool = True
-    clean_resource_interval: int = 10_000
-    broker_role: str = "ASYNC_MASTER"
-    # DLedger mode (dledger_commitlog.py): DLedgerConfig kwargs, MessageStoreConfig.dledger_settings()
-    enable_dleger_commit_log: bool = False
-    dledger_settings: dict[str, Any] | None = None
-    # brokers record and check the store's shape (broker.store.shape); tools that only read do not
-    record_shape: bool = False
-    # brokers seal per-page checksums of the classic commitlog (broker.store.page_crc)
-    page_checksums: bool = False
-
-    @classmethod
-    def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
-        """From a ``broker.config.broker_config.MessageStoreConfig`` (or any object/dict with these names)."""
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if isinstance(config, dict) and f.name in config:
-                values[f.name] = config[f.name]
-            elif config is not None and hasattr(config, f.name):
-                values[f.name] = getattr(config, f.name)
-        values.update(overrides)
-        if callable(values.get("dledger_settings")):  # MessageStoreConfig.dledger_settings()
-            values["dledger_settings"] = values["dledger_settings"]()
-        for key in ("flush_disk_type", "broker_role"):
-            if key in values:
-                values[key] = getattr(values[key], "value", values[key])
-        if "store_path_root_dir" not in values:
-            raise ValueError("store_path_root_dir is required")
-        values["store_path_root_dir"] = os.fspath(values["store_path_root_dir"])
-        return cls(**values)
 
 
 class DefaultMessageStore(StoreReads):
@@ -211,9 +149,9 @@ class DefaultMessageStore(StoreReads):
         mf: StoreFile | None = None
         cl = self.commitlog
         try:
-            if cl is not None and not isinstance(cl, CommitLog) and cl.dledger_store is not None \
-                    and offset >= max(cl.divided_commitlog_offset, 0):
-                mf = cl.dledger_store.data_file_list.find_file(offset)
+            dl = cl.dledger_region if cl is not None else None
+            if cl is not None and dl is not None and offset >= max(cl.divided_commitlog_offset, 0):
+                mf = dl.data_file_list.find_file(offset)
             elif cl is not None and offset >= 0:
                 mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
         except Exception:  # noqa: BLE001 - only for a report: never fail dispatch over it
@@ -242,9 +180,11 @@ class DefaultMessageStore(StoreReads):
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             recorded = self._check_shape_mode() if s.record_shape else None
             self.commitlog = self._make_commitlog()
-            verify.configure_read_guard(self)
+            self.commitlog.on_appended = self.wake_dispatch
+            store_verify.configure_read_guard(self.commitlog, self.settings.check_crc_on_read, self.broker_config,
+                                              self.root)
             self.commitlog.load()
-            if s.record_shape and isinstance(self.commitlog, CommitLog):  # before recovery can drop the CQs
+            if s.record_shape and not s.enable_dleger_commit_log:  # before recovery can drop the CQs
                 shape.check_held(self.root, recorded, self._held_min())
             self.consume_queue_store = ConsumeQueueStore(
                 self.root, s.mapped_file_size_consume_queue, checkpoint=self.checkpoint)
@@ -276,28 +216,23 @@ class DefaultMessageStore(StoreReads):
         """The lowest commitlog offset held (DLedger mode: of the old region; the divide when it is
         empty), -1 when nothing is held that a shape records."""
         cl = self.commitlog
-        if isinstance(cl, CommitLog):
-            files = cl.mapped_file_queue.mapped_files
-            return files[0].file_from_offset if files else -1
         assert cl is not None
-        old = cl.old.mapped_file_queue.mapped_files
-        return old[0].file_from_offset if old else cl.divided_commitlog_offset
+        files = cl.classic_region.mapped_file_queue.mapped_files
+        return files[0].file_from_offset if files else cl.divided_commitlog_offset  # classic: -1
 
     def _record_shape(self, recorded: shape.StoreShape | None) -> None:
         s, cl = self.settings, self.commitlog
         assert cl is not None
         held = self._held_min()
-        if isinstance(cl, CommitLog):
+        if not s.enable_dleger_commit_log:
             now = shape.StoreShape(shape.CLASSIC, self._broker_name(), min_offset=held)
-            mfq = cl.mapped_file_queue
         else:
             shape.check_held(self.root, recorded, held)
             d = s.dledger_settings or {}
             now = shape.StoreShape(shape.DLEDGER, self._broker_name(), str(d.get("group") or ""),
                                    str(d.get("self_id") or ""), cl.divided_commitlog_offset, held)
-            mfq = cl.old.mapped_file_queue
         self.shape = shape.ShapeRecorder(self.root, now)
-        mfq.before_delete = self.shape.raise_min
+        cl.classic_region.mapped_file_queue.before_delete = self.shape.raise_min
 
     def _drop_empty_files_after_crash(self) -> None:
         """A crash between creating a ConsumeQueue file and sizing it leaves a 0-byte file, which
@@ -308,30 +243,11 @@ class DefaultMessageStore(StoreReads):
                 path.unlink()
 
     def recover(self) -> None:
+        """Each commitlog recovers itself and the ConsumeQueues (classic: ``commitlog_recovery``,
+        DLedger: ``dledger_recovery``, both address spaces); then the same for both."""
         assert self.commitlog is not None and self.consume_queue_store is not None
-        if not isinstance(self.commitlog, CommitLog):  # DLedgerCommitLog recovers both address spaces and the CQs
-            self.commitlog.recover_with_store(self)
-            verify.verify_after_recovery(self)
-            self._seal_pages()
-            self.recover_topic_queue_table()
-            return
-        cl, cqs = self.commitlog, self.consume_queue_store
-        max_phy_of_cq = cqs.recover()
-        if not cl.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
-            log.warning("the commitlog files are deleted; deleting the consume queues too")
-            cqs.destroy()
-            max_phy_of_cq = -1
-        if self.last_exit_ok:
-            end = commitlog_recovery.recover_normally(cl, self.checkpoint)
-        else:
-            assert self.checkpoint is not None
-            end = commitlog_recovery.recover_abnormally(
-                cl, self.checkpoint, self.do_dispatch, self.settings.message_index_safe)
-        if max_phy_of_cq >= end:  # RocketMQ's condition; equality (a clean stop) truncates nothing
-            if max_phy_of_cq > end:
-                log.warning("consume queues reach %d beyond the commitlog end %d: truncating", max_phy_of_cq, end)
-            cqs.truncate_dirty(end)
-        verify.verify_after_recovery(self)
+        self.commitlog.recover_with_store(self)
+        store_verify.verify_after_recovery(self.commitlog, self.checkpoint, self.settings.check_crc_on_recover)
         self._seal_pages()
         self.recover_topic_queue_table()
 
@@ -343,7 +259,7 @@ class DefaultMessageStore(StoreReads):
         cl = self.commitlog
         if cl is None:
             return
-        classic, end = (cl, cl.max_offset) if isinstance(cl, CommitLog) else (cl.old, cl.divided_commitlog_offset)
+        classic, end = cl.classic_region, cl.classic_region_end
         pc = PageChecksums(classic.store_path, classic.mapped_file_size)
         mfq = classic.mapped_file_queue
         pc.seal_upto(mfq.mapped_files, end if end >= 0 else mfq.get_max_offset())
@@ -529,15 +445,7 @@ class DefaultMessageStore(StoreReads):
             return error
         cl = self.commitlog
         assert cl is not None and prepared is not None
-        if not isinstance(cl, CommitLog):  # DLedgerCommitLog: completes on the DLedger quorum commit
-            return cl.put_messages(prepared, keep_store_timestamp)
-        result = cl.append_messages(prepared, keep_store_timestamp)
-        if result.append_result is not None:
-            self.wake_dispatch()
-            status = cl.wait_for_durability(result.append_result, prepared)
-            if status is not PutMessageStatus.PUT_OK:
-                result.status = status
-        return result
+        return cl.put_messages(prepared, keep_store_timestamp)
 
     async def put_messages_async(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False) -> PutMessageResult:
         """As :meth:`put_messages`, awaiting flush and replica futures instead of blocking."""
@@ -546,34 +454,18 @@ class DefaultMessageStore(StoreReads):
             return error
         cl = self.commitlog
         assert cl is not None and prepared is not None
-        if not isinstance(cl, CommitLog):  # DLedgerCommitLog: completes on the DLedger quorum commit
-            return await cl.put_messages_async(prepared, keep_store_timestamp)
-        result = cl.append_messages(prepared, keep_store_timestamp)
-        ar = result.append_result
-        if ar is None:
-            return result
-        self.wake_dispatch()
-        status = PutMessageStatus.PUT_OK
-        # the flush and the slave's ack are requested together and run at once (Apache 5's
-        # handleDiskFlushAndHA): a SYNC_FLUSH SYNC_MASTER put waits for the slower, not the sum
-        fut = cl.submit_flush_request(ar, prepared)
-        rep = cl.submit_replica_request(ar)
-        if fut is not None:
-            try:
-                status = await wait_for(asyncio.wrap_future(fut), self.settings.sync_flush_timeout / 1000 + 0.1)
-            except asyncio.TimeoutError:
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if rep is not None:
-            rstatus = await asyncio.wrap_future(rep)
-            if rstatus is not PutMessageStatus.PUT_OK:
-                status = rstatus
-        result.status = status
-        return result
+        # classic: flush and slave ack awaited at once; DLedger: completes on the quorum commit
+        return await cl.put_messages_async(prepared, keep_store_timestamp)
 
     async def put_message_async(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
         return await self.put_messages_async([msg], keep_store_timestamp)
 
     # --- dispatch progress (the reads are StoreReads, store_reads.py) ------------------------
+    @property
+    def dispatching(self) -> bool:
+        """The ReputMessageService runs (it is made at start)."""
+        return self.reput is not None
+
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
 

@@ -13,7 +13,7 @@ Rules (issue 13.3):
   reason, the fix), counted in :class:`CorruptionLog` (status and metrics); never data. A pull
   returns the good records before it and stops there; its next pull fails.
 - **Verified checkpoint.** ``StoreCheckpoint.physic_verified_offset`` (@48, ours): every record
-  below it has passed a CRC scan since it was written. Recovery (:func:`verify_after_recovery`)
+  below it has passed a CRC scan since it was written. Recovery (``store_verify.verify_after_recovery``)
   scans from there to the end of the recovered (DLedger: committed) data, both regions, skips
   what the classic recovery scan itself checked with CRCs, and moves the offset to the end;
   0 (a checkpoint Apache wrote, or none) means "never": the whole store is scanned once, with a
@@ -35,12 +35,10 @@ import struct
 import threading
 import time
 import zlib
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from broker.store.errors import StoreCorruptionError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.message_store import DefaultMessageStore
 from broker.store.message import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
                                   STOREHOSTADDRESS_V6_FLAG, explain_invalid_record)
 
@@ -183,7 +181,7 @@ def _classic_records(files: list[Any], start: int, end: int) -> Iterator[tuple[A
             pos += total
 
 
-def verify_classic_range(cl: Any, start: int, end: int, node: str, fix: str, progress: "_Progress") -> int:
+def verify_classic_range(cl: Any, start: int, end: int, node: str, fix: str, progress: "Progress") -> int:
     """CRC-check every record of classic commitlog ``cl`` in ``[start, end)``; returns the count."""
     count = 0
     for mf, pos, phy in _classic_records(cl.mapped_file_queue.mapped_files, start, end):
@@ -195,7 +193,7 @@ def verify_classic_range(cl: Any, start: int, end: int, node: str, fix: str, pro
     return count
 
 
-def verify_dledger_range(dl: Any, start: int, end: int, node: str, fix: str, progress: "_Progress") -> int:
+def verify_dledger_range(dl: Any, start: int, end: int, node: str, fix: str, progress: "Progress") -> int:
     """CRC-check the message of every DLedger entry ending after ``start`` and starting before
     ``end`` (entries are walked from each file's first); returns the count."""
     count = 0
@@ -224,7 +222,7 @@ def verify_dledger_range(dl: Any, start: int, end: int, node: str, fix: str, pro
     return count
 
 
-class _Progress:
+class Progress:
     """One log line per file (and at most one per 5 s inside a huge one) during a long scan."""
 
     def __init__(self, end: int) -> None:
@@ -237,60 +235,3 @@ class _Progress:
         if path != self.path or now - self.last > 5.0:
             self.path, self.last = path, now
             log.info("verifying records: %s (offset %d of %d)", getattr(path, "name", path), offset, self.end)
-
-
-def configure_read_guard(store: DefaultMessageStore) -> None:
-    """Give ``store.commitlog`` (and a DLedger one's old region) the node's name and the flag."""
-    from broker.store.commitlog import CommitLog  # here: commitlog imports this module
-
-    cl, s, bc = store.commitlog, store.settings, store.broker_config
-    assert cl is not None
-    cl.verify_reads = bool(s.check_crc_on_read)
-    if not isinstance(cl, CommitLog):  # DLedgerCommitLog: its old region reads as this node too
-        old = cl.old
-        old.verify_reads = cl.verify_reads
-        old.node_label = cl.node_label
-    elif bc is not None and bc.broker_name:
-        cl.node_label = f"{bc.broker_name} (brokerId {bc.broker_id}, {store.root})"
-    else:
-        cl.node_label = str(store.root)
-
-
-def verify_after_recovery(store: DefaultMessageStore) -> int:
-    """Scan what recovery has not verified yet (module rules); returns the records checked."""
-    from broker.store.commitlog import CommitLog  # here: commitlog imports this module
-
-    cp, cl = store.checkpoint, store.commitlog
-    if cp is None or cl is None:
-        return 0
-    if isinstance(cl, CommitLog):
-        dl, classic, divided = None, cl, -1
-    else:
-        dl, classic, divided = cl.dledger_store, cl.old, cl.divided_commitlog_offset
-    if dl is not None:
-        end = dl.committed_pos if dl.data_file_list.files else max(divided, 0)
-        end = max(end, 0)
-    else:
-        end = cl.max_offset
-    verified = min(cp.physic_verified_offset, end)
-    if not store.settings.check_crc_on_recover:
-        log.warning("checkCRCOnRecover=false: records from commitlog offset %d to %d are not verified at start "
-                    "(reads still verify each record they serve unless checkCRCOnRead=false)", verified, end)
-        cp.clamp_verified(end)
-        return 0
-    started = time.monotonic()
-    progress = _Progress(end)
-    count = 0
-    classic_end = min(end, divided) if dl is not None else end
-    if classic.mapped_file_queue.mapped_files and verified < classic_end:
-        checked_from = classic.recovery_checked_from
-        stop = classic_end if checked_from is None else min(classic_end, max(checked_from, verified))
-        count += verify_classic_range(classic, verified, stop, classic.node_label, classic.corrupt_fix, progress)
-    if dl is not None and verified < end and dl.data_file_list.files:
-        count += verify_dledger_range(dl, verified, end, cl.node_label, cl.corrupt_fix, progress)
-    cp.physic_verified_offset = end
-    cp.flush()
-    if count:
-        log.info("verified %d records by CRC from commitlog offset %d to %d in %.2f s", count, verified, end,
-                 time.monotonic() - started)
-    return count

@@ -175,7 +175,7 @@ async def test_sync_flush_and_replica_waits_are_requested_together(tmp_path: Pat
     sum; a replica failure still wins over a flush that succeeded, as before."""
     import concurrent.futures
 
-    store = open_store(tmp_path / "s", flush_disk_type="SYNC_FLUSH")
+    store = open_store(tmp_path / "s", flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
     cl = store.commitlog
     seen: list[bool] = []
     flush_futures: list[concurrent.futures.Future] = []
@@ -196,7 +196,6 @@ async def test_sync_flush_and_replica_waits_are_requested_together(tmp_path: Pat
         cl.flush_service.shutdown()  # nothing flushes: the flush future stays pending until its timeout
         cl.submit_flush_request = held_flush
         cl.replica_hook = replica_hook
-        store.settings.sync_flush_timeout = 200
         r = await store.put_messages_async([MessageExt("A", b"x")])
         assert seen == [False], "the replica wait was requested only after the flush wait ended"
         assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and r.status.stored
