@@ -52,9 +52,17 @@ def test_stored_properties_are_apaches(tmp_path: Path) -> None:
         batch = request(port, RC.SEND_BATCH_MESSAGE, {**head, "i": props({"WAIT": "true"})},
                         batch_body([(b"two", {"UNIQ_KEY": "U2"}), (b"three", {"UNIQ_KEY": "U3", "TAGS": "B"})]))
         assert (single.code, batch.code) == (R.SUCCESS, R.SUCCESS), (single.remark, batch.remark)
+        # a retry of the single send (same UNIQ_KEY) is answered from the dedup window, stored once;
+        # the same send from Apache's `queryMsgById -s true` producer group is a resend: stored again
+        retry = request(port, RC.SEND_MESSAGE_V2, {**head, "i": props({"TAGS": "A", "UNIQ_KEY": "U1"})}, b"one")
+        resend = request(port, RC.SEND_MESSAGE_V2, {**head, "a": "ReSendMsgById", "i": props({"UNIQ_KEY": "U1"})},
+                         b"again")
+        assert (retry.code, resend.code) == (R.SUCCESS, R.SUCCESS), (retry.remark, resend.remark)
+        assert retry.ext_fields["queueOffset"] == single.ext_fields["queueOffset"], (retry.ext_fields, single.ext_fields)
+        assert int(resend.ext_fields["queueOffset"]) > int(single.ext_fields["queueOffset"]), resend.ext_fields
         with b.client() as c:
             c.send(TOPIC, "four", queue_id=0, keys=["k4"])
-            wait_until(lambda: len(c.pull(TOPIC, 0, 0, 8)["messages"]) == 4 or None, 10.0, "4 messages dispatched")
+            wait_until(lambda: len(c.pull(TOPIC, 0, 0, 8)["messages"]) == 5 or None, 10.0, "5 messages dispatched")
             stored = {m["bodyText"]: m["properties"] for m in c.pull(TOPIC, 0, 0, 8)["messages"]}
     finally:
         kill_all([b])
@@ -63,3 +71,4 @@ def test_stored_properties_are_apaches(tmp_path: Path) -> None:
     assert stored["three"] == {"UNIQ_KEY": "U3", "TAGS": "B", "WAIT": "true", "CLUSTER": "PropsCluster"}
     assert stored["four"]["CLUSTER"] == "PropsCluster" and "WAIT" not in stored["four"], stored["four"]
     assert stored["four"]["KEYS"] == "k4"
+    assert stored["again"]["UNIQ_KEY"] == "U1"

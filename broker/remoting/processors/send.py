@@ -20,6 +20,9 @@ Rules (apache/rocketmq 4.9.x ``SendMessageProcessor``, ``AbstractSendMessageProc
   message's ``WAIT`` is not stored (it only says whether to wait for SYNC_FLUSH, kept beside the
   message as ``wait_store_msg_ok``); a batch's own properties (``WAIT``) and ``CLUSTER`` are
   appended to each of its records.
+- A send whose UNIQ_KEYs the broker stored in the last minute is answered from the dedup window
+  (``broker.put_dedup``), except from producer group ``ReSendMsgById``: Apache's ``mqadmin
+  queryMsgById -s true`` resends a stored message with its UNIQ_KEY to have it stored again.
 - Response header ``msgId`` (offset msgId; comma-joined for a batch), ``queueId``,
   ``queueOffset``. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE are answered
   with those codes and the full header: the message is stored.
@@ -60,6 +63,10 @@ _BATCH_HEAD = struct.Struct(">iiiii")
 _SEND_CODES = {PutMessageStatus.PUT_OK: R.SUCCESS, PutMessageStatus.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT,
                PutMessageStatus.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
                PutMessageStatus.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE}
+
+
+#: the producer group of Apache's ``mqadmin queryMsgById -s true`` (QueryMsgByIdSubCommand)
+RESEND_PRODUCER_GROUP = "ReSendMsgById"
 
 
 def v1_header(cmd: RemotingCommand) -> RemotingCommand:
@@ -129,7 +136,7 @@ class SendMessageProcessor(Processor):
         return topic, None
 
     async def _put(self, cmd: RemotingCommand, topic: str, queue_id: Optional[int],
-                   msgs: list[MessageExt], header_extra: dict[str, Any]) -> RemotingCommand:
+                   msgs: list[MessageExt], header_extra: dict[str, Any], producer_keys: bool = True) -> RemotingCommand:
         bp = self.ctx.broker_processor
         try:
             self.c.check_writable()
@@ -149,7 +156,7 @@ class SendMessageProcessor(Processor):
             msgs = [half_message(msgs[0])]
         t0 = time.perf_counter()
         try:
-            r = await bp._put(msgs)  # noqa: SLF001 - the store put already waited for the slave (SYNC_MASTER)
+            r = await bp._put(msgs, producer_keys)  # noqa: SLF001 - the store put already waited for the slave (SYNC_MASTER)
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
         metrics = self.c.metrics
@@ -224,7 +231,12 @@ class SendMessageProcessor(Processor):
                            born_timestamp=born_ts, born_host=born_host, store_timestamp=now,
                            store_host=self.c.store_host, reconsume_times=reconsume, wait_store_msg_ok=wait)
                 for flag, body, props in items]
-        return await self._put(request, topic, forced_q if forced_q is not None else queue_id, msgs, {})
+        # Apache's ``mqadmin queryMsgById -s true`` resends a stored message as it is, UNIQ_KEY
+        # included, from its own producer group: a resend asked for, never a retry to answer
+        # from the dedup window (Apache's broker stores it again; so do we)
+        resend = field_str(cmd, "producerGroup", "") == RESEND_PRODUCER_GROUP
+        return await self._put(request, topic, forced_q if forced_q is not None else queue_id, msgs, {},
+                               producer_keys=not resend)
 
     # ------------------------------------------------------------------ CONSUMER_SEND_MSG_BACK
     async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
