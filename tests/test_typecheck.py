@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TYPED_PACKAGES = ["dledger", "broker", "namesrv", "upgrade"]
+TYPED_PACKAGES = ["dledger", "broker", "controller", "namesrv", "upgrade"]
 
 
 @pytest.mark.timeout(600)
