@@ -8,4 +8,10 @@ Modules (nothing is imported here):
   ``epochFileCheckpoint``, and ``find_consistent_point`` (the slave's truncation point).
 - ``metadata_file``   ``BrokerMetadata`` / ``TempBrokerMetadata``: the ``brokerIdentity`` and
   ``brokerIdentity-temp`` files that keep the controller-assigned brokerId.
+- ``frames``          the AutoSwitch HA wire frames (``AutoSwitchHAClient`` /
+  ``AutoSwitchHAConnection``), encoders and bounded incremental decoders.
+- ``protocol``        the slave and master connection state machines (tables as data) and the
+  slave's truncation decision, sans-I/O.
+- ``sync_state``      the master's SyncStateSet, confirm offset and put-acknowledgement rules,
+  and ``changeToMaster`` as a plan; pure.
 """
