@@ -23,6 +23,9 @@ Rules:
   * Sample secrets shipped in ``conf/controller`` (:data:`SAMPLE_SECRETS`) are refused as soon as
     the door they guard is reachable from another host.
   * Bounds: ``serverMaxConnections`` (1024), ``controllerMaxHeartbeatBrokers`` (100000),
+    ``controllerMaxBrokerSets`` (10000) and ``controllerMaxBrokersPerSet`` (64): an
+    ``CONTROLLER_APPLY_BROKER_ID`` that would add a broker set or an id beyond them is refused
+    ``SYSTEM_BUSY`` by the leader before anything is appended (the replicated tables stay bounded),
     ``controllerRequestThreadPoolQueueCapacity`` (Apache's key, 50000: requests waiting for the
     state machine; more are answered ``SYSTEM_BUSY``).
   * ``controllerHttpPort`` (0 = off): ``/status`` (JSON) and ``/metrics`` (Prometheus) over HTTP,
@@ -85,6 +88,8 @@ class ControllerConfig:
     controller_d_leger_allow_insecure: bool = False
     server_max_connections: int = 1024
     controller_max_heartbeat_brokers: int = 100_000
+    controller_max_broker_sets: int = 10_000
+    controller_max_brokers_per_set: int = 64
     controller_http_port: int = 0
 
     @property
@@ -143,6 +148,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "controllerDLegerAllowInsecure": ("controller_d_leger_allow_insecure", "bool"),
     "serverMaxConnections": ("server_max_connections", "int"),
     "controllerMaxHeartbeatBrokers": ("controller_max_heartbeat_brokers", "int"),
+    "controllerMaxBrokerSets": ("controller_max_broker_sets", "int"),
+    "controllerMaxBrokersPerSet": ("controller_max_brokers_per_set", "int"),
     "controllerHttpPort": ("controller_http_port", "int"),
 }
 #: keys UPDATE_CONTROLLER_CONFIG may change while running
@@ -214,7 +221,8 @@ def validate(config: ControllerConfig, source: str = "<config>") -> ControllerCo
         raise ConfigError(f"controllerRemotingPeers ({source}): {extra[0]!r} is not in controllerDLegerPeers")
     positive = ("scan_not_active_broker_interval", "scan_inactive_master_interval", "elect_master_max_retry_count",
                 "controller_request_thread_pool_queue_capacity", "server_max_connections",
-                "controller_max_heartbeat_brokers", "mapped_file_size")
+                "controller_max_heartbeat_brokers", "controller_max_broker_sets", "controller_max_brokers_per_set",
+                "mapped_file_size")
     for attr in positive:
         if getattr(config, attr) <= 0:
             raise ConfigError(f"{_JAVA_OF[attr]} ({source}): must be positive, got {getattr(config, attr)}")

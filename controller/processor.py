@@ -53,6 +53,7 @@ from controller.fastjson import JsonBodyError
 from controller.headers import (
     AlterSyncStateSetRequestHeader,
     ApplyBrokerIdRequestHeader,
+    ApplyBrokerIdResponseHeader,
     BrokerHeartbeatRequestHeader,
     CleanControllerBrokerDataRequestHeader,
     ElectMasterRequestHeader,
@@ -159,8 +160,22 @@ class ControllerDoor:
     # ------------------------------------------------------------------ writes
     async def apply_broker_id(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = from_ext_fields(ApplyBrokerIdRequestHeader, cmd.ext_fields)
-        return _respond(cmd, await self.host.submit("applyBrokerId", lambda: self.host.replicas.apply_broker_id(h),
-                                                    True))
+        return _respond(cmd, await self.host.submit("applyBrokerId", lambda: self._apply_broker_id(h), True))
+
+    def _apply_broker_id(self, h: ApplyBrokerIdRequestHeader) -> ControllerResult[Any]:
+        """The handler, behind the table bounds (``controllerMaxBrokerSets`` / ``...PerSet``)."""
+        cfg, table = self.host.config, self.host.replicas.replica_info_table
+        replicas = table.get(h.broker_name) if h.broker_name is not None else None
+        if replicas is None and len(table) >= cfg.controller_max_broker_sets:
+            return ControllerResult(ApplyBrokerIdResponseHeader(h.cluster_name, h.broker_name), (), None,
+                                    RC.SYSTEM_BUSY, f"the controller holds {len(table)} broker sets "
+                                    f"(controllerMaxBrokerSets={cfg.controller_max_broker_sets})")
+        if replicas is not None and not replicas.is_broker_exist(h.applied_broker_id) \
+                and len(replicas.broker_id_info) >= cfg.controller_max_brokers_per_set:
+            return ControllerResult(ApplyBrokerIdResponseHeader(h.cluster_name, h.broker_name), (), None,
+                                    RC.SYSTEM_BUSY, f"broker set {h.broker_name} has {len(replicas.broker_id_info)} "
+                                    f"brokers (controllerMaxBrokersPerSet={cfg.controller_max_brokers_per_set})")
+        return self.host.replicas.apply_broker_id(h)
 
     async def register_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = from_ext_fields(RegisterBrokerToControllerRequestHeader, cmd.ext_fields)

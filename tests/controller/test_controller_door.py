@@ -32,7 +32,7 @@ def test_door_with_acl(tmp_path: Path) -> None:
 
 async def _door(tmp_path: Path) -> None:
     (tmp_path / "acl.yml").write_text(ACL)
-    group = Group(tmp_path, 1, f"aclEnable=true\nplainAclFile={tmp_path / 'acl.yml'}\n")
+    group = Group(tmp_path, 1, f"aclEnable=true\nplainAclFile={tmp_path / 'acl.yml'}\ncontrollerMaxBrokerSets=1\n")
     clients: list[RemotingClient] = []
     try:
         group.start_all()
@@ -73,8 +73,16 @@ async def _door(tmp_path: Path) -> None:
         assert r.code == RC.SYSTEM_ERROR and "brokerName" in r.remark
         r = await broker.invoke(request(Q.CONTROLLER_GET_SYNC_STATE_DATA, None, encode_broker_names([])), 5)
         assert (r.code, r.remark) == (RC.SYSTEM_ERROR, "not set any response code")
-        r = await broker.invoke(request(Q.CONTROLLER_GET_SYNC_STATE_DATA, None, encode_broker_names(["b"])), 5)
+        r = await broker.invoke(request(Q.CONTROLLER_GET_SYNC_STATE_DATA, None, encode_broker_names(["zz"])), 5)
         assert r.code == RC.SUCCESS and r.body == b'{"replicasInfoTable":{}}'
+        # the replicated tables are bounded: a second broker set is refused before anything is appended
+        apply = {"clusterName": "c", "brokerName": "b", "appliedBrokerId": 1, "registerCheckCode": "127.0.0.1:1;1"}
+        r = await broker.invoke(request(Q.CONTROLLER_APPLY_BROKER_ID, apply), 5)
+        assert r.code == RC.SUCCESS, (r.code, r.remark)
+        r = await broker.invoke(request(Q.CONTROLLER_APPLY_BROKER_ID, {**apply, "brokerName": "b2"}), 5)
+        assert r.code == RC.SYSTEM_BUSY and "controllerMaxBrokerSets=1" in r.remark
+        st = group.status("n0")
+        assert st is not None and list(st["brokerSets"]) == ["b"]
         r = await admin.invoke(request(Q.UPDATE_CONTROLLER_CONFIG, None, b"configStorePath=/tmp/x\n"), 5)
         assert (r.code, r.remark) == (NO_PERMISSION, "Can not update config in black list.")
         r = await admin.invoke(request(Q.UPDATE_CONTROLLER_CONFIG, None, b"enableElectUncleanMastr=true\n"), 5)
