@@ -13,6 +13,16 @@ change the SyncStateSet. This package is the pure part (no I/O, no clock):
 - ``replicas_info`` ``ReplicasInfoManager``: request handlers -> (response, events), and
   ``apply_event``.
 
-Nothing is imported here. docs/controller-mode.md has the plan for the rest (the server on our
-DLedger library, the broker's ReplicasManager and AutoSwitch HA).
+The server (I/O, one asyncio loop per process, ``mqcontroller -c controller.conf``):
+
+- ``heartbeat``    the brokers' heartbeat table (``DefaultBrokerHeartbeatManager``), clock passed in.
+- ``config``       ``ControllerConfig`` keys and defaults, door checks.
+- ``server``       ``ControllerServer``: the state machine replicated on our ``dledger`` library.
+- ``notify``       ``NOTIFY_BROKER_ROLE_CHANGED`` pushes.
+- ``processor``    the remoting door (``ControllerRequestProcessor``) and its ACL hook.
+- ``status_http``  ``/status`` and ``/metrics``.
+- ``cli``          ``mqcontroller`` / ``python -m controller``.
+
+Nothing is imported here. docs/controller-mode.md has the plan for the rest (the broker's
+ReplicasManager and AutoSwitch HA).
 """

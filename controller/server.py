@@ -26,8 +26,9 @@ Rules:
 - Heartbeats (:mod:`controller.heartbeat`) are recorded by every member (brokers heartbeat every
   controller). Every ``scanNotActiveBrokerInterval`` the expired rows are removed and, on the
   leader, a broker that was its set's master triggers an election (``onBrokerInactive``); every
-  ``scanInactiveMasterInterval`` the leader asks the state machine which sets have a dead master
-  and a live replica (``scanNeedReelectBrokerSets``) and triggers theirs. A closed broker
+  ``scanInactiveMasterInterval`` (the first one interval after it became ready) the leader asks
+  the state machine which sets have a dead master and a live replica
+  (``scanNeedReelectBrokerSets``) and triggers theirs. A closed broker
   connection ends its rows at once, with the same consequence. An election triggered here is
   ``ElectMasterRequestHeader.ofControllerTrigger`` retried up to ``electMasterMaxRetryCount``
   times; a successful one is pushed to the set's live brokers as ``NOTIFY_BROKER_ROLE_CHANGED``
@@ -126,6 +127,7 @@ class ControllerServer:
         self._index_waiters: list[tuple[int, "asyncio.Future[None]"]] = []
         self._queue: "asyncio.Queue[_Job]" = asyncio.Queue(config.controller_request_thread_pool_queue_capacity)
         self._ready_term: Optional[int] = None
+        self._ready_since_ms = 0
         self.stopping = False
         self._electing: set[str] = set()
         self._tasks: list["asyncio.Task[Any]"] = []
@@ -264,6 +266,7 @@ class ControllerServer:
             if failure is None:
                 if self.dledger.is_leader and self.dledger.term == term and not self.stopping:
                     self._ready_term = term
+                    self._ready_since_ms = self.clock()
                     log.info("%s: controller leader of term %d ready (applied index %d, %d broker sets)",
                              self.config.controller_d_leger_self_id, term, self.applied_index,
                              len(self.replicas.replica_info_table))
@@ -360,7 +363,11 @@ class ControllerServer:
     async def _inactive_master_scan(self) -> None:
         while True:
             await asyncio.sleep(self.config.scan_inactive_master_interval / 1000.0)
-            if self.is_leader_ready:  # scanInactiveMasterAndTriggerReelect
+            interval_ms = self.config.scan_inactive_master_interval
+            # scanInactiveMasterAndTriggerReelect, first run one interval after leadership (Apache's
+            # initial delay): brokers heartbeat every member, but a member new to leadership (or
+            # just restarted) may not have heard every master yet
+            if self.is_leader_ready and self.clock() - self._ready_since_ms >= interval_ms:
                 for name in self.replicas.scan_need_reelect_broker_sets(self.live()):
                     self.trigger_elect_master(name)
 
