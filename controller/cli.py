@@ -12,6 +12,12 @@ Rules:
   ``The Controller Server boot success. ...`` with the ports when serving; SIGTERM / SIGINT stop
   it (door first, then DLedger, which flushes and writes its checkpoint).
 
+- Inside the name server (Apache's ``enableControllerInNamesrv=true``): :func:`embedded_from_namesrv`
+  takes the controller keys of the name server's file (its other keys are the name server's, and
+  its ``listenPort`` is the name server's port), shares ``bindAddress``, ``aclEnable`` and
+  ``plainAclFile``, and puts the controller's door on this member's ``controllerRemotingPeers``
+  address (required there: the two doors cannot share a port). The same door checks apply.
+
 Theory of operation: :class:`ControllerProcess` owns a :class:`controller.server.ControllerServer`,
 a ``broker.remoting`` server with the :class:`controller.processor.ControllerDoor` on it, and the
 optional :class:`controller.status_http.StatusHttp`.
@@ -28,7 +34,9 @@ from typing import Optional
 from broker.remoting.acl import AclConfigError, PlainAccessValidator
 from broker.remoting.limits import ListenLimits
 from broker.remoting.server import RemotingServer
-from controller.config import ConfigError, ControllerConfig, DoorRefused, check_doors, load_config
+from controller.config import (KEYS, ConfigError, ControllerConfig, DoorRefused, check_doors, load_config, set_key,
+                               validate)
+from dledger.rpc.framing import parse_peers
 from controller.processor import ControllerAccess, ControllerDoor
 from controller.server import ControllerServer
 from controller.status_http import StatusHttp
@@ -59,6 +67,29 @@ class ControllerProcess:
             await self.http.stop()
         await self.remoting.stop()
         await self.controller.shutdown()
+
+
+def embedded_from_namesrv(props: dict[str, str], source: str) -> tuple[ControllerConfig, Optional[PlainAccessValidator]]:
+    """``enableControllerInNamesrv``: the controller's settings from the name server's properties
+    (module rules). Raises ``ConfigError`` / ``DoorRefused`` / ``AclConfigError``; logs the warnings."""
+    config = ControllerConfig()
+    for key, raw in props.items():
+        if key in KEYS and key != "listenPort":
+            set_key(config, key, raw, f"{key} ({source})")
+    validate(config, source)
+    door = parse_peers(config.controller_remoting_peers).get(config.controller_d_leger_self_id or "") \
+        if config.controller_remoting_peers else None
+    if door is None:
+        raise ConfigError(f"controllerRemotingPeers ({source}): enableControllerInNamesrv=true needs this member's "
+                          f"controller door there ({config.controller_d_leger_self_id}-<host>:<port>): the name "
+                          "server keeps listenPort")
+    config.listen_port = door[1]
+    validator = PlainAccessValidator(config.plain_acl_file) if config.acl_enable and config.plain_acl_file else None
+    if config.acl_enable and validator is None:
+        raise DoorRefused("aclEnable=true needs plainAclFile=<path to plain_acl.yml>")
+    for line in check_doors(config, validator.accounts if validator is not None else None):
+        log.warning("%s", line)
+    return config, validator
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -17,6 +17,8 @@ Rules (apache/rocketmq 4.9.x ``DefaultRequestProcessor``, ``NamesrvController``)
   or admin account, admin writes an admin account, route reads stay open unless
   ``namesrvSignedReads=true``; without ACL it starts open on loopback only, elsewhere only with
   ``namesrvAllowInsecure=true`` / ``--allow-insecure`` (loud warning), else exits 2.
+- ``enableControllerInNamesrv=true`` (Apache 5.x): the controller (``controller.cli``) runs in this
+  process, from the controller keys of the same file, on its own door (``controllerRemotingPeers``).
 - The scan runs every ``scan_interval_ms`` (10 s) and drops brokers silent for
   ``broker_channel_max_idle_ms`` (120 s); a closed registering connection drops its brokers
   at once.
@@ -35,13 +37,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import signal
 import sys
 import time
 import zlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from broker.metadata import fastjson
 from broker.remoting.codec import RemotingCommand
@@ -265,22 +268,41 @@ def main(argv: Optional[list[str]] = None) -> int:
                  "need admin, route reads %s", sec.acl_file, len(validator.accounts), sorted(sec.broker_access_keys),
                  "need a signed account" if sec.signed_reads else "are open")
     host = sec.host
+    embedded: Optional[Callable[[], Any]] = None
+    if props.get("enableControllerInNamesrv", "").strip().lower() == "true":  # Apache 5.x: controller in-process
+        from controller.cli import ControllerProcess, embedded_from_namesrv
+        from controller.config import DoorRefused as ControllerDoorRefused
+        try:
+            embedded = functools.partial(ControllerProcess, *embedded_from_namesrv(props, args.config or "<flags>"))
+        except (ConfigError, ControllerDoorRefused, AclConfigError) as exc:
+            print(f"mqnamesrv: refusing to start the controller (enableControllerInNamesrv): {exc}", file=sys.stderr)
+            return 2
 
     async def run() -> int:
         ctl = NamesrvController(host=host, port=port, broker_channel_max_idle_ms=args.broker_expiry_ms,
                                 scan_interval_ms=args.scan_interval_ms, limits=limits, kv_limits=kv_limits,
                                 access=access, config=props)
+        controller = embedded() if embedded is not None else None
         try:
             await ctl.start()
         except OSError as exc:
             print(f"mqnamesrv: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return 1
+        if controller is not None:
+            try:
+                await controller.start()
+            except OSError as exc:
+                print(f"mqnamesrv: the controller (enableControllerInNamesrv) cannot listen: {exc}", file=sys.stderr)
+                await ctl.shutdown()
+                return 1
         print(f"The Name Server boot success. serializeType=JSON, listening on {host}:{ctl.port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        if controller is not None:
+            await controller.stop()
         await ctl.shutdown()
         return 0
 
