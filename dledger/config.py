@@ -35,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .rpc.admission import PortLimits
 from .rpc.framing import DEFAULT_MAX_FRAME_SIZE, parse_peers
@@ -252,6 +252,13 @@ class DLedgerConfig:
         "maxLeadershipTransferWaitIndex": "max_leadership_transfer_wait_index",
         "checkPointInterval": "checkpoint_interval_ms",
     }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object]) -> "DLedgerConfig":
+        """From snake_case names (a broker's ``MessageStoreConfig.dledger_settings()``); an unknown
+        name is a ``TypeError`` naming it, as the constructor's."""
+        kwargs: dict[str, Any] = dict(settings)
+        return cls(**kwargs)
 
     @classmethod
     def from_dledger_properties(cls, props: dict[str, str], **overrides: Any) -> "DLedgerConfig":

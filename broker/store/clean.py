@@ -31,7 +31,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
+from broker.store.store_types import JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.message_store import DefaultMessageStore  # (it imports this module: types only)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ class CleanRound:
 class StoreCleaner:
     """One store's retention (module rules)."""
 
-    def __init__(self, store: Any, *, clock: Callable[[], float] = time.time,
+    def __init__(self, store: DefaultMessageStore, *, clock: Callable[[], float] = time.time,
                  disk_ratio: Callable[[str], float] = disk_used_ratio) -> None:
         s = store.settings
         self.store = store
@@ -132,15 +136,17 @@ class StoreCleaner:
         if self.manual_rounds > 0:
             self.manual_rounds -= 1
             r.triggers.append("manual")
+        cl = self.store.commitlog
+        assert cl is not None  # a cleaner is made at start, after load
         if r.triggers:
             r.forced = force and self.forcibly
-            before = self.store.commitlog.min_offset
+            before = cl.min_offset
             r.deleted_files = self.store.delete_expired_files(clean_immediately=r.forced, now=now,
                                                               max_delete=DELETE_FILES_BATCH_MAX)
             if r.deleted_files:
                 self.deleted_total += r.deleted_files
                 if r.forced:  # issue 24.4: what disk pressure costs is counted and said
-                    after = self.store.commitlog.min_offset
+                    after = cl.min_offset
                     self.forced_deleted_total += r.deleted_files
                     self.forced_deleted_bytes += max(0, after - before)
                     self.last_forced = {"atMs": int(now * 1000), "files": r.deleted_files, "fromOffset": before,
@@ -150,8 +156,8 @@ class StoreCleaner:
                                 "acknowledged: consumers behind %d will skip them. Add disk or lower the write rate",
                                 r.deleted_files, before, after, "; ".join(r.triggers), after)
                 log.info("retention deleted %d commitlog file(s) (%s%s); min offset now %d", r.deleted_files,
-                         "; ".join(r.triggers), ", forced" if r.forced else "", self.store.commitlog.min_offset)
-        r.min_offset = self.store.commitlog.min_offset
+                         "; ".join(r.triggers), ", forced" if r.forced else "", cl.min_offset)
+        r.min_offset = cl.min_offset
         self.rounds += 1
         self.last = r
         return r
@@ -177,7 +183,7 @@ class StoreCleaner:
             self._thread.join(10)
             self._thread = None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         last = self.last
         return {"rounds": self.rounds, "deletedFiles": self.deleted_total, "spaceError": self.space_error,
                 "fileReservedTimeHours": self.reserved_s / 3600, "deleteWhen": sorted(self.hours),

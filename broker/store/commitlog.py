@@ -33,7 +33,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from broker.store import commitlog_recovery
 from broker.store.dispatch import DispatchRequest, StoreFile
@@ -55,6 +55,7 @@ from broker.tasks import wait_for
 
 if TYPE_CHECKING:
     from broker.store.checkpoint import StoreCheckpoint
+    from broker.store.page_crc import PageChecksums
     from broker.store.store_host import StoreHost
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class CommitLog:
         self.writable = True
         # the read guard (broker.store.verify): set by the store, which knows the node's name
         self.verify_reads = True
-        self.page_crc: Any = None  # broker.store.page_crc.PageChecksums (brokers), checked by the read guard
+        self.page_crc: PageChecksums | None = None  # brokers: checked by the read guard (page_crc.py)
         self.node_label = self.store_path
         self.corrupt_fix = fix_for_classic(self.store_path)
         self.corruption = CorruptionLog()
@@ -487,7 +488,7 @@ class CommitLog:
             self._verify(view, mf, pos, offset, size)
         return view[:size]
 
-    def _verify(self, view: memoryview, mf: Any, pos: int, offset: int, size: int,
+    def _verify(self, view: memoryview, mf: MappedFile, pos: int, offset: int, size: int,
                 checked_pages: set[tuple[str, int]] | None = None) -> None:
         problem = record_problem_at(view, 0, size)
         if problem is None and self.page_crc is not None:  # every byte, not only the body (issue 24.3)

@@ -24,7 +24,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
+from broker.store.store_types import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class DiskGuard:
                             self.ratio * 100, self.refused)
         self.error = error
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         with self._lock:
             return {"refusingPuts": self.error is not None, "error": self.error, "refusedPuts": self.refused,
                     "hardRatio": self.ratio,

@@ -23,7 +23,8 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+from broker.store.store_types import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class SkippedRecords:
 
     def __init__(self) -> None:
         self.count = 0
-        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.RECENT)
+        self.recent: collections.deque[JsonObject] = collections.deque(maxlen=self.RECENT)
         self._seen: set[int] = set()
         self._lock = threading.Lock()
 
@@ -77,7 +78,7 @@ class SkippedRecords:
                   "no ConsumeQueue or index entry is made for it", offset, path, file_pos, reason)
         return True
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         with self._lock:
             return {"skippedRecords": self.count, "lastSkipped": list(self.recent)}
 

@@ -68,7 +68,7 @@ import os
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
 from broker.store.commitlog import ASYNC_FLUSH, CommitLog
 from broker.store.dledger_dispatch import barrier_message_body
@@ -83,12 +83,18 @@ from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
 from dledger.core.codes import Role
 from broker.tasks import wait_for
+from broker.store.store_types import JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.dispatch import DispatchRequest
+    from broker.store.freeze import FreezePoint
+    from broker.store.store_types import Buffer
+    from dledger.entry import DLedgerEntry
     from broker.store.store_host import StoreHost
     from dledger.server import DLedgerServer
     from dledger.store.file_store import DLedgerMmapFileStore
 
+_T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 _Q = struct.Struct(">q")
@@ -147,7 +153,7 @@ class DLedgerCommitLog(DLedgerReads):
         self.store_path = self.old.store_path
         self.flush_service = _NoFlushService()
         self.divided_commitlog_offset = -1
-        self.freeze_point: Any = None  # broker.store.freeze.FreezePoint of the first start, if any
+        self.freeze_point: FreezePoint | None = None  # of the first start in DLedger mode, if any
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.replica_hook = None  # classic HA only; DLedger puts wait for the quorum themselves
         self.on_appended: Callable[[], None] | None = None  # never called: commits wake dispatch (_on_commit)
@@ -175,7 +181,7 @@ class DLedgerCommitLog(DLedgerReads):
         bc = store.broker_config
         kw.setdefault("broker_name", bc.broker_name if bc is not None else None)
         kw.setdefault("conf_keys", BROKER_DLEDGER_KEYS)
-        cfg = DLedgerConfig(**{k: v for k, v in kw.items() if v is not None})
+        cfg = DLedgerConfig.from_settings({k: v for k, v in kw.items() if v is not None})
         host: HostAddr = ("127.0.0.1", 10911)
         if bc is not None and bc.broker_ip1:
             host = (bc.broker_ip1, int(bc.listen_port))
@@ -203,7 +209,7 @@ class DLedgerCommitLog(DLedgerReads):
         self.dledger_config.first_data_offset = first_data_offset
         self._start_loop()
 
-        def make() -> Any:
+        def make() -> DLedgerServer:
             return DLedgerServer(self.dledger_config, leader_barrier_body=self._barrier_body)
 
         self.server = self._run_on_loop(make)
@@ -243,26 +249,35 @@ class DLedgerCommitLog(DLedgerReads):
         self._loop_thread.start()
         started.wait()
 
-    def _run_on_loop(self, fn: Callable[[], Any], timeout: float | None = 30.0) -> Any:
-        """Run ``fn()`` (or await it, if it returns an awaitable) on the DLedger loop; return its result."""
+    def _run_on_loop(self, fn: Callable[[], _T], timeout: float | None = 30.0) -> _T:
+        """Run ``fn()`` on the DLedger loop; return its result."""
+
+        async def call() -> _T:
+            return fn()
+
+        return self._blocking_on_loop(call(), timeout)
+
+    def _await_on_loop(self, fn: Callable[[], Awaitable[_T]], timeout: float | None = 30.0) -> _T:
+        """Await ``fn()`` on the DLedger loop; return its result."""
+
+        async def call() -> _T:
+            return await fn()
+
+        return self._blocking_on_loop(call(), timeout)
+
+    def _blocking_on_loop(self, coro: Coroutine[object, object, _T], timeout: float | None) -> _T:
         assert self._loop is not None
         if threading.current_thread() is self._loop_thread:
+            coro.close()
             raise RuntimeError("blocking call on the DLedger loop thread")
-
-        async def call() -> Any:
-            out = fn()
-            if asyncio.iscoroutine(out) or isinstance(out, asyncio.Future):
-                out = await out
-            return out
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def start(self) -> None:
         """Start the DLedger server (election, replication); its commit listener wakes dispatch."""
         if self._started:
             return
         assert self.server is not None, "recover first (DefaultMessageStore.load)"
-        self._run_on_loop(self.server.start)
+        self._await_on_loop(self.server.start)
         self._started = True
         if self.message_store is not None:
             self.message_store.wake_dispatch()  # what was committed before the server started
@@ -306,7 +321,7 @@ class DLedgerCommitLog(DLedgerReads):
 
     # --- hooks ------------------------------------------------------------------------------
     @staticmethod
-    def _phy_pos_hook(entry: Any, buf: memoryview, body_offset: int) -> None:
+    def _phy_pos_hook(entry: DLedgerEntry, buf: memoryview, body_offset: int) -> None:
         _Q.pack_into(buf, body_offset + PHY_POS_POSITION, entry.pos + body_offset)
 
     def _barrier_body(self) -> bytes:
@@ -396,7 +411,7 @@ class DLedgerCommitLog(DLedgerReads):
         if self._progress is not None:
             self._progress.set()
 
-    def _on_dispatched(self, batch: Any) -> None:
+    def _on_dispatched(self, batch: list[DispatchRequest]) -> None:
         """The store's arrival listener (reput thread): dispatch moved; wake a leader-ready wait."""
         progress, loop = self._progress, self._loop
         if progress is not None and loop is not None:
@@ -510,7 +525,7 @@ class DLedgerCommitLog(DLedgerReads):
         return out
 
     # --- paths of the classic commitlog that DLedger mode refuses ------------------------------
-    def append_data(self, start_offset: int, data: Any) -> bool:
+    def append_data(self, start_offset: int, data: Buffer) -> bool:
         log.error("append_data (classic HA slave) at %d refused: DLedger mode replicates itself", start_offset)
         return False
 
@@ -557,9 +572,9 @@ class DLedgerCommitLog(DLedgerReads):
         self.topic_queue_table = table
 
     # --- status -----------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         """Role, term, leader, DLedger indexes, divided offset, per-follower lag, offsets."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "divided_commitlog_offset": self.divided_commitlog_offset,
             "min_offset": self.min_offset, "max_offset": self.max_offset,
             "old_commitlog_files": len(self.old.mapped_file_queue.mapped_files),

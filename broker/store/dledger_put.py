@@ -31,10 +31,10 @@ import concurrent.futures
 import struct
 import time
 import threading
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
-from broker.store.message import MessageExt
+from broker.store.message import EncodedBatch, MessageExt
 from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
 from dledger.core.codes import Code
 from dledger.errors import DLedgerError
@@ -83,7 +83,7 @@ def not_leader(cl: PutLog, why: str) -> PutMessageResult:
                             extra={"leader_id": leader,
                                    "leader_addr": s.config.address_of(leader) if s is not None else None})
 
-def append_on_loop(cl: PutLog, msgs: Sequence[MessageExt], batch: Any, keep_ts: bool,
+def append_on_loop(cl: PutLog, msgs: Sequence[MessageExt], batch: EncodedBatch, keep_ts: bool,
                    out: "concurrent.futures.Future[PutMessageResult]") -> None:
     """The put path proper (DLedger loop thread only: it serialises queue offsets and appends)."""
     if out.done():

@@ -13,14 +13,14 @@ out to keep that module about the put path, roles and life cycle); it uses only 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.store.commitlog import CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import (
     DLEDGER_BODY_OFFSET, check_dledger_message_and_return_size, dledger_entry_frame_size, explain_dledger_record,
 )
 from broker.store.message import MessageExt, decode_message, store_timestamp_position
-from broker.store.verify import CorruptRecordError, dledger_record_problem
+from broker.store.verify import CorruptionLog, CorruptRecordError, dledger_record_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from dledger.store.file_store import DLedgerMmapFileStore
@@ -39,7 +39,7 @@ class DLedgerReads:
     verify_reads: bool
     node_label: str
     corrupt_fix: str
-    corruption: Any
+    corruption: CorruptionLog
 
     def _in_old(self, offset: int) -> bool:
         return offset < self.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.store import commitlog_recovery
 from broker.store.dispatch import locate
@@ -53,7 +53,10 @@ from broker.store.freeze import freeze_commitlog
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.store.commitlog import CommitLog, SelectMappedBufferResult
+    from broker.store.checkpoint import StoreCheckpoint
     from broker.store.dispatch import DispatchRequest
+    from broker.store.freeze import FreezePoint
+    from broker.store.store_types import Buffer
     from broker.store.store_host import StoreHost
     from dledger.config import DLedgerConfig
     from dledger.store.file_store import DLedgerMmapFileStore
@@ -72,7 +75,7 @@ class RecoveringLog(Protocol):
     dledger_config: DLedgerConfig
     divided_commitlog_offset: int
     mapped_file_size: int
-    freeze_point: Any
+    freeze_point: FreezePoint | None
 
     def open_dledger(self, first_data_offset: int) -> None: ...
 
@@ -150,7 +153,7 @@ def recover_dledger_commitlog(store: StoreHost, cl: RecoveringLog) -> None:
                     "they are re-aligned as the log is replicated", max_phy_of_cq)
 
 
-def _file_matches(mm: Any, start: int, limit: int, index_safe: bool, checkpoint: Any) -> bool:
+def _file_matches(mm: Buffer, start: int, limit: int, index_safe: bool, checkpoint: StoreCheckpoint) -> bool:
     """The first message of a DLedger data file was stored before the checkpoint's safe instant."""
     at = start + DLEDGER_BODY_OFFSET
     if at + 76 > limit:
@@ -174,8 +177,10 @@ def redispatch_after_crash(store: StoreHost, cl: RecoveringLog) -> int:
     if not files or committed <= 0:
         return 0
     index = len(files) - 1
+    checkpoint = store.checkpoint
+    assert checkpoint is not None  # DefaultMessageStore.load made it before recovery
     while index >= 0 and not _file_matches(files[index].mm, files[index].start, files[index].wrote,
-                                           store.settings.message_index_safe, store.checkpoint):
+                                           store.settings.message_index_safe, checkpoint):
         index -= 1
     f = files[max(index, 0)]
     offset = f.from_offset + f.start
@@ -211,7 +216,7 @@ def _report(store: StoreHost, res: SelectMappedBufferResult | None, offset: int,
     store.skipped.report(path, file_pos, offset, reason)
 
 
-def raise_corrupt(cl: RecoveringLog, offset: int, buf: Any, pos: int) -> None:
+def raise_corrupt(cl: RecoveringLog, offset: int, buf: Buffer, pos: int) -> None:
     from broker.store.errors import StoreCorruptionError
 
     f = cl.opened_store().data_file_list.find_file(offset)

@@ -30,7 +30,7 @@ import os
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from broker.store.store_types import JsonObject
 
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194 (broker.store.message.BLANK_MAGIC_CODE)
 _BLANK = struct.Struct(">ii")
@@ -56,7 +56,7 @@ class FreezePoint:
     def blank_bytes(self) -> bytes:
         return _BLANK.pack(self.file_size - self.wrote_position, BLANK_MAGIC_CODE)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 

@@ -35,7 +35,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
@@ -143,7 +143,7 @@ def properties_to_string(properties: Mapping[str, str], trailing_separator: bool
     try:  # all values str (the usual case): one join of joins, ~30% faster per message
         text = "\x02".join(["\x01".join(kv) for kv in properties.items()])
     except TypeError:  # a None value (dropped) or a non-str value (formatted)
-        pairs: Any = properties.items()  # untyped: compiled code checks the declared types per item
+        pairs: Iterable[tuple[object, object]] = properties.items()  # object: compiled code checks no type per item
         text = "\x02".join(f"{k}\x01{v}" for k, v in pairs if v is not None)
     return text + "\x02" if trailing_separator and text else text
 

@@ -41,7 +41,7 @@ import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from broker.store import shape, store_verify
 from broker.store.checkpoint import StoreCheckpoint
@@ -49,7 +49,7 @@ from broker.store.clean import StoreCleaner
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.disk_guard import DiskGuard
-from broker.store.dispatch import DispatchRequest, SkippedRecords, StoreFile
+from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, StoreFile
 from broker.store.index_file import IndexService
 from broker.store.lockfile import AbortFile, StoreLock
 from broker.store.mapped_file import DiskFullError
@@ -64,6 +64,7 @@ from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
 from broker.store.store_settings import ASYNC_FLUSH, StoreSettings  # noqa: F401 - re-exported
+from broker.store.store_types import JsonObject
 
 if TYPE_CHECKING:
     from broker.config.broker_config import BrokerConfig
@@ -77,7 +78,8 @@ STORE_TAKES_LOCK = True
 class DefaultMessageStore(StoreReads):
     """RocketMQ's DefaultMessageStore over the classic commitlog or a DLedgerCommitLog (``enableDLegerCommitLog``)."""
 
-    def __init__(self, config: Any = None, *, broker_config: BrokerConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, config: object = None, *, broker_config: BrokerConfig | None = None,
+                 **overrides: object) -> None:
         self.settings = s = StoreSettings.from_config(config, **overrides)
         self.broker_config = broker_config
         self.root = Path(s.store_path_root_dir)
@@ -122,8 +124,10 @@ class DefaultMessageStore(StoreReads):
             check_crc_on_recover=s.check_crc_on_recover, delay_levels=self.delay_levels,
         )
 
-    def _dispatchers(self) -> list[Any]:
-        out: list[Any] = [self.consume_queue_store]
+    def _dispatchers(self) -> list[CommitLogDispatcher]:
+        out: list[CommitLogDispatcher] = []
+        if self.consume_queue_store is not None:
+            out.append(self.consume_queue_store)
         if self.settings.message_index_enable and self.index_service is not None:
             out.append(self.index_service)
         return out
@@ -158,7 +162,7 @@ class DefaultMessageStore(StoreReads):
             mf = None
         return locate(mf, offset)
 
-    def dispatch_status(self) -> dict[str, Any]:
+    def dispatch_status(self) -> JsonObject:
         """What dispatch skipped and whether it is stalled: ``skippedRecords`` (count),
         ``lastSkipped`` (file, filePos, offset, reason), ``error`` (a classic stall) and
         ``dispatchBehindBytes``."""
@@ -506,9 +510,9 @@ class DefaultMessageStore(StoreReads):
         self.shutdown()
 
 
-def open_store(root: str | os.PathLike[str], **settings: Any) -> DefaultMessageStore:
-    """Convenience for tools and tests: load + start a store at ``root``."""
-    store = DefaultMessageStore(store_path_root_dir=os.fspath(root), **settings)
+def open_store(root: str | os.PathLike[str], **settings: object) -> DefaultMessageStore:
+    """Convenience for tools and tests: load + start a store at ``root`` (``settings``: StoreSettings names)."""
+    store = DefaultMessageStore(StoreSettings.from_config(None, store_path_root_dir=os.fspath(root), **settings))
     store.load()
     store.start()
     return store

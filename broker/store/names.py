@@ -27,7 +27,7 @@ from a bad name); :func:`record_problem` is what every dispatch path asks of a p
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Protocol
 
 __all__ = [
     "GROUP_MAX_LENGTH", "QUEUE_ID_LIMIT", "RECORD_TOPIC_MAX_LENGTH", "TOPIC_MAX_LENGTH", "VALID_NAME",
@@ -42,11 +42,24 @@ GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 QUEUE_ID_LIMIT = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
 
 
+class ParsedRecord(Protocol):
+    """What :func:`record_problem` reads of a parsed record (a ``DispatchRequest``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def queue_id(self) -> int: ...
+
+    @property
+    def consume_queue_offset(self) -> int: ...
+
+
 class InvalidNameError(ValueError):
     """A topic, group or queue id that must never become part of a file path."""
 
 
-def _name_problem(kind: str, name: Any, max_length: int) -> str | None:
+def _name_problem(kind: str, name: object, max_length: int) -> str | None:
     if not isinstance(name, str):
         return f"{kind} must be a string, not {type(name).__name__}"
     if not name:
@@ -58,17 +71,17 @@ def _name_problem(kind: str, name: Any, max_length: int) -> str | None:
     return None
 
 
-def topic_problem(topic: Any, max_length: int = TOPIC_MAX_LENGTH) -> str | None:
+def topic_problem(topic: object, max_length: int = TOPIC_MAX_LENGTH) -> str | None:
     """Why ``topic`` is not a valid topic (``None`` if it is). Sends use the default length."""
     return _name_problem("topic", topic, max_length)
 
 
-def group_problem(group: Any) -> str | None:
+def group_problem(group: object) -> str | None:
     """Why ``group`` is not a valid consumer/producer group name (``None`` if it is)."""
     return _name_problem("group", group, GROUP_MAX_LENGTH)
 
 
-def queue_id_problem(queue_id: Any, queue_count: int | None = None) -> str | None:
+def queue_id_problem(queue_id: object, queue_count: int | None = None) -> str | None:
     """Why ``queue_id`` is not a valid queue id (``None`` if it is); ``queue_count``, when the
     caller knows the topic's queue count, narrows the range to ``[0, queue_count)``."""
     if isinstance(queue_id, bool) or not isinstance(queue_id, int):
@@ -79,23 +92,23 @@ def queue_id_problem(queue_id: Any, queue_count: int | None = None) -> str | Non
     return None
 
 
-def check_topic(topic: Any, max_length: int = RECORD_TOPIC_MAX_LENGTH) -> str:
+def check_topic(topic: object, max_length: int = RECORD_TOPIC_MAX_LENGTH) -> str:
     """``topic`` if valid, else :class:`InvalidNameError` (path builders: the record limit)."""
     problem = topic_problem(topic, max_length)
-    if problem is not None:
-        raise InvalidNameError(problem)
+    if problem is not None or not isinstance(topic, str):
+        raise InvalidNameError(problem or "topic must be a string")
     return topic
 
 
-def check_queue_id(queue_id: Any) -> int:
+def check_queue_id(queue_id: object) -> int:
     """``queue_id`` if valid, else :class:`InvalidNameError`."""
     problem = queue_id_problem(queue_id)
-    if problem is not None:
-        raise InvalidNameError(problem)
+    if problem is not None or not isinstance(queue_id, int):
+        raise InvalidNameError(problem or "queue id must be an integer")
     return queue_id
 
 
-def record_problem(request: Any) -> str | None:
+def record_problem(request: ParsedRecord) -> str | None:
     """Why a parsed commitlog record (a DispatchRequest: ``topic``, ``queue_id``,
     ``consume_queue_offset``) must not be dispatched, or ``None``. Same characters and queue
     range as a send, topic length up to the record limit (module rules), and a queue offset

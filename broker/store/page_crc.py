@@ -40,7 +40,10 @@ import struct
 import threading
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class PageChecksums:
         return sc
 
     # --- sealing -------------------------------------------------------------------------------
-    def _seal(self, mf: Any, upto_pos: int) -> None:
+    def _seal(self, mf: MappedFile, upto_pos: int) -> None:
         """Seal the wholly written pages of ``mf`` below ``upto_pos`` (bytes from its start)."""
         with self._lock:
             sc = self._sidecar(mf.path.name)
@@ -125,13 +128,13 @@ class PageChecksums:
             self.sealed_pages += last - sc.sealed
             sc.sealed = last
 
-    def after_flush(self, mf: Any, flushed_pos: int) -> None:
+    def after_flush(self, mf: MappedFile, flushed_pos: int) -> None:
         try:
             self._seal(mf, flushed_pos)
         except OSError as exc:  # no room for the sidecar (a full disk): the pages stay unsealed
             self._cannot_seal(mf, exc)
 
-    def seal_upto(self, files: list[Any], end: int) -> None:
+    def seal_upto(self, files: list[MappedFile], end: int) -> None:
         """After recovery's scan: seal every wholly written page below commitlog offset ``end``."""
         for mf in files:
             if mf.file_from_offset >= end:
@@ -141,7 +144,7 @@ class PageChecksums:
             except OSError as exc:
                 self._cannot_seal(mf, exc)
 
-    def _cannot_seal(self, mf: Any, exc: OSError) -> None:
+    def _cannot_seal(self, mf: MappedFile, exc: OSError) -> None:
         self.unsealed_errors += 1
         if self.unsealed_errors == 1 or self.unsealed_errors % 1000 == 0:
             log.warning("cannot write the page checksums of %s (%s): its new pages stay unchecked until there is room "
@@ -166,7 +169,7 @@ class PageChecksums:
                     sc.mm[first * _ENTRY.size:sc.pages * _ENTRY.size] = bytes((sc.pages - first) * _ENTRY.size)
                 sc.sealed = min(sc.sealed, first)
 
-    def deleted(self, mf: Any) -> None:
+    def deleted(self, mf: MappedFile) -> None:
         with self._lock:
             sc = self._files.pop(mf.path.name, None)
             if sc is not None:
@@ -174,7 +177,7 @@ class PageChecksums:
             (self.dir / mf.path.name).unlink(missing_ok=True)
 
     # --- reading -------------------------------------------------------------------------------
-    def check(self, mf: Any, pos: int, size: int, checked: Optional[set[tuple[str, int]]] = None) -> Optional[str]:
+    def check(self, mf: MappedFile, pos: int, size: int, checked: Optional[set[tuple[str, int]]] = None) -> Optional[str]:
         """Why the record at ``pos`` (``size`` bytes) of ``mf`` is damaged, or None. Pages in
         ``checked`` (the pages one pull has already checked) are not checked again; pages that
         pass are added to it."""

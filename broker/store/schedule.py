@@ -36,12 +36,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, Sequence
 
 from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
 from broker.store.message_const import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                                         RMQ_SYS_SCHEDULE_TOPIC)
 from broker.tasks import wait_for
+from broker.store.store_types import JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.consume_queue import ConsumeQueue
+    from broker.store.put_result import PutMessageStatus
+    from broker.store.dispatch import DispatchRequest
 
 log = logging.getLogger("broker.store.schedule")
 
@@ -80,10 +86,38 @@ class LevelState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class PutOutcomeLike(Protocol):
+    """What the service reads of a put's outcome (the broker's ``PutOutcome``)."""
+
+    @property
+    def status(self) -> PutMessageStatus: ...
+
+
+class ScheduleStore(Protocol):
+    """What the service uses of the store (``DefaultMessageStore``)."""
+
+    arrival_listeners: list[Callable[[list[DispatchRequest]], None]]
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None: ...
+
+
+class DelayOffsets(Protocol):
+    """``config/delayOffset.json`` (``broker.metadata.delay_offset.DelayOffsetManager``)."""
+
+    def get_offset(self, delay_level: int) -> int: ...
+
+    def update_offset(self, delay_level: int, offset: int) -> None: ...
+
+    def persist(self) -> None: ...
+
+
 class ScheduleMessageService:
     """Delivery loops of the delay levels (module rules)."""
 
-    def __init__(self, store: Any, offsets: Any, put: Callable[[list[MessageExt]], Awaitable[Any]],
+    def __init__(self, store: ScheduleStore, offsets: DelayOffsets,
+                 put: Callable[[list[MessageExt]], Awaitable[PutOutcomeLike]],
                  delay_levels_ms: Sequence[int], flush_interval_ms: int = 10_000) -> None:
         self.store = store
         self.offsets = offsets
@@ -121,7 +155,7 @@ class ScheduleMessageService:
         self._persist()
         log.info("ScheduleMessageService stopped (offsets %s)", {lv: st.offset for lv, st in self.levels.items()})
 
-    def _on_arrival(self, batch: Sequence[Any]) -> None:
+    def _on_arrival(self, batch: Sequence[DispatchRequest]) -> None:
         loop = self._loop
         if not self.running or loop is None:
             return
@@ -225,15 +259,16 @@ class ScheduleMessageService:
             self._dirty = True
             log.error("persisting delayOffset.json failed (retried in %.0f s): %s", self.flush_interval_s, exc)
 
-    def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"running": self.running, "levels": {}}
+    def status(self) -> JsonObject:
+        levels: JsonObject = {}
+        out: JsonObject = {"running": self.running, "levels": levels}
         pending_of = self.pending()
         for lv, st in self.levels.items():
             pending = pending_of.get(lv, 0)
             if pending or st.delivered or st.stalled:
-                out["levels"][str(lv)] = {"delayMs": st.delay_ms, "offset": st.offset, "pending": pending,
-                                          "delivered": st.delivered, "nextDueMs": st.next_due_ms,
-                                          "stalled": st.stalled}
+                levels[str(lv)] = {"delayMs": st.delay_ms, "offset": st.offset, "pending": pending,
+                                   "delivered": st.delivered, "nextDueMs": st.next_due_ms,
+                                   "stalled": st.stalled}
         return out
 
     def pending(self) -> dict[int, int]:

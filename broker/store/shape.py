@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Mapping, Optional
 
 from broker.store.errors import StoreError
 from dledger.store.properties import PropertiesError, read_properties_file, write_properties_file
@@ -104,7 +104,7 @@ def _dledger_dirs_with_data(root: Path) -> list[Path]:
     return out
 
 
-def check_mode(root: str | Path, dledger: Optional[dict[str, Any]], broker_name: str = "") -> Optional[StoreShape]:
+def check_mode(root: str | Path, dledger: Optional[Mapping[str, object]], broker_name: str = "") -> Optional[StoreShape]:
     """Refuse a start whose mode (or DLedger group/self id) is not the store's; returns the record."""
     rootp = Path(root)
     shape = read_shape(rootp)

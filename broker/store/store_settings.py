@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -54,28 +53,36 @@ class StoreSettings:
     broker_role: str = "ASYNC_MASTER"
     # DLedger mode (dledger_commitlog.py): DLedgerConfig kwargs, MessageStoreConfig.dledger_settings()
     enable_dleger_commit_log: bool = False
-    dledger_settings: dict[str, Any] | None = None
+    dledger_settings: dict[str, object] | None = None
     # brokers record and check the store's shape (broker.store.shape); tools that only read do not
     record_shape: bool = False
     # brokers seal per-page checksums of the classic commitlog (broker.store.page_crc)
     page_checksums: bool = False
 
     @classmethod
-    def from_config(cls, config: Any = None, **overrides: Any) -> "StoreSettings":
+    def from_config(cls, config: object = None, **overrides: object) -> "StoreSettings":
         """From a ``broker.config.broker_config.MessageStoreConfig`` (or any object/dict with these names)."""
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for f in dataclasses.fields(cls):
             if isinstance(config, dict) and f.name in config:
                 values[f.name] = config[f.name]
             elif config is not None and hasattr(config, f.name):
                 values[f.name] = getattr(config, f.name)
         values.update(overrides)
-        if callable(values.get("dledger_settings")):  # MessageStoreConfig.dledger_settings()
-            values["dledger_settings"] = values["dledger_settings"]()
+        make_dledger = values.get("dledger_settings")
+        if callable(make_dledger):  # MessageStoreConfig.dledger_settings()
+            values["dledger_settings"] = make_dledger()
         for key in ("flush_disk_type", "broker_role"):
             if key in values:
                 values[key] = getattr(values[key], "value", values[key])
-        if "store_path_root_dir" not in values:
-            raise ValueError("store_path_root_dir is required")
-        values["store_path_root_dir"] = os.fspath(values["store_path_root_dir"])
-        return cls(**values)
+        root = values.pop("store_path_root_dir", None)
+        if not isinstance(root, (str, os.PathLike)):
+            raise ValueError("store_path_root_dir is required (a path)")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:  # as the constructor's "unexpected keyword argument"
+            raise TypeError(f"unknown store setting(s): {', '.join(unknown)}")
+        out = cls(store_path_root_dir=os.fspath(root))
+        for name, value in values.items():
+            setattr(out, name, value)
+        return out

@@ -69,7 +69,7 @@ def verify_after_recovery(cl: CommitLog | DLedgerCommitLog, cp: StoreCheckpoint 
     if classic.mapped_file_queue.mapped_files and verified < classic_end:
         checked_from = classic.recovery_checked_from
         stop = classic_end if checked_from is None else min(classic_end, max(checked_from, verified))
-        count += verify_classic_range(classic, verified, stop, classic.node_label, classic.corrupt_fix, progress)
+        count += verify_classic_range(classic.mapped_file_queue.mapped_files, verified, stop, classic.node_label, classic.corrupt_fix, progress)
     if dl is not None and verified < end and dl.data_file_list.files:
         count += verify_dledger_range(dl, verified, end, cl.node_label, cl.corrupt_fix, progress)
     cp.physic_verified_offset = end

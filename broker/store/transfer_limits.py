@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 MAX_TRANSFER_BYTES_IN_MEMORY = 256 * 1024
 MAX_TRANSFER_COUNT_IN_MEMORY = 32
@@ -59,7 +58,7 @@ class TransferLimits:
     memory_window: int = TOTAL_PHYSICAL_MEMORY * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
 
     @classmethod
-    def remoting(cls, conf: Any = None) -> "TransferLimits":
+    def remoting(cls, conf: object = None) -> "TransferLimits":
         """Apache's caps from a conf object (BrokerConfig); missing keys take Apache's defaults."""
         ratio = _int(conf, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
         return cls(
@@ -71,7 +70,7 @@ class TransferLimits:
         )
 
     @classmethod
-    def http(cls, conf: Any = None) -> "TransferLimits":
+    def http(cls, conf: object = None) -> "TransferLimits":
         """The HTTP door: one byte cap (``httpPullMaxBytes``), the count is the request's ``maxCount``."""
         cap = _int(conf, "http_pull_max_bytes", HTTP_PULL_MAX_BYTES)
         return cls(bytes_in_memory=cap, count_in_memory=UNLIMITED, bytes_in_disk=cap, count_in_disk=UNLIMITED,
@@ -92,6 +91,6 @@ class TransferLimits:
         return buffer_total + size > self.bytes_in_memory or message_total > self.count_in_memory - 1
 
 
-def _int(conf: Any, name: str, default: int) -> int:
+def _int(conf: object, name: str, default: int) -> int:
     value = getattr(conf, name, None) if conf is not None else None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else default

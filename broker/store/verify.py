@@ -35,12 +35,18 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from broker.store.errors import StoreCorruptionError
 
 from broker.store.message import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
                                   STOREHOSTADDRESS_V6_FLAG, explain_invalid_record)
+from broker.store.store_types import Buffer, JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.mapped_file import MappedFile
+    from dledger.store.file_store import DLedgerMmapFileStore
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +73,7 @@ class CorruptRecordError(StoreCorruptionError):
         return str(self.args[0])
 
 
-def record_problem_at(buf: Any, pos: int, size: int | None = None) -> str | None:
+def record_problem_at(buf: Buffer, pos: int, size: int | None = None) -> str | None:
     """None if the classic record at ``buf[pos:]`` (of ``size`` bytes when given) is intact,
     else why not. Never raises for bad bytes."""
     limit = len(buf)
@@ -103,7 +109,7 @@ def record_problem_at(buf: Any, pos: int, size: int | None = None) -> str | None
     return None
 
 
-def dledger_record_problem(buf: Any, entry_pos: int, msg_size: int) -> str | None:
+def dledger_record_problem(buf: Buffer, entry_pos: int, msg_size: int) -> str | None:
     """None if the message of the DLedger entry at ``buf[entry_pos:]`` is intact, else why not.
 
     An entry whose own body CRC is set is checked by it alone: it covers every byte of the body
@@ -127,7 +133,7 @@ class CorruptionLog:
 
     def __init__(self) -> None:
         self.count = 0
-        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.RECENT)
+        self.recent: collections.deque[JsonObject] = collections.deque(maxlen=self.RECENT)
         self._lock = threading.Lock()
 
     def report(self, exc: CorruptRecordError) -> None:
@@ -137,7 +143,7 @@ class CorruptionLog:
                                 "offset": exc.physical_offset, "reason": exc.reason})
         log.error("%s", exc)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         with self._lock:
             return {"corruptRecords": self.count, "lastCorrupt": list(self.recent)}
 
@@ -159,7 +165,7 @@ def fix_for_dledger(member_dir: str) -> str:
 
 # --- recovery ---------------------------------------------------------------------------------
 
-def _classic_records(files: list[Any], start: int, end: int) -> Iterator[tuple[Any, int, int]]:
+def _classic_records(files: Sequence[MappedFile], start: int, end: int) -> Iterator[tuple[MappedFile, int, int]]:
     """(mapped file, position, physical offset) of each classic record ending after ``start``
     and starting before ``end``. Each file is walked from its first record (a hop per record),
     so ``start`` need not be a record boundary."""
@@ -181,10 +187,11 @@ def _classic_records(files: list[Any], start: int, end: int) -> Iterator[tuple[A
             pos += total
 
 
-def verify_classic_range(cl: Any, start: int, end: int, node: str, fix: str, progress: "Progress") -> int:
-    """CRC-check every record of classic commitlog ``cl`` in ``[start, end)``; returns the count."""
+def verify_classic_range(files: Sequence[MappedFile], start: int, end: int, node: str, fix: str,
+                         progress: "Progress") -> int:
+    """CRC-check every record of the classic commitlog ``files`` in ``[start, end)``; returns the count."""
     count = 0
-    for mf, pos, phy in _classic_records(cl.mapped_file_queue.mapped_files, start, end):
+    for mf, pos, phy in _classic_records(files, start, end):
         problem = record_problem_at(mf.whole(), pos)
         if problem is not None:
             raise CorruptRecordError(node, str(mf.path), pos, phy, problem, fix)
@@ -193,7 +200,7 @@ def verify_classic_range(cl: Any, start: int, end: int, node: str, fix: str, pro
     return count
 
 
-def verify_dledger_range(dl: Any, start: int, end: int, node: str, fix: str, progress: "Progress") -> int:
+def verify_dledger_range(dl: DLedgerMmapFileStore, start: int, end: int, node: str, fix: str, progress: "Progress") -> int:
     """CRC-check the message of every DLedger entry ending after ``start`` and starting before
     ``end`` (entries are walked from each file's first); returns the count."""
     count = 0
@@ -227,10 +234,10 @@ class Progress:
 
     def __init__(self, end: int) -> None:
         self.end = end
-        self.path: Any = None
+        self.path: Path | str | None = None
         self.last = time.monotonic()
 
-    def tick(self, path: Any, offset: int) -> None:
+    def tick(self, path: Path | str, offset: int) -> None:
         now = time.monotonic()
         if path != self.path or now - self.last > 5.0:
             self.path, self.last = path, now

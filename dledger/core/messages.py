@@ -33,7 +33,7 @@ never inflates terms.  ``transfer=True`` marks the real vote of a leadership-tra
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Union
+from typing import Callable, ClassVar, Union
 
 from dledger.core.codes import Code, VoteResult
 
@@ -42,6 +42,10 @@ MAX_LONG = 2**63 - 1  # Java's Long.MAX_VALUE: DLedger's terms and indexes are l
 MAX_TERM = MAX_LONG
 MAX_INDEX = MAX_LONG
 MAX_ENTRIES = 1 << 20  # per append; a frame is bounded by max_frame_size long before this
+
+
+#: what a message becomes on the wire (msgpack): plain values, lists and string-keyed dicts
+Wire = Union[None, bool, int, str, bytes, list["Wire"], dict[str, "Wire"]]
 
 
 class MessageError(ValueError):
@@ -54,7 +58,7 @@ class Entry:
     term: int
     data: bytes
 
-    def to_list(self) -> list[Any]:
+    def to_list(self) -> list[Wire]:
         return [self.index, self.term, self.data]
 
 
@@ -69,7 +73,7 @@ class VoteRequest:
     pre_vote: bool = False
     transfer: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Wire]:
         return _to_dict(self)
 
 
@@ -83,7 +87,7 @@ class VoteResponse:
     pre_vote: bool = False
     result: VoteResult = VoteResult.UNKNOWN
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Wire]:
         return _to_dict(self)
 
 
@@ -109,7 +113,7 @@ class AppendRequest:
     entries: tuple[Entry, ...] = ()
     begin: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Wire]:
         return _to_dict(self)
 
 
@@ -138,7 +142,7 @@ class AppendResponse:
     last_index: int = -1
     code: Code = Code.SUCCESS
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Wire]:
         return _to_dict(self)
 
 
@@ -151,7 +155,7 @@ class TimeoutNow:
     dst: str
     term: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Wire]:
         return _to_dict(self)
 
 
@@ -166,12 +170,12 @@ KINDS: dict[str, type] = {
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _to_dict(msg: Any) -> dict[str, Any]:
+def _to_dict(msg: Message) -> dict[str, Wire]:
     cls = type(msg)
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(msg))
-    out: dict[str, Any] = {"t": msg.KIND}
+    out: dict[str, Wire] = {"t": msg.KIND}
     for name in names:
         v = getattr(msg, name)
         if name == "entries":
@@ -185,8 +189,8 @@ def _to_dict(msg: Any) -> dict[str, Any]:
     return out
 
 
-def _int(lo: int, hi: int = MAX_LONG) -> Callable[[str, Any], int]:
-    def check(name: str, v: Any) -> int:
+def _int(lo: int, hi: int = MAX_LONG) -> Callable[[str, object], int]:
+    def check(name: str, v: object) -> int:
         if type(v) is not int:
             raise MessageError(f"field {name!r} must be an int, got {type(v).__name__}")
         if v < lo:
@@ -198,20 +202,20 @@ def _int(lo: int, hi: int = MAX_LONG) -> Callable[[str, Any], int]:
     return check
 
 
-def _str(name: str, v: Any) -> str:
+def _str(name: str, v: object) -> str:
     if type(v) is not str or not v or len(v) > 256:
         raise MessageError(f"field {name!r} must be a non-empty str of <= 256 chars")
     return v
 
 
-def _bool(name: str, v: Any) -> bool:
+def _bool(name: str, v: object) -> bool:
     if type(v) is not bool:
         raise MessageError(f"field {name!r} must be a bool, got {type(v).__name__}")
     return v
 
 
-def _enum(cls: type) -> Callable[[str, Any], Any]:
-    def check(name: str, v: Any) -> Any:
+def _enum(cls: type[Code] | type[VoteResult]) -> Callable[[str, object], object]:
+    def check(name: str, v: object) -> object:
         if type(v) is not int:
             raise MessageError(f"field {name!r} must be an int code")
         try:
@@ -222,7 +226,7 @@ def _enum(cls: type) -> Callable[[str, Any], Any]:
     return check
 
 
-def _entries(name: str, v: Any) -> tuple[Entry, ...]:
+def _entries(name: str, v: object) -> tuple[Entry, ...]:
     if not isinstance(v, (list, tuple)):
         raise MessageError(f"field {name!r} must be a list")
     if len(v) > MAX_ENTRIES:
@@ -250,7 +254,7 @@ def _entries(name: str, v: Any) -> tuple[Entry, ...]:
 _TERM = _int(-1)
 _NON_NEGATIVE = _int(0)
 _INDEX = _int(-1)
-_SCHEMA: dict[type, dict[str, Callable[[str, Any], Any]]] = {
+_SCHEMA: dict[type, dict[str, Callable[[str, object], object]]] = {
     VoteRequest: {"src": _str, "dst": _str, "term": _int(0), "last_index": _INDEX,
                   "last_term": _TERM, "pre_vote": _bool, "transfer": _bool},
     VoteResponse: {"src": _str, "dst": _str, "term": _int(0), "granted": _bool,
@@ -264,7 +268,7 @@ _SCHEMA: dict[type, dict[str, Callable[[str, Any], Any]]] = {
 }
 
 
-def from_dict(d: Any) -> Message:
+def from_dict(d: object) -> Message:
     """Decode and validate a message produced by ``to_dict`` (e.g. after msgpack)."""
     if not isinstance(d, dict):
         raise MessageError(f"message must be a dict, got {type(d).__name__}")
@@ -276,7 +280,7 @@ def from_dict(d: Any) -> Message:
     extra = set(d) - set(schema) - {"t"}
     if extra:
         raise MessageError(f"{kind}: unknown fields {sorted(extra)}")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for name, check in schema.items():
         if name in d:
             kwargs[name] = check(name, d[name])

@@ -48,7 +48,7 @@ def append_raw_entries(conf: Path, bodies: list[bytes]) -> list[int]:
             await fut
             return fut.pos
 
-        return [cl._run_on_loop(lambda b=body: append(b)) for body in bodies]
+        return [cl._await_on_loop(lambda b=body: append(b)) for body in bodies]
     finally:
         store.shutdown()
 

@@ -133,7 +133,7 @@ def raw_append(store: DefaultMessageStore, body: bytes) -> int:
         await fut
         return fut.pos
 
-    return cl._run_on_loop(go)
+    return cl._await_on_loop(go)
 
 
 def open_dledger(root: Path, port: int) -> DefaultMessageStore:
