@@ -4,7 +4,9 @@ Runs mypy as a subprocess with the project's ``[tool.mypy]`` settings (pyproject
 change that breaks a type contract fails CI with mypy's own report in the assertion message.
 ``broker/store`` too (issue 15 asks for both), and since then the whole ``broker`` package: the HTTP
 routes reach the broker through the ``broker.api.backend.ApiBackend`` Protocol and the store through
-typed ``StoreAccess``/``PutOutcome``; and ``upgrade`` (the plan, apply, the demo and the Spark validator).
+typed ``StoreAccess``/``PutOutcome``; ``upgrade`` (the plan, apply and the Spark validator), ``controller``
+(Controller mode's state machine and server) and ``tools`` (the demo and the process harness, not shipped).
+``dledger.core`` and ``broker.store`` also refuse explicit ``Any`` (pyproject's mypy overrides, issue 26.3).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TYPED_PACKAGES = ["dledger", "broker", "controller", "namesrv", "upgrade"]
+TYPED_PACKAGES = ["dledger", "broker", "controller", "namesrv", "tools", "upgrade"]
 
 
 @pytest.mark.timeout(600)
