@@ -14,4 +14,7 @@ Modules (nothing is imported here):
   slave's truncation decision, sans-I/O.
 - ``sync_state``      the master's SyncStateSet, confirm offset and put-acknowledgement rules,
   and ``changeToMaster`` as a plan; pure.
+- ``service``         asyncio master (``AutoSwitchHAService``): accepts slaves, transfers from a
+  classic CommitLog's ``get_data``, keeps the SyncStateSet; optional haAuthToken handshake.
+- ``client``          asyncio slave (``AutoSwitchHAClient``): connects, truncates, appends.
 """
