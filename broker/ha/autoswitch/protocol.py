@@ -40,8 +40,9 @@ Both sides: ``haHousekeepingInterval`` without reading a byte closes the connect
 HANDSHAKE too: Apache's slave only checks it in TRANSFER); a malformed frame (:class:`FrameError`)
 or a frame of the wrong state closes it. Named divergences: our slave acks right after the
 handshake (Apache waits for the heartbeat interval, the same bytes later); our master refuses an
-ack before the slave's handshake (no slave id) and a slave handshake in TRANSFER (Apache's slave
-never sends either).
+ack before the slave's handshake (no slave id), a slave handshake in TRANSFER (Apache's slave
+never sends either), a first ack beyond our max offset (Apache would wait forever) and a later
+ack beyond what was sent (a forged ack never counts for the SyncStateSet or a put).
 """
 from __future__ import annotations
 
@@ -478,12 +479,22 @@ class MasterMachine(_Machine):
     def _on_ack(self, frame: SlaveAck, now_ms: float, master_max_offset: int) -> Step:
         if self.slave is None:
             return self._step(Ev.STATE_MISMATCH, Close("the slave acked before its handshake"))
+        first = self.slave_request_offset < 0
+        if first and frame.max_offset > master_max_offset:
+            return self._step(Ev.MALFORMED, Close(
+                f"slave {self.slave_id} requests offset {frame.max_offset} beyond our max offset "
+                f"{master_max_offset}: its log is longer than ours and it has no epoch history to "
+                f"truncate by; rebuild it from this master"))
+        if not first and frame.max_offset > max(self.next_transfer_from, self.slave_request_offset):
+            return self._step(Ev.MALFORMED, Close(
+                f"slave {self.slave_id} acked {frame.max_offset}, beyond what was sent "
+                f"({max(self.next_transfer_from, self.slave_request_offset)})"))
         self.slave_ack_offset = frame.max_offset
         caught_up: Optional[float] = None
         if not self.slave.async_learner and frame.max_offset >= self.last_master_max_offset:
             caught_up = now_ms if master_max_offset == frame.max_offset else self.last_transfer_time_ms
         acked = SlaveAcked(self.slave.slave_broker_id, frame.max_offset, caught_up)
-        if self.slave_request_offset < 0:
+        if first:
             self.slave_request_offset = frame.max_offset
             return self._step(Ev.FIRST_ACK, acked, StartTransfer(frame.max_offset))
         return self._step(Ev.ACK, acked)

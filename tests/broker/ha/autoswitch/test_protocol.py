@@ -184,7 +184,7 @@ MASTER_ROWS = {
     (S.HANDSHAKE, Ev.MALFORMED): lambda: _feed_master(_master_in(S.HANDSHAKE), struct.pack(">iq", 0, 0)),
     (S.HANDSHAKE, Ev.EXPIRED): lambda: _master_in(S.HANDSHAKE).poll(20001.0, 0),
     (S.HANDSHAKE, Ev.CLOSED): lambda: _master_in(S.HANDSHAKE).closed(),
-    (S.TRANSFER, Ev.ACK): lambda: _feed_master(_master_in(S.TRANSFER), encode_slave_ack(50)),
+    (S.TRANSFER, Ev.ACK): lambda: _feed_master(_master_in(S.TRANSFER), encode_slave_ack(0)),
     (S.TRANSFER, Ev.HEARTBEAT_DUE): _master_heartbeat,
     (S.TRANSFER, Ev.STATE_MISMATCH): lambda: _feed_master(_master_in(S.TRANSFER), encode_slave_handshake(SlaveHandshake(2))),
     (S.TRANSFER, Ev.MALFORMED): lambda: _feed_master(_master_in(S.TRANSFER), struct.pack(">iq", 2, -9)),
@@ -306,10 +306,25 @@ def test_slave_acked_carries_apaches_caught_up_rule():
     assert behind.actions == (SlaveAcked(2, 60, None),)  # below the max at the last transfer
     at_last = _feed_master(m, encode_slave_ack(100), 120)
     assert at_last.actions == (SlaveAcked(2, 100, 500.0),)  # caught up to the last transfer
+    m.next_frame(data(20), now_ms=600.0, master_max_offset=120, confirm_offset=0)
     at_max = _feed_master(m, encode_slave_ack(120), 120)
     assert at_max.actions == (SlaveAcked(2, 120, 1.0),)  # equal to the master's max: now
     learner = _master_in(S.TRANSFER, learner=True)
-    assert _feed_master(learner, encode_slave_ack(100), 100).actions == (SlaveAcked(2, 100, None),)
+    assert _feed_master(learner, encode_slave_ack(0), 100).actions == (SlaveAcked(2, 0, None),)
+
+
+def test_acks_beyond_the_master_or_beyond_what_was_sent_are_refused():
+    m = _master_in(S.HANDSHAKE)
+    _feed_master(m, encode_slave_handshake(SlaveHandshake(2)), 100)
+    step = _feed_master(m, encode_slave_ack(101), 100)
+    assert step.event is Ev.MALFORMED and "requests offset 101 beyond our max offset 100" in step.actions[0].reason
+    m = _master_in(S.TRANSFER)  # requested 0
+    assert m.start_transfer(0, 100) is None
+    m.next_frame(data(40), now_ms=1.0, master_max_offset=100, confirm_offset=0)
+    assert _feed_master(m, encode_slave_ack(40), 100).event is Ev.ACK
+    step = _feed_master(m, encode_slave_ack(41), 100)
+    assert step.event is Ev.MALFORMED and "acked 41, beyond what was sent (40)" in step.actions[0].reason
+    assert m.state is S.SHUTDOWN
 
 
 # ------------------------------------------------------------------- replication end to end
