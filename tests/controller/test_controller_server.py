@@ -6,9 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from controller.bodies import SyncStateSet
 from controller.codes import ControllerResponseCode as RC
 from controller.config import parse_config
-from controller.headers import (ApplyBrokerIdRequestHeader, ElectMasterRequestHeader, GetReplicaInfoRequestHeader,
+from controller.headers import (AlterSyncStateSetRequestHeader, ApplyBrokerIdRequestHeader, ElectMasterRequestHeader, GetReplicaInfoRequestHeader,
                                 RegisterBrokerToControllerRequestHeader)
 from controller.server import ControllerServer
 from tests.controller.proc_util import free_ports
@@ -109,3 +110,25 @@ def test_a_full_queue_answers_system_busy(tmp_path: Path) -> None:
         busy = next(r for r in replies if r.code == RC.SYSTEM_BUSY)
         assert busy.remark is not None and "controllerRequestThreadPoolQueueCapacity" in busy.remark
     asyncio.run(with_server(tmp_path, clock, body, "controllerRequestThreadPoolQueueCapacity=2\n"))
+
+
+def test_a_closed_master_connection_triggers_election_a_replica_connection_does_not(tmp_path: Path) -> None:
+    clock = Clock()
+
+    async def body(s: ControllerServer) -> None:
+        await set_with_master(s, clock)
+        alter = AlterSyncStateSetRequestHeader("b", 1, 1)
+        r = await s.submit("alter", lambda: s.replicas.alter_sync_state_set(alter, SyncStateSet((1, 2), 1), s.live()),
+                           True)
+        assert r.code == RC.SUCCESS, (r.code, r.remark)
+        ch1, ch2 = object(), object()
+        s.heartbeats.on_heartbeat("c", "b", "127.0.0.1:1", 1, clock(), channel=ch1, timeout_ms=1000)
+        s.heartbeats.on_heartbeat("c", "b", "127.0.0.1:2", 2, clock(), channel=ch2, timeout_ms=1000)
+        s.on_channel_close(ch2)  # a replica went: nothing to elect
+        await asyncio.sleep(0.2)
+        assert s.counters["elections_triggered"] == 0
+        s.heartbeats.on_heartbeat("c", "b", "127.0.0.1:2", 2, clock(), channel=ch2, timeout_ms=1000)
+        s.on_channel_close(ch1)  # the master went: 2, in the SyncStateSet and alive, takes over
+        await until("master 2", lambda: s.replicas.sync_state_set_info_table["b"].master_broker_id == 2)
+        assert s.counters["elections_triggered"] >= 1 and s.counters["channels_closed"] == 2
+    asyncio.run(with_server(tmp_path, clock, body))
