@@ -12,6 +12,8 @@ Rules (Apache's, with the divergences named):
 - A broker is alive while ``last + timeout >= now`` (``isBrokerActive``); :meth:`snapshot` gives
   the live rows as the :class:`controller.elect_policy.LiveBrokers` every handler takes.
 - :meth:`expired` is ``scanNotActiveBroker``: it removes and returns the rows past their timeout.
+  Divergence: Apache also closes the expired broker's channel; here the connection is left to the
+  port's idle timeout (a broker that comes back on it is simply recorded again).
 - :meth:`on_channel_close` removes every row that came on that channel. Divergence: Apache removes
   only the first row it finds for the channel; a channel that carried several brokers' heartbeats
   (a test client, a proxy) ends all of them here.
