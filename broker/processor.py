@@ -34,6 +34,7 @@ from broker.api.errors import BrokerApiError
 from broker.api.validation import ProduceMessage
 from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.offset_commit import check_commit
+from broker.send_service import SendMessageService
 from broker.store.message import MessageFormatError, decode_message_id
 from broker.store.put_result import PutMessageStatus
 from broker.store_access import PutOutcome, StoreAccess
@@ -78,7 +79,7 @@ class ProcessorHost(Protocol):
 class BrokerProcessor:
     def __init__(self, controller: ProcessorHost) -> None:
         self.c = controller
-        self._rr: dict[str, int] = {}
+        self.send = SendMessageService(controller)  # the send path both doors share
         self._uniq = UniqKeyGenerator(controller.broker_ip)
 
     @property
@@ -139,83 +140,43 @@ class BrokerProcessor:
     def default_topic_queue_nums(self) -> int:
         return self.c.default_topic_queue_nums
 
-    def _topic_for_write(self, topic: str) -> Any:
-        tc = self.c.metadata.topic(topic)
-        if tc is None:
-            if not self.c.auto_create_topic_enable:
-                raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
-            tc = self.c.metadata.create_topic(topic, self.c.default_topic_queue_nums, self.c.default_topic_queue_nums, 6)
-        if not tc.perm & PERM_WRITE:
-            raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden (perm {tc.perm})")
-        if tc.order and not int(getattr(self.c.broker_config, "broker_permission", 6)) & PERM_WRITE:
-            # as 4.9.8's msgCheck: an ordered topic's sends stop at once; the others move away as the
-            # producers' routes (registered read-only) refresh
-            raise BrokerApiError(E.NO_PERMISSION, f"the broker[{self.c.broker_ip}] sending message is forbidden")
-        return tc
-
-    def _select_queue(self, topic: str, requested: int | None, write_queue_nums: int) -> int:
-        if requested is not None:
-            if requested >= write_queue_nums:
-                raise BrokerApiError(E.MESSAGE_ILLEGAL, f"request queueId[{requested}] is illegal, topic {topic} has writeQueueNums {write_queue_nums}")
-            return requested
-        n = self._rr.get(topic, -1) + 1
-        self._rr[topic] = n
-        return n % write_queue_nums
-
-    async def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
-                          result: dict[str, Any], outcome: PutOutcome) -> dict[str, Any]:
-        status = outcome.status.value  # the store put already waited for the slave (SYNC_MASTER)
-        m = self.c.metrics
-        m.put_latency.observe(time.perf_counter() - t0, kind)
-        m.put_messages.inc(topic, status, amount=count)
-        if outcome.status is not PutMessageStatus.PUT_OK:
+    def _finish_put(self, kind: str, topic: str, count: int, body_bytes: int, t0: float,
+                    result: dict[str, Any], outcome: PutOutcome) -> dict[str, Any]:
+        self.send.observe(kind, topic, count, body_bytes, t0, outcome.status)
+        if outcome.status is not PutMessageStatus.PUT_OK:  # stored, not durable as asked (SYNC_MASTER, SYNC_FLUSH)
+            status = outcome.status.value
             raise BrokerApiError(status, outcome.detail or _REPLICATION_MESSAGES.get(status, status), **result)
-        m.put_bytes.inc(topic, amount=body_bytes)
-        if self.c.remoting is not None:  # mqadmin statsAll (VIEW_BROKER_STATS_DATA) counts HTTP puts too
-            self.c.remoting.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, count)
         result["status"] = "SEND_OK"
         return result
 
-    async def _put(self, inners: list[Any], producer_keys: bool = True) -> PutOutcome:
-        try:
-            return await self._store.put_messages(inners, producer_keys)
-        except BrokerApiError as exc:
-            if exc.code == E.SERVICE_NOT_AVAILABLE and self.c.dledger_enabled:
-                self.c.check_writable()  # leadership lost mid-put: NOT_MASTER with the new master's address
-            raise
-
     async def put_message(self, msg: ProduceMessage, born_host: tuple[str, int]) -> dict[str, Any]:
-        self.c.check_writable()
         t0 = time.perf_counter()
-        tc = self._topic_for_write(msg.topic)
-        queue_id = self._select_queue(msg.topic, msg.queue_id, tc.write_queue_nums)
+        _tc, queue_id = self.send.prepare(msg.topic, msg.queue_id)
         now = int(time.time() * 1000)
         inner = to_message_ext(msg, queue_id=queue_id, uniq_key=msg.uniq_key or self._uniq.next(now), born_host=born_host,
                                store_host=self.c.store_host, now_ms=now, cluster=self.c.cluster_name)
-        r = await self._put([inner], producer_keys=bool(msg.uniq_key))
+        r = await self.send.put([inner], producer_keys=bool(msg.uniq_key))
         result = {
             "msgId": r.msg_ids[0], "uniqKey": inner.properties["UNIQ_KEY"], "topic": msg.topic,
             "queueId": queue_id if r.queue_id is None else r.queue_id,
             "queueOffset": r.queue_offsets[0], "commitLogOffset": r.physical_offsets[0], "storeSize": r.wrote_bytes,
         }
-        return await self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r)
+        return self._finish_put("single", msg.topic, 1, len(msg.body), t0, result, r)
 
     async def put_messages(self, msgs: list[ProduceMessage], born_host: tuple[str, int]) -> dict[str, Any]:
-        self.c.check_writable()
         t0 = time.perf_counter()
         topic = msgs[0].topic
-        tc = self._topic_for_write(topic)
-        queue_id = self._select_queue(topic, msgs[0].queue_id, tc.write_queue_nums)
+        _tc, queue_id = self.send.prepare(topic, msgs[0].queue_id)
         now = int(time.time() * 1000)
         inners = [to_message_ext(m, queue_id=queue_id, uniq_key=m.uniq_key or self._uniq.next(now), born_host=born_host,
                                  store_host=self.c.store_host, now_ms=now, cluster=self.c.cluster_name) for m in msgs]
-        r = await self._put(inners, producer_keys=all(m.uniq_key for m in msgs))
+        r = await self.send.put(inners, producer_keys=all(m.uniq_key for m in msgs))
         result = {
             "topic": topic, "queueId": queue_id if r.queue_id is None else r.queue_id, "count": len(msgs),
             "msgIds": r.msg_ids, "uniqKeys": [i.properties["UNIQ_KEY"] for i in inners],
             "queueOffsets": r.queue_offsets, "commitLogOffsets": r.physical_offsets,
         }
-        return await self._finish_put("batch", topic, len(msgs), sum(len(m.body) for m in msgs), t0, result, r)
+        return self._finish_put("batch", topic, len(msgs), sum(len(m.body) for m in msgs), t0, result, r)
 
     # ------------------------------------------------------------------ pull and lookups
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class BrokerRemoting:
     def __init__(self, controller: Any) -> None:
         self.controller = controller
         self.broker_processor = controller.processor
+        self.send_service = controller.processor.send
         bc = controller.broker_config
         notify = bool(getattr(bc, "notify_consumer_ids_changed_enable", True))
         self.consumers = ConsumerManager(on_change=notify_consumer_ids_changed if notify else None)

@@ -16,7 +16,7 @@ def test_a_put_and_a_read_without_a_store_are_service_not_available() -> None:
     controller = SimpleNamespace(broker_ip="127.0.0.1", store_access=None, dledger_enabled=False)
     bp = BrokerProcessor(controller)  # type: ignore[arg-type]
     with pytest.raises(BrokerApiError) as put:
-        asyncio.run(bp._put([]))  # noqa: SLF001 - the one door every produce path goes through
+        asyncio.run(bp.send.put([]))  # the one send path both doors go through (broker.send_service)
     with pytest.raises(BrokerApiError) as read:
         bp.view_message_by_offset(0)
     for exc in (put.value, read.value):

@@ -75,3 +75,16 @@ async def test_a_master_whose_ha_port_is_taken_says_so_and_a_started_one_reports
     finally:
         await again.shutdown()
     assert again.ha.service is None and again.shutdown_problems == []
+
+
+def test_both_doors_send_through_one_send_service() -> None:
+    """Issue 26.1: the HTTP processor and the remoting SendMessageProcessor share one typed
+    ``SendMessageService`` (write gate, topic rules, queue choice, the put, its counters); the
+    remoting door no longer reaches into the HTTP processor's private methods, and the send
+    rules are written once."""
+    send_py = (REPO / "broker" / "remoting" / "processors" / "send.py").read_text()
+    assert "broker_processor" not in send_py and "send_service" in send_py
+    assert "self.send = SendMessageService(" in (REPO / "broker" / "processor.py").read_text()
+    rule = "sending message is forbidden (perm"
+    holders = sorted(str(p.relative_to(REPO)) for p in (REPO / "broker").rglob("*.py") if rule in p.read_text())
+    assert holders == ["broker/send_service.py"]

@@ -17,12 +17,15 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.send_service import SendMessageService
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -47,7 +50,8 @@ class RemotingContext(Protocol):
     a narrow contract instead of the object, so no processor imports the module that builds it."""
 
     controller: Any
-    broker_processor: Any  # broker.processor.BrokerProcessor: the topic rules and puts shared with HTTP
+    broker_processor: Any  # broker.processor.BrokerProcessor: topic creation, offset-reset checks shared with HTTP
+    send_service: SendMessageService  # the send path both doors share (broker.send_service)
     consumers: Any  # client_manage.ConsumerManager: the live clients by group
     broker_stats: Any  # broker_stats.BrokerStatsProcessor: per-topic/group counters
     admin: Any  # admin.AdminBrokerProcessor: offset-by-time lookups

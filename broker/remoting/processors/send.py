@@ -137,12 +137,9 @@ class SendMessageProcessor(Processor):
 
     async def _put(self, cmd: RemotingCommand, topic: str, queue_id: Optional[int],
                    msgs: list[MessageExt], header_extra: dict[str, Any], producer_keys: bool = True) -> RemotingCommand:
-        bp = self.ctx.broker_processor
+        service = self.ctx.send_service
         try:
-            self.c.check_writable()
-            tc = bp._topic_for_write(topic)  # noqa: SLF001 - the HTTP API's topic rules, shared on purpose
-            qid = bp._select_queue(topic, queue_id if queue_id is not None and queue_id >= 0 else None,  # noqa: SLF001
-                                   tc.write_queue_nums)
+            _tc, qid = service.prepare(topic, queue_id if queue_id is not None and queue_id >= 0 else None)
         except BrokerApiError as exc:
             if exc.code == "MESSAGE_ILLEGAL" and "queueId" in exc.message:
                 return cmd.response(R.SYSTEM_ERROR, exc.message)
@@ -156,20 +153,15 @@ class SendMessageProcessor(Processor):
             msgs = [half_message(msgs[0])]
         t0 = time.perf_counter()
         try:
-            r = await bp._put(msgs, producer_keys)  # noqa: SLF001 - the store put already waited for the slave (SYNC_MASTER)
+            r = await service.put(msgs, producer_keys)  # the store put already waited for the slave (SYNC_MASTER)
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
-        metrics = self.c.metrics
-        metrics.put_latency.observe(time.perf_counter() - t0, "remoting")
-        metrics.put_messages.inc(topic, r.status.value, amount=len(msgs))
+        service.observe("remoting", topic, len(msgs), sum(len(m.body) for m in msgs), t0, r.status)
         header = {"msgId": ",".join(r.msg_ids), "queueId": qid if r.queue_id is None else r.queue_id,
                   "queueOffset": r.queue_offsets[0], **header_extra}
         code = _SEND_CODES.get(r.status)
         if code is None:  # never: StoreAccess raises for a put that stored nothing
             return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {r.status.value}")
-        if code == R.SUCCESS:
-            metrics.put_bytes.inc(topic, amount=sum(len(m.body) for m in msgs))
-            self.ctx.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, len(msgs))
         return cmd.response(code, None, header)
 
     # ------------------------------------------------------------------ SEND_MESSAGE(_V2), batch
