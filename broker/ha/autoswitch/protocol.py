@@ -29,10 +29,13 @@ offset, last epoch, all entries; again for every repeated slave handshake, as Ap
 ack-> TRANSFER. The first ack is the request: 0 means the min offset, or with
 ``isSyncFromLastFile`` the start of the last file (``max - max % mappedFileSizeCommitLog``);
 anything else is transferred from exactly. Frames hold at most ``haTransferBatchSize`` bytes and
-never cross the end of the epoch they start in; like Apache, the frame that ends exactly at an
-epoch's end already carries the next epoch and its start offset (the slave appends the same entry
-either way). A heartbeat (empty frame at the next offset) goes out after
-``haSendHeartbeatInterval`` without a write. Each ack yields :class:`SlaveAcked`, with the
+never cross the end of the epoch they start in, and carry that epoch. (Apache's master labels the
+frame cut at an epoch's end with the *next* epoch: a new replica whose first frame is such a one
+never learns the epoch of its first bytes, and a master then cannot serve them. Our slave repairs
+that label from the master's handshake entries; our master does not produce it, and moves to the
+next epoch as soon as the transfer reaches an epoch's end, so a heartbeat there carries it.)
+A heartbeat (empty frame at the next offset) goes out after ``haSendHeartbeatInterval`` without
+a write. Each ack yields :class:`SlaveAcked`, with the
 caught-up time of Apache's ``maybeExpandInSyncStateSet`` rule, for
 :class:`broker.ha.autoswitch.sync_state.SyncStateSet`.
 
@@ -48,8 +51,21 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence, Union
+from typing import Optional, Protocol, Sequence
 
+from broker.ha.autoswitch.actions import (
+    Act,
+    Action,
+    AppendData,
+    AppendEpoch,
+    Close,
+    Send,
+    SetConfirmOffset,
+    SlaveAcked,
+    StartTransfer,
+    TruncateEpochs,
+    TruncateLog,
+)
 from broker.ha.autoswitch.checkpoint_file import CheckpointFileError
 from broker.ha.autoswitch.epoch_file import EpochEntry, EpochFileCache, find_consistent_point
 from broker.ha.autoswitch.frames import (
@@ -70,90 +86,14 @@ from broker.ha.autoswitch.frames import (
 )
 from broker.ha.handshake import SessionMac
 
+__all__ = [
+    "Act", "Action", "AppendData", "AppendEpoch", "Close", "Send", "SetConfirmOffset", "SlaveAcked",
+    "StartTransfer", "TruncateEpochs", "TruncateLog", "Ev", "Step", "SLAVE_TRANSITIONS",
+    "MASTER_TRANSITIONS", "TruncationDecision", "decide_truncation", "SlaveMachine", "MasterMachine",
+    "EpochHistory",
+]
+
 S = HAConnectionState
-
-
-class Act(enum.Enum):
-    SEND = "send"
-    TRUNCATE_LOG = "truncate_log"
-    TRUNCATE_EPOCHS = "truncate_epochs"
-    APPEND_EPOCH = "append_epoch"
-    APPEND_DATA = "append_data"
-    SET_CONFIRM_OFFSET = "set_confirm_offset"
-    SLAVE_ACKED = "slave_acked"
-    START_TRANSFER = "start_transfer"
-    CLOSE = "close"
-
-
-@dataclass(frozen=True)
-class Send:
-    data: bytes
-    kind: Act = Act.SEND
-
-
-@dataclass(frozen=True)
-class TruncateLog:
-    """Slave: truncate the commitlog to ``offset`` (``truncateFiles``)."""
-
-    offset: int
-    kind: Act = Act.TRUNCATE_LOG
-
-
-@dataclass(frozen=True)
-class TruncateEpochs:
-    """Slave: ``epochCache.truncateSuffixByOffset(offset)``."""
-
-    offset: int
-    kind: Act = Act.TRUNCATE_EPOCHS
-
-
-@dataclass(frozen=True)
-class AppendEpoch:
-    entry: EpochEntry
-    kind: Act = Act.APPEND_EPOCH
-
-
-@dataclass(frozen=True)
-class AppendData:
-    offset: int
-    data: bytes
-    kind: Act = Act.APPEND_DATA
-
-
-@dataclass(frozen=True)
-class SetConfirmOffset:
-    offset: int
-    kind: Act = Act.SET_CONFIRM_OFFSET
-
-
-@dataclass(frozen=True)
-class SlaveAcked:
-    """Master: slave ``slave_id`` acked ``offset``. ``caught_up_ms`` is set when Apache's
-    connection-level rule holds (not an async learner, ack >= the master's max offset at the last
-    transfer); the service then updates the caught-up time and tries to expand the set."""
-
-    slave_id: int
-    offset: int
-    caught_up_ms: Optional[float]
-    kind: Act = Act.SLAVE_ACKED
-
-
-@dataclass(frozen=True)
-class StartTransfer:
-    """Master: the first ack arrived; call :meth:`MasterMachine.start_transfer`."""
-
-    request_offset: int
-    kind: Act = Act.START_TRANSFER
-
-
-@dataclass(frozen=True)
-class Close:
-    reason: str
-    kind: Act = Act.CLOSE
-
-
-Action = Union[Send, TruncateLog, TruncateEpochs, AppendEpoch, AppendData, SetConfirmOffset,
-               SlaveAcked, StartTransfer, Close]
 
 
 class Ev(enum.Enum):
@@ -231,7 +171,8 @@ class _Machine:
         nxt, allowed = row
         done = tuple(a for a in actions if a is not None)
         kinds = [a.kind for a in done]
-        if [k for k in allowed if k in kinds] != kinds:
+        order = [allowed.index(k) if k in allowed else -1 for k in kinds]
+        if -1 in order or order != sorted(order):
             raise AssertionError(f"{event.name} in {self.state.name}: actions {kinds} not in row {allowed}")
         self.state = nxt
         return Step(event, nxt, done)
@@ -304,6 +245,7 @@ class SlaveMachine(_Machine):
         self.last_write_ms = 0.0
         self._mac: Optional[SessionMac] = None
         self._decoder = MasterFrameDecoder(max_body_size=max_body_size)
+        self._master_entries: tuple[EpochEntry, ...] = ()
 
     def connected(self, now_ms: float, local_max_offset: int, mac: Optional[SessionMac] = None) -> Step:
         """A new connection to the master (``connectMaster``): send the handshake."""
@@ -350,6 +292,7 @@ class SlaveMachine(_Machine):
 
     def _on_handshake(self, frame: MasterHandshake, now_ms: float, local_max_offset: int,
                       local_epochs: Sequence[EpochEntry]) -> Step:
+        self._master_entries = frame.entries
         d = decide_truncation(local_epochs, local_max_offset, frame.entries, frame.max_offset)
         if d.event is Ev.HANDSHAKE_NO_CONSISTENT_POINT:
             return self._step(d.event, Close(d.reason))
@@ -362,18 +305,33 @@ class SlaveMachine(_Machine):
         if local_max_offset != 0 and local_max_offset != frame.offset:
             return self._step(Ev.OFFSET_MISMATCH, Close(
                 f"master pushed offset {frame.offset}, not the slave's max offset {local_max_offset}"))
+        holder: Optional[AppendEpoch] = None
         epoch: Optional[AppendEpoch] = None
         if frame.epoch != self.current_received_epoch:
             self.current_received_epoch = frame.epoch
             epoch = AppendEpoch(EpochEntry(frame.epoch, frame.epoch_start_offset))
+            if frame.data and frame.epoch_start_offset > frame.offset:
+                # Apache's master labels the frame that ends an epoch with the next one: the
+                # epoch its bytes belong to comes from the master's handshake
+                own = self._master_epoch_at(frame.offset)
+                if own is not None and own.epoch != frame.epoch:
+                    holder = AppendEpoch(EpochEntry(own.epoch, own.start_offset))
         data: Optional[AppendData] = None
         new_max = local_max_offset
         if frame.data:
             data = AppendData(frame.offset, frame.data)
             new_max = frame.offset + len(frame.data)
         ack = self._ack(new_max, now_ms) if new_max > self.current_reported_offset else None
-        return self._step(Ev.TRANSFER_FRAME, epoch, data,
+        return self._step(Ev.TRANSFER_FRAME, holder, epoch, data,
                           SetConfirmOffset(min(frame.confirm_offset, new_max)), ack)
+
+    def _master_epoch_at(self, offset: int) -> Optional[EpochEntry]:
+        """The master's epoch (from its handshake) that holds ``offset``."""
+        found = None
+        for e in self._master_entries:
+            if e.start_offset <= offset:
+                found = e
+        return found
 
     def poll(self, now_ms: float) -> Optional[Step]:
         """Housekeeping (expiry) and the periodic re-ack; None when nothing is due."""
@@ -524,6 +482,15 @@ class MasterMachine(_Machine):
         self.current_transfer_epoch = entry.epoch
         self.current_epoch_end = -1 if entry.epoch == self.epochs.last_epoch() else entry.end_offset
 
+    def _advance_epoch(self) -> None:
+        """At the end of the current epoch, move to the next one (frames and heartbeats at its
+        first offset carry it; Apache only moves when a frame would cross the end)."""
+        while self.current_epoch_end != -1 and self.next_transfer_from >= self.current_epoch_end:
+            nxt = self.epochs.next_entry(self.current_transfer_epoch)
+            if nxt is None:
+                return
+            self._enter_epoch(nxt)
+
     def _header(self, offset: int, size: int, confirm_offset: int) -> Optional[bytes]:
         entry = self.epochs.get_entry(self.current_transfer_epoch)
         if entry is None and size == 0:
@@ -545,18 +512,21 @@ class MasterMachine(_Machine):
         yet (no data, no transfer, or the next epoch is not known yet)."""
         if self.state is not S.TRANSFER or self.transfer_from is None or not data:
             return None
+        self._advance_epoch()
         size = min(len(data), self.transfer_batch_size)
         end = self.current_epoch_end
+        nxt: Optional[EpochEntry] = None
         if end != -1 and self.next_transfer_from + size > end:
             nxt = self.epochs.next_entry(self.current_transfer_epoch)
             if nxt is None:
                 return None
             size = end - self.next_transfer_from
-            self._enter_epoch(nxt)
         offset = self.next_transfer_from
         header = self._header(offset, size, confirm_offset)
         if header is None:
             return Close(f"no epoch entry {self.current_transfer_epoch} to label the frame at {offset}")
+        if nxt is not None:  # after labelling: the cut frame belongs to the epoch it ends
+            self._enter_epoch(nxt)
         self.next_transfer_from += size
         self.last_master_max_offset = master_max_offset
         self.last_transfer_time_ms = now_ms
@@ -571,6 +541,8 @@ class MasterMachine(_Machine):
             return self._step(Ev.EXPIRED, Close(
                 f"nothing read from slave {self.slave_id} for {now_ms - self.last_read_ms:.0f} ms"))
         if self.state is S.TRANSFER and now_ms - self.last_write_ms > self.heartbeat_interval_ms:
+            if self.transfer_from is not None:
+                self._advance_epoch()
             header = self._header(self.next_transfer_from, 0, confirm_offset)
             if header is None:
                 return self._step(Ev.MALFORMED, Close("the master has no epoch entry: not a master"))

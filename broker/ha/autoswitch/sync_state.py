@@ -33,7 +33,13 @@ Rules (Apache's, the methods named after its own):
   :func:`transfer_ok` says whether the acks so far satisfy it. A slave outside the set never
   counts for all-ack.
 
-Named divergences: connections are keyed by slave id (Apache keeps a list, so two connections of
+Named divergences: ``changeToMaster`` drops a last epoch that holds no byte on this replica
+before appending the new one. Apache's ``appendEntry`` refuses an entry whose start offset does
+not grow, so a master elected at the very offset where the previous epoch began keeps that
+epoch's label and writes under it; a replica that wrote a tail in that epoch (the previous master)
+then finds a consistent point past the fork and keeps its own bytes under the new master's: the
+replicas silently diverge (found by tests/broker/ha/autoswitch/test_replication_properties.py).
+Connections are keyed by slave id (Apache keeps a list, so two connections of
 one slave could count twice for a put). Apache's effective confirm offset can move back when the
 controller's answer adds a member that acked the old max offset while the master kept writing
 (the answer recomputes the minimum): kept as Apache does, since the lower value is the true
@@ -285,11 +291,23 @@ class ChangeToMaster:
         if truncate_offset >= 0:
             steps.append(TruncateEpochSuffixByOffset(truncate_offset))
             left = [e for e in left if e.start_offset < truncate_offset]
-        if left and left[-1].epoch >= self.master_epoch:
-            steps.append(TruncateEpochSuffixByEpoch(self.master_epoch))
+        steps += _drop_unwritten_tail(left, self.master_epoch, max_phy_offset)
         steps += [AppendEpochEntry(EpochEntry(self.master_epoch, max_phy_offset)), WaitDispatch(),
                   RecoverTopicQueueTable(), SetStateMachineVersion(self.master_epoch)]
         return steps
+
+
+def _drop_unwritten_tail(left: list[EpochEntry], master_epoch: int, max_phy_offset: int) -> list[PlanStep]:
+    """Apache truncates the epochs >= the new one; we also drop a last epoch that holds no byte
+    here (start >= max offset), which ``appendEntry`` would otherwise keep in place of the new one."""
+    if left and left[-1].epoch >= master_epoch:
+        left = [e for e in left if e.epoch < master_epoch]
+        cut = master_epoch
+    else:
+        cut = None
+    if left and left[-1].start_offset >= max_phy_offset:
+        cut = left[-1].epoch
+    return [TruncateEpochSuffixByEpoch(cut)] if cut is not None else []
 
 
 def change_to_master_when_last_role_is_master(master_epoch: int, entries: Sequence[EpochEntry],
@@ -298,9 +316,7 @@ def change_to_master_when_last_role_is_master(master_epoch: int, entries: Sequen
     last = entries[-1].epoch if entries else -1
     if master_epoch < last:
         return Refused(f"newMasterEpoch {master_epoch} < lastEpoch {last}")
-    steps: list[PlanStep] = []
-    if last >= master_epoch:
-        steps.append(TruncateEpochSuffixByEpoch(master_epoch))
+    steps = _drop_unwritten_tail(list(entries), master_epoch, max_phy_offset)
     return steps + [AppendEpochEntry(EpochEntry(master_epoch, max_phy_offset)),
                     SetStateMachineVersion(master_epoch)]
 

@@ -152,3 +152,14 @@ class Pump:
             if not moved:
                 return
         raise AssertionError("the pump did not settle")
+
+    def tick(self, ms: float) -> None:
+        """Let ``ms`` pass: both sides' timers fire (heartbeats, re-acks, expiry), then settle."""
+        self.now += ms
+        step = self.m.poll(self.now, self.master.max_offset)
+        if step is not None:
+            self.apply_master(step)
+        step = self.s.poll(self.now)
+        if step is not None:
+            self.apply_slave(step)
+        self.run()

@@ -217,6 +217,24 @@ def test_slave_transfer_frame_actions_in_order():
     assert step.actions == (SetConfirmOffset(3),)
 
 
+def test_slave_repairs_apaches_early_epoch_label():
+    # Apache's master sends the frame that ends epoch 1 (at 100) labelled <2, 100>; a new replica
+    # whose first frame that is takes epoch 1 from the master's handshake first
+    s = SlaveMachine(2)
+    s.connected(0.0, 0)
+    s.receive_data(encode_master_handshake(MasterHandshake(300, 2, (E(1, 0), E(2, 100)))), 0.0)
+    assert s.next_step(0.0, 0, []).event is Ev.HANDSHAKE_NEW_REPLICA
+    step = _feed_slave(s, encode_transfer(TransferFrame(64, 2, 100, 0, data(36))), 0)
+    assert step.actions[:3] == (AppendEpoch(E(1, 0)), AppendEpoch(E(2, 100)), AppendData(64, data(36)))
+    cache = EpochFileCache()
+    for a in step.actions[:2]:
+        assert cache.append_entry(a.entry)
+    assert cache.find_epoch_entry_by_offset(64) == E(1, 0, 100)
+    # a frame inside its own epoch never adds the handshake's entry
+    step = _feed_slave(s, encode_transfer(TransferFrame(100, 2, 100, 0, data(10))), 100)
+    assert [type(a) for a in step.actions] == [AppendData, SetConfirmOffset, Send]
+
+
 def test_slave_reacks_after_the_heartbeat_interval_and_handshake_is_sent_first():
     s = SlaveMachine(5, sync_from_last_file=True)
     step = s.connected(100.0, 77)
@@ -291,9 +309,9 @@ def test_frames_are_cut_at_batch_size_and_never_cross_an_epoch_end():
         _, size, offset, epoch, start, confirm = struct.unpack(">iiqiqq", header)
         assert size == n and b"".join(pieces[1:]) == log[offset:offset + n]
         seen.append((offset, size, epoch, start))
-    # 64-byte batches; 64..100 is cut at epoch 1's end and, as Apache, already labelled epoch 2
-    assert seen == [(0, 64, 1, 0), (64, 36, 2, 100), (100, 64, 2, 100), (164, 64, 2, 100),
-                    (228, 22, 3, 250), (250, 64, 3, 250), (314, 64, 3, 250), (378, 22, 3, 250)]
+    # 64-byte batches; 64..100 is cut at epoch 1's end and labelled epoch 1 (Apache: epoch 2)
+    assert seen == [(0, 64, 1, 0), (64, 36, 1, 0), (100, 64, 2, 100), (164, 64, 2, 100),
+                    (228, 22, 2, 100), (250, 64, 3, 250), (314, 64, 3, 250), (378, 22, 3, 250)]
     assert m.next_frame(b"", now_ms=2.0, master_max_offset=400, confirm_offset=9) is None
 
 

@@ -288,6 +288,11 @@ def test_change_to_master_refuses_an_older_epoch():
     ([E(1, 0), E(2, 100)], 2, -1, 300, [E(1, 0), E(2, 300)]),
     # a fresh store
     ([], 1, -1, 0, [E(1, 0)]),
+    # elected where epoch 2 began, holding none of its bytes: epoch 2 is dropped, not kept as the
+    # label of the new writes (Apache's appendEntry would refuse <3, 1000> and keep <2, 1000>)
+    ([E(1, 0), E(2, 1000)], 3, -1, 1000, [E(1, 0), E(3, 1000)]),
+    # the same after a cut of the dirty tail at 1000
+    ([E(1, 0), E(2, 1000)], 3, 1200, 1000, [E(1, 0), E(3, 1000)]),
 ])
 def test_change_to_master_plan_on_the_epoch_cache(before, epoch, truncate_offset, max_phy, after):
     cache = cache_of(*before)
@@ -303,5 +308,7 @@ def test_change_roles_without_truncation():
     steps = change_to_master_when_last_role_is_master(2, [E(1, 0), E(2, 10)], 50)
     assert steps == [TruncateEpochSuffixByEpoch(2), AppendEpochEntry(E(2, 50)), SetStateMachineVersion(2)]
     assert change_to_master_when_last_role_is_master(1, [E(2, 10)], 50) == Refused("newMasterEpoch 1 < lastEpoch 2")
+    assert change_to_master_when_last_role_is_master(3, [E(1, 0), E(2, 50)], 50) == [
+        TruncateEpochSuffixByEpoch(2), AppendEpochEntry(E(3, 50)), SetStateMachineVersion(3)]
     assert change_to_slave_allowed(3, 3) is None
     assert change_to_slave_allowed(2, 3) == Refused("newMasterEpoch 2 < lastEpoch 3")
