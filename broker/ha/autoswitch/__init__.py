@@ -11,7 +11,7 @@ Modules (nothing is imported here):
 - ``frames``          the AutoSwitch HA wire frames (``AutoSwitchHAClient`` /
   ``AutoSwitchHAConnection``), encoders and bounded incremental decoders.
 - ``protocol``        the slave and master connection state machines (tables as data) and the
-  slave's truncation decision, sans-I/O.
+  slave's truncation decision, sans-I/O; ``actions`` the steps they return.
 - ``sync_state``      the master's SyncStateSet, confirm offset and put-acknowledgement rules,
   and ``changeToMaster`` as a plan; pure.
 - ``service``         asyncio master (``AutoSwitchHAService``): accepts slaves, transfers from a
