@@ -224,3 +224,38 @@ async def test_ha_auth_token_handshake_guards_the_session(tmp_path: Path) -> Non
         await service.shutdown()
         for n in (master, slave, stranger):
             n.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_slave_that_leaves_is_proposed_out_and_shrink_drops_a_laggard(tmp_path: Path) -> None:
+    master, slave = Node(tmp_path / "m", 1), Node(tmp_path / "s", 2)
+    master.become_master(1)
+    put(master.cl, 0, 4)
+    sync = SyncStateSet(1, ha_max_time_slave_not_catchup_ms=2000)
+    proposals: list[frozenset[int]] = []
+    service = AutoSwitchHAService(master.cl, master.epochs, sync, settings(), host="127.0.0.1",
+                                  on_sync_state_set_changed=proposals.append)
+    client = None
+    try:
+        await service.start()
+        service.set_sync_state_set(frozenset({1}))
+        client = AutoSwitchHAClient(slave.cl, slave.epochs, 2, settings(), master_address=f"127.0.0.1:{service.port}")
+        await client.start()
+        await wait_until(lambda: proposals == [{1, 2}], what="expansion")
+        service.set_sync_state_set(proposals[0])
+        service.shrink()  # caught up just now: stays
+        assert len(proposals) == 1
+        await client.shutdown()
+        client = None
+        await wait_until(lambda: len(proposals) == 2, what="removal")
+        assert proposals[1] == {1}
+        service.set_sync_state_set(frozenset({1, 2}))  # say the controller still lists it
+        sync.caught_up_ms[2] = time.monotonic() * 1000.0 - 5000.0
+        service.shrink()
+        assert proposals[2] == {1}
+    finally:
+        if client is not None:
+            await client.shutdown()
+        await service.shutdown()
+        master.close()
+        slave.close()
