@@ -42,6 +42,7 @@ from broker.ha.autoswitch.protocol import (
 from broker.ha.autoswitch.service import now_ms
 from broker.ha.handshake import SessionMac, SlaveHandshake
 from broker.ha.settings import HASettings
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.ha.autoswitch")
 
@@ -119,7 +120,7 @@ class AutoSwitchHAClient:
                 continue
             host, port = parse_address(address)
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK), 3.0)
+                reader, writer = await wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK), 3.0)
             except (OSError, asyncio.TimeoutError) as exc:
                 self.last_error = f"connect to {address} failed: {exc!r}"
             else:
@@ -139,7 +140,7 @@ class AutoSwitchHAClient:
                 return
             self._address_changed.clear()
             try:
-                await asyncio.wait_for(self._address_changed.wait(), self.retry_ms / 1000.0)
+                await wait_for(self._address_changed.wait(), self.retry_ms / 1000.0)
             except asyncio.TimeoutError:
                 pass
 
@@ -151,7 +152,7 @@ class AutoSwitchHAClient:
         writer.write(hs.start())
         while not hs.done:
             try:
-                data = await asyncio.wait_for(reader.read(4096), max(0.0, (hs.deadline_ms - self.clock()) / 1000.0))
+                data = await wait_for(reader.read(4096), max(0.0, (hs.deadline_ms - self.clock()) / 1000.0))
             except (asyncio.TimeoutError, OSError) as exc:
                 return f"no complete HA handshake: {exc!r}"
             if not data:

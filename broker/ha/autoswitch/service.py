@@ -38,6 +38,7 @@ from broker.ha.autoswitch.protocol import Close, MasterMachine, Send, SlaveAcked
 from broker.ha.autoswitch.sync_state import SyncStateSet, transfer_ok
 from broker.ha.handshake import MasterHandshake, SessionMac
 from broker.ha.settings import HASettings
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.ha.autoswitch")
 
@@ -142,7 +143,7 @@ class AutoSwitchHAService:
                 return False
             self._acked.clear()
             try:
-                await asyncio.wait_for(self._acked.wait(), remaining)
+                await wait_for(self._acked.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
 
@@ -217,7 +218,7 @@ class _Connection:
         deadline = clock() + s.ha_handshake_timeout
         while not hs.done:
             try:
-                data = await asyncio.wait_for(self.reader.read(HANDSHAKE_READ_CHUNK),
+                data = await wait_for(self.reader.read(HANDSHAKE_READ_CHUNK),
                                               max(0.0, (deadline - clock()) / 1000.0))
             except (asyncio.TimeoutError, OSError) as exc:
                 self.close(f"no complete HA handshake: {exc!r}")
@@ -335,6 +336,6 @@ class _Connection:
             delay = POLL_INTERVAL_S if deadline is None else min(
                 POLL_INTERVAL_S, max(0.0, (deadline - service.clock()) / 1000.0) + 0.001)
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                await wait_for(self._wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
