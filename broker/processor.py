@@ -144,8 +144,8 @@ class BrokerProcessor:
                     result: dict[str, Any], outcome: PutOutcome) -> dict[str, Any]:
         self.send.observe(kind, topic, count, body_bytes, t0, outcome.status)
         if outcome.status is not PutMessageStatus.PUT_OK:  # stored, not durable as asked (SYNC_MASTER, SYNC_FLUSH)
-            status = outcome.status.value
-            raise BrokerApiError(status, outcome.detail or _REPLICATION_MESSAGES.get(status, status), **result)
+            code = E.PUT_STATUS_HTTP.get(outcome.status, E.SYSTEM_ERROR)
+            raise BrokerApiError(code, outcome.detail or _REPLICATION_MESSAGES.get(code, code), **result)
         result["status"] = "SEND_OK"
         return result
 

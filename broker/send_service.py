@@ -9,8 +9,10 @@ Rules (RocketMQ 4.9.8's ``AbstractSendMessageProcessor.msgCheck`` and ``SendMess
 - An explicit queue id must be below ``writeQueueNums``; otherwise queues are chosen round-robin
   per topic (one counter per topic, shared by both doors).
 - The put goes through ``StoreAccess`` (the dedup window unless the caller says the UNIQ_KEYs are
-  the broker's own or a resend). A ``SERVICE_NOT_AVAILABLE`` in DLedger mode re-asks the write
-  gate, so a leadership lost during the put is answered ``NOT_MASTER`` with the new master.
+  the broker's own or a resend). A put that stored nothing raises ``PutRefused`` (its status); a
+  ``SERVICE_NOT_AVAILABLE`` in DLedger mode re-asks the write gate first, so a leadership lost
+  during the put is answered ``NOT_MASTER`` with the new master. Each door turns a status into
+  its answer with its one table.
 - Every put is counted once, whatever the door: latency by door, messages by status, and on
   ``PUT_OK`` bytes and ``TOPIC_PUT_NUMS`` (``mqadmin statsAll``).
 
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
-from broker.store.put_result import PutMessageStatus
+from broker.store.put_result import PutMessageStatus, PutRefused
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
@@ -97,8 +99,8 @@ class SendMessageService:
             raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
         try:
             return await store.put_messages(msgs, producer_keys)
-        except BrokerApiError as exc:
-            if exc.code == E.SERVICE_NOT_AVAILABLE and self.host.dledger_enabled:
+        except PutRefused as refused:
+            if refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and self.host.dledger_enabled:
                 self.host.check_writable()  # leadership lost mid-put: NOT_MASTER with the new master's address
             raise
 

@@ -34,7 +34,7 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.put_dedup import RecentSends, Row
 from broker.store.message import MessageExt
-from broker.store.put_result import PutMessageStatus
+from broker.store.put_result import PutMessageStatus, PutRefused
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -46,13 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("broker.store")
 
-_NOT_STORED_CODES = {
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: E.SERVICE_NOT_AVAILABLE,
-    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: E.SERVICE_NOT_AVAILABLE,
-    PutMessageStatus.MESSAGE_ILLEGAL: E.MESSAGE_ILLEGAL,
-    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: E.PROPERTIES_SIZE_EXCEEDED,
-    PutMessageStatus.OS_PAGECACHE_BUSY: E.OS_PAGECACHE_BUSY,
-}
 
 
 @dataclass(slots=True)
@@ -242,8 +235,9 @@ class StoreAccess:
         status = result.status
         ar = result.append_result
         if ar is None or not status.stored:
-            code = _NOT_STORED_CODES.get(status, E.SYSTEM_ERROR)
-            raise BrokerApiError(code, result.error or f"store refused the put: {status.value}")
+            if status.stored:  # stored, yet no append result: never (a store bug), not a refusal
+                status = PutMessageStatus.UNKNOWN_ERROR
+            raise PutRefused(status, result.error or f"store refused the put: {status.value}")
         outcome = PutOutcome(
             msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
             wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,

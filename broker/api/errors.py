@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.store.put_result import PutMessageStatus, PutRefused
+
 TOPIC_NOT_EXIST = "TOPIC_NOT_EXIST"
 SUBSCRIPTION_GROUP_NOT_EXIST = "SUBSCRIPTION_GROUP_NOT_EXIST"
 MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
@@ -62,6 +64,21 @@ HTTP_STATUS: dict[str, int] = {
 }
 
 
+#: the HTTP API's code for each put status: a refused put (nothing stored) and a stored put whose
+#: durability wait failed alike; the HTTP status is then :data:`HTTP_STATUS` of that code
+PUT_STATUS_HTTP: dict[PutMessageStatus, str] = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: PROPERTIES_SIZE_EXCEEDED,
+    PutMessageStatus.OS_PAGECACHE_BUSY: OS_PAGECACHE_BUSY,
+    PutMessageStatus.UNKNOWN_ERROR: SYSTEM_ERROR,
+}
+
+
 class BrokerApiError(Exception):
     """A failure with a RocketMQ-style code; rendered as JSON by the API."""
 
@@ -79,3 +96,8 @@ class BrokerApiError(Exception):
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         body.update(self.extra)
         return body
+
+
+def put_refused(exc: PutRefused) -> BrokerApiError:
+    """The HTTP API's error for a put that stored nothing (:data:`PUT_STATUS_HTTP`)."""
+    return BrokerApiError(PUT_STATUS_HTTP.get(exc.status, SYSTEM_ERROR), exc.detail)

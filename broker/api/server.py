@@ -54,6 +54,7 @@ from aiohttp import web
 from broker.api import errors as E
 from broker.api.backend import ApiBackend
 from broker.api.errors import BrokerApiError
+from broker.store.put_result import PutRefused
 from broker.api.http_acl import HttpAcl, group_topic_sub, require, topic_sub
 from broker.api.validation import DEFAULT_MAX_BATCH_MESSAGE_COUNT, check_name, int_field, parse_batch, parse_json, \
     parse_produce, query_int
@@ -93,6 +94,9 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         response = await handler(request)
     except BrokerApiError as exc:
         response = json_response(exc.to_json(), exc.http_status)
+    except PutRefused as refused:
+        err = E.put_refused(refused)
+        response = json_response(err.to_json(), err.http_status)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -8,6 +8,9 @@ Rules:
   PutMessageResult adds what the flush and replication policies made of them. A put that is
   not PUT_OK may still be in the commitlog (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
   SLAVE_NOT_AVAILABLE): the client must treat it as "maybe stored", as with RocketMQ.
+- A put that stored nothing is :class:`PutRefused` (its status and why) all the way to the doors;
+  each door has exactly one table from a status to its own answer (the HTTP API:
+  ``broker.api.errors.PUT_STATUS_HTTP``; remoting: ``processors.send.PUT_STATUS_REMOTING``).
 - msgIds are computed lazily (RocketMQ uses a Supplier): formatting hex for every message of a
   100k-message batch would cost more than writing it.
 """
@@ -36,6 +39,20 @@ class PutMessageStatus(enum.Enum):
     def stored(self) -> bool:
         """True if the bytes are in the commitlog (even if the durability wait failed)."""
         return self in _STORED
+
+
+class PutRefused(Exception):
+    """A put that stored nothing: its :class:`PutMessageStatus` (never a stored one) and why."""
+
+    def __init__(self, status: PutMessageStatus, detail: str) -> None:
+        super().__init__(f"{status.value}: {detail}")
+        self.status = status
+        self.detail = detail
+
+    @property
+    def code(self) -> str:
+        """The status name (what a log or a retry loop reports)."""
+        return self.status.value
 
 
 _STORED = {

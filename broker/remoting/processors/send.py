@@ -51,7 +51,7 @@ from broker.remoting.processors.common import (FAQ, HeaderError, Processor, api_
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt, string_to_properties
-from broker.store.put_result import PutMessageStatus
+from broker.store.put_result import PutMessageStatus, PutRefused
 
 V2_ALIASES = dict(zip("abcdefghijklm", (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -59,10 +59,21 @@ V2_ALIASES = dict(zip("abcdefghijklm", (
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 PERM_RW = 6
 _BATCH_HEAD = struct.Struct(">iiiii")
-#: SendMessageProcessor's answer per stored status (the store refuses the others before here)
-_SEND_CODES = {PutMessageStatus.PUT_OK: R.SUCCESS, PutMessageStatus.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT,
-               PutMessageStatus.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
-               PutMessageStatus.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE}
+#: the remoting answer to each put status, as 4.9.8's ``SendMessageProcessor.handlePutMessageResult``
+#: (stored: the status's own code with the full header; refused: an error code and remark)
+PUT_STATUS_REMOTING: dict[PutMessageStatus, int] = {
+    PutMessageStatus.PUT_OK: R.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: R.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: R.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: R.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: R.MESSAGE_ILLEGAL,
+    PutMessageStatus.OS_PAGECACHE_BUSY: R.SYSTEM_ERROR,
+    PutMessageStatus.UNKNOWN_ERROR: R.SYSTEM_ERROR,
+}
+PAGECACHE_BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 
 
 #: the producer group of Apache's ``mqadmin queryMsgById -s true`` (QueryMsgByIdSubCommand)
@@ -154,15 +165,15 @@ class SendMessageProcessor(Processor):
         t0 = time.perf_counter()
         try:
             r = await service.put(msgs, producer_keys)  # the store put already waited for the slave (SYNC_MASTER)
-        except BrokerApiError as exc:
+        except BrokerApiError as exc:  # NOT_MASTER: leadership lost during the put
             return api_error_response(cmd, exc)
+        except PutRefused as refused:  # nothing stored
+            remark = PAGECACHE_BUSY_REMARK if refused.status is PutMessageStatus.OS_PAGECACHE_BUSY else refused.detail
+            return cmd.response(PUT_STATUS_REMOTING.get(refused.status, R.SYSTEM_ERROR), remark)
         service.observe("remoting", topic, len(msgs), sum(len(m.body) for m in msgs), t0, r.status)
         header = {"msgId": ",".join(r.msg_ids), "queueId": qid if r.queue_id is None else r.queue_id,
                   "queueOffset": r.queue_offsets[0], **header_extra}
-        code = _SEND_CODES.get(r.status)
-        if code is None:  # never: StoreAccess raises for a put that stored nothing
-            return cmd.response(R.SYSTEM_ERROR, f"UNKNOWN_ERROR {r.status.value}")
-        return cmd.response(code, None, header)
+        return cmd.response(PUT_STATUS_REMOTING.get(r.status, R.SYSTEM_ERROR), None, header)
 
     # ------------------------------------------------------------------ SEND_MESSAGE(_V2), batch
     async def send_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
