@@ -1,7 +1,8 @@
 """Master side of classic HA, one connection: admission (handshake or first report) and HAConnection.
 
 Rules:
-- An accepted socket is *pending* until :meth:`HAConnection._admit` admits it: with
+- An accepted socket is *pending* until :meth:`HAConnection._admit` admits it (the service hears of
+  it through :meth:`ConnectionHost.on_admitted`): with
   ``haAuthToken`` the mutual handshake of :mod:`broker.ha.handshake` (its session MAC then
   guards every report and frame), without a token the first 8-byte report of RocketMQ's own
   protocol. Admission has a deadline (``min(haHandshakeTimeout, haHousekeepingInterval)``) and
@@ -25,7 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.ha.handshake import MAGIC, REFUSE_BUSY, MasterHandshake, SessionMac, encode_refused
 from broker.ha.protocol import (
@@ -39,7 +40,7 @@ from broker.ha.settings import HASettings
 from broker.tasks import wait_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.ha.service import HAService
+    from collections.abc import Callable
 
 log = logging.getLogger("broker.ha")
 
@@ -97,12 +98,37 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+class ConnectionHost(Protocol):
+    """What a connection reads of its service (``HAService``) and the events it reports to it:
+    the connection never touches the service's internals (issue 26.4)."""
+
+    settings: HASettings
+    mapped_file_size: int
+    max_write_bytes: int
+    poll_interval_ms: float
+    commitlog: Any
+    connections: list[HAConnection]
+    clock: Callable[[], float]
+
+    def on_refused(self, address: str, reason: str) -> None:
+        """A peer was refused (counted and logged, rate-limited)."""
+
+    def on_admitted(self, conn: HAConnection) -> None:
+        """A peer passed admission: it is a slave connection now."""
+
+    def on_connections_changed(self) -> None:
+        """A slave sent its first valid report (or went away)."""
+
+    def on_slave_progress(self, offset: int) -> None:
+        """A slave acknowledged the commitlog up to ``offset``."""
+
+
 class HAConnection:
     """One connected slave, as seen by the master (RocketMQ ``HAConnection``)."""
 
     def __init__(
         self,
-        service: "HAService",
+        service: "ConnectionHost",
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -158,7 +184,7 @@ class HAConnection:
         if self.close_reason is not None:
             return
         self.close_reason = reason
-        self.service._refused(self.address, reason)
+        self.service.on_refused(self.address, reason)
         self._closed.set()
         if farewell:  # a few bytes (REFUSED), already flushed by write() into the kernel buffer
             self.writer.write(farewell)
@@ -226,7 +252,7 @@ class HAConnection:
         self._start_machine(mac)
         self.admitted = True
         self.authenticated = mac is not None
-        service._admit(self)
+        service.on_admitted(self)
         return leftover
 
     def snapshot(self, master_max: int) -> dict[str, Any]:
@@ -301,8 +327,8 @@ class HAConnection:
                     if isinstance(ev, SlaveReport):
                         if not self.reported:
                             self.reported = True
-                            service._connections_changed()
-                        service._notify_transfer_some(ev.offset)
+                            service.on_connections_changed()
+                        service.on_slave_progress(ev.offset)
                     elif isinstance(ev, TransferStarted):
                         log.info(
                             "HA slave %s requested offset %d, master transfers from %d",

@@ -43,7 +43,7 @@ Rules:
 
 Theory of operation: ``_handle`` (one task per accepted socket) makes room among the pending
 sockets, then runs an ``HAConnection`` (:mod:`broker.ha.connection`: admission, then the read,
-write and watchdog loops). Reports reach :meth:`HAService._notify_transfer_some`, which raises
+write and watchdog loops). Reports reach :meth:`HAService.on_slave_progress`, which raises
 ``push2slave_max_offset`` and resolves the GroupTransferService waiters (a heap by offset).
 """
 from __future__ import annotations
@@ -166,21 +166,22 @@ class HAService:
             if conn.admitted:
                 log.info("HA connection %s closed (%s)", conn.address, conn.close_reason)
             if conn.reported:
-                self._connections_changed()
+                self.on_connections_changed()
 
-    def _admit(self, conn: HAConnection) -> None:
+    # ---------------------------------------------------------------- connection events (ConnectionHost)
+    def on_admitted(self, conn: HAConnection) -> None:
         if conn in self.pending:
             self.pending.remove(conn)
         self.connections.append(conn)
         log.info("HA connection from %s admitted (%s)", conn.address,
                  "haAuthToken verified" if conn.authenticated else "open protocol, no haAuthToken")
 
-    def _refused(self, address: str, reason: str) -> None:
+    def on_refused(self, address: str, reason: str) -> None:
         """Count a refusal and log it: one line per peer, at most REFUSAL_LOG_BURST per window."""
         self.refused_count += 1
         self._refusal_log.warning("refused", "connection from %s refused: %s", address, reason)
 
-    def _connections_changed(self) -> None:
+    def on_connections_changed(self) -> None:
         pass  # hook point for metrics; connection_count is computed on demand
 
     # ---------------------------------------------------------------- state
@@ -227,7 +228,7 @@ class HAService:
         else:
             loop.call_soon_threadsafe(self.notify_put, next_offset)
 
-    def _notify_transfer_some(self, offset: int) -> None:
+    def on_slave_progress(self, offset: int) -> None:
         if offset <= self._push2slave_max_offset:
             return
         self._push2slave_max_offset = offset
