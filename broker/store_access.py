@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from broker.api.metrics import BrokerMetrics
     from broker.store.commitlog import CommitLog
+    from broker.store.consume_queue import ConsumeQueueStore
     from broker.store.dledger_commitlog import DLedgerCommitLog
     from broker.store.message_store import DefaultMessageStore
 
@@ -168,8 +169,20 @@ class StoreAccess:
 
     # ------------------------------------------------------------------ hooks
     @property
-    def commitlog(self) -> CommitLog | DLedgerCommitLog | None:
-        return self.store.commitlog
+    def commitlog(self) -> CommitLog | DLedgerCommitLog:
+        """The open store's commitlog (a StoreAccess exists only for a loaded store)."""
+        cl = self.store.commitlog
+        if cl is None:
+            raise RuntimeError("the store is not loaded: no commitlog")
+        return cl
+
+    @property
+    def consume_queues(self) -> ConsumeQueueStore:
+        """The open store's ConsumeQueues (a StoreAccess exists only for a loaded store)."""
+        cqs = self.store.consume_queue_store
+        if cqs is None:
+            raise RuntimeError("the store is not loaded: no consume queues")
+        return cqs
 
     @property
     def store_is_dledger(self) -> bool:

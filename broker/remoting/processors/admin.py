@@ -207,10 +207,10 @@ class AdminBrokerProcessor(Processor):
             topic, q = self._tq(cmd)
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
-        return cmd.response(R.SUCCESS, None, {"offset": getattr(self.c.store_access, which)(topic, q)})
+        return cmd.response(R.SUCCESS, None, {"offset": getattr(self.store, which)(topic, q)})
 
     def offset_by_time(self, topic: str, q: int, timestamp: int) -> int:
-        sa = self.c.store_access
+        sa = self.store
         store = sa.store
         lo, hi = sa.min_offset_in_queue(topic, q), sa.max_offset_in_queue(topic, q)
         left, right = lo, hi  # answer in [lo, hi]
@@ -254,7 +254,7 @@ class AdminBrokerProcessor(Processor):
             end = field_int(cmd, "endTimestamp", int(time.time() * 1000) + 1)
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
-        store = self.c.store_access.store
+        store = self.store.store
         index = getattr(store, "index_service", None)
         offsets = list(index.query_offset(topic, key, max_num, begin, end)) if index is not None else []
         bodies = []

@@ -256,7 +256,7 @@ class AdminStatsProcessor(Processor):
         return cmd.response(R.SUCCESS, None, {"version": version}, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def runtime_table(self) -> dict[str, str]:
-        c, sa, st = self.c, self.c.store_access, self.stats
+        c, sa, st = self.c, self.store, self.stats
         store = sa.store
         totals = st.totals()
         put_total, get_total = totals["put"], totals["get"]
@@ -345,20 +345,19 @@ class AdminStatsProcessor(Processor):
 
     # ------------------------------------------------------------------ topics and consumers
     def _queue_stats(self, topic: str, queue_id: int) -> tuple[int, int, int]:
-        sa = self.c.store_access
+        sa = self.store
         lo, hi = sa.min_offset_in_queue(topic, queue_id), sa.max_offset_in_queue(topic, queue_id)
         return max(lo, 0), max(hi, 0), self._store_ts(topic, queue_id, hi - 1)
 
     def _store_ts(self, topic: str, queue_id: int, queue_offset: int) -> int:
         if queue_offset < 0:
             return 0
-        store = self.c.store_access.store
-        cq = store.find_consume_queue(topic, queue_id)
+        cq = self.store.store.find_consume_queue(topic, queue_id)
         unit = cq.get(queue_offset) if cq is not None else None
         if unit is None:
             return 0
         try:
-            return max(0, store.commitlog.pickup_store_timestamp(unit[0], unit[1]))
+            return max(0, self.store.commitlog.pickup_store_timestamp(unit[0], unit[1]))
         except Exception:  # noqa: BLE001 - a damaged record has no timestamp to report
             return 0
 
@@ -391,7 +390,7 @@ class AdminStatsProcessor(Processor):
             if tc is None:
                 continue
             for q in range(tc.read_queue_nums):
-                broker_offset = max(0, self.c.store_access.max_offset_in_queue(t, q))
+                broker_offset = max(0, self.store.max_offset_in_queue(t, q))
                 consumer_offset = max(0, offsets.query_offset(group, t, q))
                 last = self._store_ts(t, q, consumer_offset - 1)
                 parts.append(f"{_mq_key(self.c.broker_name, t, q)}:" + _json(
@@ -419,7 +418,7 @@ class AdminStatsProcessor(Processor):
 
     async def trigger_delete_files(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TRIGGER_DELETE_FILES (27, admin): the next retention rounds delete expired files now."""
-        cleaner = getattr(self.c.store_access.store, "cleaner", None)
+        cleaner = getattr(self.store.store, "cleaner", None)
         if cleaner is None:
             return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
         cleaner.trigger_manual()
@@ -428,7 +427,7 @@ class AdminStatsProcessor(Processor):
     async def get_broker_consume_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         require_found({}, admin_for="every group's offsets")  # as query-all-offsets (broker.remoting.permissions)
         is_order = str(cmd.ext_fields.get("isOrder", "false")).lower() == "true"
-        md, sa = self.c.metadata, self.c.store_access
+        md, sa = self.c.metadata, self.store
         offsets = md.managers["consumerOffset"]
         groups = sorted(md.managers["subscriptionGroup"].subscription_group_table)
         total_diff = 0

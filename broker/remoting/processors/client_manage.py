@@ -197,7 +197,7 @@ class ClientManageProcessor(Processor):
         offset = self.c.metadata.managers["consumerOffset"].query_offset(group, topic, queue_id)
         if offset >= 0:
             return cmd.response(R.SUCCESS, None, {"offset": offset})
-        if self.c.store_access.min_offset_in_queue(topic, queue_id) <= 0:
+        if self.store.min_offset_in_queue(topic, queue_id) <= 0:
             return cmd.response(R.SUCCESS, None, {"offset": 0})
         return cmd.response(R.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 

@@ -25,7 +25,11 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.api.metrics import BrokerMetrics
+    from broker.config.broker_config import BrokerConfig, MessageStoreConfig
+    from broker.metadata_access import MetadataAccessor
     from broker.send_service import SendMessageService
+    from broker.store_access import StoreAccess
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SERVICE_NOT_AVAILABLE_REMARK = (
@@ -45,11 +49,36 @@ class HeaderError(ValueError):
     pass
 
 
+class BrokerHost(Protocol):
+    """What a processor may use of its broker (``BrokerController`` provides it; issue 26.3: the
+    processors' context is typed, and none imports the controller)."""
+
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    cluster_name: str
+    broker_ip: str
+    listen_port: int
+    ha_listen_port: int
+    store_host: tuple[str, int]
+    max_message_size: int
+    started_ms: int
+    broker_config: BrokerConfig
+    store_config: MessageStoreConfig
+    metadata: MetadataAccessor
+    metrics: BrokerMetrics
+    store_access: Optional[StoreAccess]  # None until the store is open and after it closed
+
+    def is_master(self) -> bool: ...
+
+    def check_writable(self) -> None: ...
+
+
 class RemotingContext(Protocol):
     """What a processor may use of the broker's remoting side (``BrokerRemoting`` provides it):
     a narrow contract instead of the object, so no processor imports the module that builds it."""
 
-    controller: Any
+    controller: BrokerHost
     broker_processor: Any  # broker.processor.BrokerProcessor: topic creation, offset-reset checks shared with HTTP
     send_service: SendMessageService  # the send path both doors share (broker.send_service)
     consumers: Any  # client_manage.ConsumerManager: the live clients by group
@@ -67,8 +96,17 @@ class Processor:
         self.ctx = ctx
 
     @property
-    def c(self) -> Any:
+    def c(self) -> BrokerHost:
         return self.ctx.controller
+
+    @property
+    def store(self) -> StoreAccess:
+        """The broker's store; a request racing a stop (or a start) is refused, never an
+        ``AttributeError`` on ``None``."""
+        sa = self.ctx.controller.store_access
+        if sa is None:
+            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
+        return sa
 
 
 def field_str(cmd: RemotingCommand, name: str, default: Optional[str] = None, *, required: bool = False) -> Optional[str]:

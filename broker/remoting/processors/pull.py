@@ -83,7 +83,7 @@ class PullMessageProcessor(Processor):
 
     def _read(self, topic: str, queue_id: int, offset: int, max_num: int,
               tag_filter: Optional[Callable[[int], bool]]) -> Any:
-        return self.c.store_access.store.get_message(topic, queue_id, offset, max_num, tags_filter=tag_filter,
+        return self.store.store.get_message(topic, queue_id, offset, max_num, tags_filter=tag_filter,
                                                      limits=self.limits)
 
     async def pull_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> Optional[RemotingCommand]:
@@ -146,7 +146,7 @@ class PullMessageProcessor(Processor):
                 return cmd.response(R.SYSTEM_BUSY, f"[PULL]too many held pulls ({self.hold.held} in all, "
                                     f"{self.hold.held_by(conn)} on this connection), try again later")
             held = True
-            sa = c.store_access
+            sa = self.store
             await self.hold.wait(topic, queue_id, remaining, lambda: sa.max_offset_in_queue(topic, queue_id) > offset,
                                  conn, nbytes)
             if conn.closed:

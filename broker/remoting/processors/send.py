@@ -260,7 +260,7 @@ class SendMessageProcessor(Processor):
             self.c.check_writable()
         except BrokerApiError as exc:
             return api_error_response(cmd, exc)
-        msg = self.c.store_access.message_at(offset)
+        msg = self.store.message_at(offset)
         if msg is None:
             return cmd.response(R.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)

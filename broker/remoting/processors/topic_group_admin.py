@@ -172,7 +172,7 @@ class TopicGroupAdminProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         md = self.c.metadata
         md.managers["topics"].delete_topic_config(topic)
-        queues = drop_topic_queues(self.c.store_access.store, topic)
+        queues = drop_topic_queues(self.store.store, topic)
         offsets = md.managers["consumerOffset"]
         if offsets.remove_topic(topic):
             offsets.persist()
@@ -219,7 +219,7 @@ class TopicGroupAdminProcessor(Processor):
         tc = self.c.metadata.topic(topic)
         if tc is None:
             return {}, f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
-        sa = self.c.store_access
+        sa = self.store
         offsets = self.c.metadata.managers["consumerOffset"]
         table: dict[int, int] = {}
         for q in range(tc.write_queue_nums):
@@ -308,9 +308,9 @@ class TopicGroupAdminProcessor(Processor):
 
     async def clean_unused_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         require_found({}, admin_for="deleting consume queues")
-        store = self.c.store_access.store
+        store = self.store.store
         keep = {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
-        for topic in store.consume_queue_store.topics:
+        for topic in self.store.consume_queues.topics:
             if topic not in keep and self.c.metadata.topic(topic) is None:
                 n = drop_topic_queues(store, topic)
                 log.info("cleanUnusedTopic: %s, %d consume queues destroyed", topic, n)
@@ -318,16 +318,15 @@ class TopicGroupAdminProcessor(Processor):
 
     async def clean_expired_consume_queue(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         require_found({}, admin_for="deleting consume queue files")
-        store = self.c.store_access.store
-        min_phy = store.commitlog.min_offset
-        deleted = store.consume_queue_store.delete_expired_files(min_phy) if min_phy > 0 else 0
+        min_phy = self.store.commitlog.min_offset
+        deleted = self.store.consume_queues.delete_expired_files(min_phy) if min_phy > 0 else 0
         log.info("cleanExpiredConsumeQueue by %s: %d files below commitlog offset %d deleted", conn.remote_addr,
                  deleted, min_phy)
         return cmd.response(R.SUCCESS)
 
     async def delete_expired_commitlog(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         require_found({}, admin_for="deleting commitlog files")
-        cleaner = getattr(self.c.store_access.store, "cleaner", None)
+        cleaner = getattr(self.store.store, "cleaner", None)
         if cleaner is None:
             return cmd.response(R.SYSTEM_ERROR, "retention is not running on this store")
         cleaner.trigger_manual()
@@ -342,7 +341,7 @@ class TopicGroupAdminProcessor(Processor):
         except HeaderError as exc:
             return cmd.response(R.SYSTEM_ERROR, str(exc))
         require_found({topic: SUB})
-        cq = self.c.store_access.store.consume_queue_store.find_consume_queue(topic, queue_id, create=False)
+        cq = self.store.consume_queues.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return cmd.response(R.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
         body: dict[str, Any] = {"maxQueueIndex": cq.max_offset_in_queue, "minQueueIndex": cq.min_offset_in_queue}
