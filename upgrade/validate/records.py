@@ -57,54 +57,63 @@ def gather(a: np.ndarray, offs: np.ndarray, width: int) -> np.ndarray:
     return block(a, offs, width).view(f">i{width}").ravel().astype(np.int64)
 
 
-def walk_classic(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str, int]:
-    """Record starts from ``p`` while ``p < stop``; returns (starts, end_kind, end_pos).
+@dataclass(frozen=True)
+class Frame:
+    """How one kind of file frames its records, for :func:`walk`: the order of the first two ints
+    (a classic record: TOTALSIZE then magic; a DLedger entry: magic then size), the magics of a
+    record, the end-of-file blank's magic, and the smallest valid size."""
+
+    size_first: bool
+    magics: tuple[int, int]
+    blank: int
+    min_size: int
+
+
+CLASSIC = Frame(size_first=True, magics=(V1, V2), blank=BLANK, min_size=MIN_RECORD)
+DLEDGER = Frame(size_first=False, magics=(DL_MAGIC, DL_MAGIC), blank=DL_BLANK, min_size=DL_HEADER + 1)
+
+
+def walk(mm: Any, p: int, stop: int, limit: int, frame: Frame) -> tuple[list[int], str, int]:
+    """Record (or entry) starts from ``p`` while ``p < stop``; returns (starts, end_kind, end_pos).
 
     end_kind: ``range`` (reached stop), ``blank``, ``zeros``, ``break`` (unparseable header at
-    end_pos) or ``overrun`` (fewer than 8 bytes left before ``limit``, the file end).
+    end_pos) or ``overrun`` (fewer than 8 bytes left before ``limit``, the file end). The one
+    walker of the validator: the file kind is the :class:`Frame` it is given.
     """
     starts: list[int] = []
     unpack = PAIR.unpack_from
     append = starts.append
+    size_first, blank, min_size = frame.size_first, frame.blank, frame.min_size
+    m1, m2 = frame.magics  # two record magics (a DLedger entry has one: given twice)
     while p < stop:
         if p + 8 > limit:
             return starts, "overrun", p
-        size, magic = unpack(mm, p)
-        if magic == V1 or magic == V2:
-            if size < MIN_RECORD or p + size > limit:
+        if size_first:
+            size, magic = unpack(mm, p)
+        else:
+            magic, size = unpack(mm, p)
+        if magic == m1 or magic == m2:
+            if size < min_size or p + size > limit:
                 return starts, "break", p
             append(p)
             p += size
-        elif magic == BLANK:
+        elif magic == blank:
             return starts, "blank", p
         elif size == 0 and magic == 0:
             return starts, "zeros", p
         else:
             return starts, "break", p
     return starts, "range", p
+
+
+def walk_classic(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str, int]:
+    """:func:`walk` over a classic commitlog file."""
+    return walk(mm, p, stop, limit, CLASSIC)
 
 
 def walk_dledger(mm: Any, p: int, stop: int, limit: int) -> tuple[list[int], str, int]:
-    """Entry starts from ``p`` while ``p < stop`` (same end kinds as :func:`walk_classic`)."""
-    starts: list[int] = []
-    unpack = PAIR.unpack_from
-    append = starts.append
-    while p < stop:
-        if p + 8 > limit:
-            return starts, "overrun", p
-        magic, size = unpack(mm, p)
-        if magic == DL_MAGIC:
-            if size <= DL_HEADER or p + size > limit:
-                return starts, "break", p
-            append(p)
-            p += size
-        elif magic == DL_BLANK:
-            return starts, "blank", p
-        elif size == 0 and magic == 0:
-            return starts, "zeros", p
-        else:
-            return starts, "break", p
-    return starts, "range", p
+    """:func:`walk` over a DLedger data file."""
+    return walk(mm, p, stop, limit, DLEDGER)
 
 
 def _chain_ok(mm: Any, p: int, limit: int, depth: int = 3) -> bool:
