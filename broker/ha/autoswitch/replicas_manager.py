@@ -39,8 +39,10 @@ States (Apache's ``State``), each entered only through :data:`NEXT_STATE`:
   master epoch naming a master changes the role; a newer epoch with no master asks for an
   election; the same epoch on a master takes a newer SyncStateSet; ``CONTROLLER_BROKER_METADATA_NOT_EXIST``
   registers again. The master checks its SyncStateSet every ``check_sync_state_set_period_ms``
-  (``maybeShrinkSyncStateSet`` plus itself) and sends any change, and any set the HA service
-  proposes, as ``CONTROLLER_ALTER_SYNC_STATE_SET`` (one at a time, the latest proposal waiting).
+  (``maybeShrinkSyncStateSet`` plus itself; also at once when it becomes master) and sends any
+  change, and any set the HA service proposes once ``RUNNING`` (Apache registers that listener at
+  the end of startBasicService), as ``CONTROLLER_ALTER_SYNC_STATE_SET`` (one at a time, the latest
+  proposal waiting).
 - ``SHUTDOWN``: every event is ignored.
 
 In every state after INITIAL: ``CONTROLLER_GET_METADATA_INFO`` every
@@ -170,8 +172,8 @@ class ReplicasManager:
                 out.insert(0, Problem(f"broker metadata file: {event.reason or 'write failed'}"))
         elif isinstance(event, RoleChangeNotified):
             out = self._notified(event)
-        elif isinstance(event, SyncStateSetProposed):
-            out = self._propose(event.members, event.now_ms)
+        elif isinstance(event, SyncStateSetProposed):  # the listener is registered once RUNNING
+            out = self._propose(event.members, event.now_ms) if self.state is State.RUNNING else []
         elif isinstance(event, Shutdown):
             self.state, self.register_state = State.SHUTDOWN, RegisterState.INITIAL
             self._pending.clear()
@@ -298,7 +300,8 @@ class ReplicasManager:
             return self._send(_Pending(p.code, p.header, p.body, leader, p.redirects + 1, p.hops))
         if self.leader == p.address or not leader:
             self.leader = None
-        self._cursor += 1
+        addrs = self.config.controller_addresses
+        self._cursor = (addrs.index(p.address) if p.address in addrs else self._cursor) + 1
         if p.hops + 1 >= len(self.config.controller_addresses):
             return None
         return self._send(_Pending(p.code, p.header, p.body, self._target(), p.redirects, p.hops + 1))
@@ -560,7 +563,7 @@ class ReplicasManager:
 
     def _propose(self, members: frozenset[int], now: int) -> list[Action]:
         """``doReportSyncStateSetChanged``: one alteration in flight, the latest one waiting."""
-        if not self.is_master or self.broker_id is None or self.state is not State.RUNNING:
+        if not self.is_master or self.broker_id is None:
             return []
         if self._alter_in_flight:
             self._alter_queued = members
