@@ -39,7 +39,8 @@ States (Apache's ``State``), each entered only through :data:`NEXT_STATE`:
   master epoch naming a master changes the role; a newer epoch with no master asks for an
   election; the same epoch on a master takes a newer SyncStateSet; ``CONTROLLER_BROKER_METADATA_NOT_EXIST``
   registers again. The master checks its SyncStateSet every ``check_sync_state_set_period_ms``
-  (``maybeShrinkSyncStateSet`` plus itself; also at once when it becomes master) and sends any
+  (``maybeShrinkSyncStateSet`` plus itself; also on the first event after it became master, so
+  the HA service has carried out the change first, as Apache's executor task) and sends any
   change, and any set the HA service proposes once ``RUNNING`` (Apache registers that listener at
   the end of startBasicService), as ``CONTROLLER_ALTER_SYNC_STATE_SET`` (one at a time, the latest
   proposal waiting).
@@ -510,8 +511,9 @@ class ReplicasManager:
         if not unchanged:
             self.is_master = True
             self.master_address, self.master_broker_id = self.config.broker_address, self.broker_id
-            self._at(_Timer.CHECK_SYNC_STATE_SET, now + self.config.first_task_delay_ms)
-        return out + self._check_sync_state_set(now)
+        # checkSyncStateSetAndDoReport, submitted to run after the change (see the rules)
+        self._at(_Timer.CHECK_SYNC_STATE_SET, now + 1)
+        return out
 
     def _change_to_slave(self, master_address: Optional[str], epoch: int, master_id: int) -> list[Action]:
         self.master_epoch = epoch

@@ -11,6 +11,7 @@ import pytest
 
 from broker.ha.autoswitch.metadata_file import BrokerMetadata, TempBrokerMetadata
 from broker.ha.autoswitch.replicas_manager import ReplicasManager
+from broker.ha.autoswitch.sync_state import SyncStateSet as HASyncStateSet
 from broker.ha.autoswitch.replicas_messages import (
     Action, Answered, CallFailed, ChangeSyncStateSet, ChangeToMaster, ChangeToSlave, ClearTempMetadata,
     ControllerCall, Event, FileDone, Problem, RegisterState, ReplicasConfig, RoleChangeNotified, SendHeartbeat,
@@ -125,9 +126,9 @@ def electing() -> ReplicasManager:
 
 
 def elect_answer(master: int, address: str, epoch: int, members: tuple[int, ...], sse_epoch: int,
-                 code: int = RC.SUCCESS) -> Answered:
+                 code: int = RC.SUCCESS, now: int = 0) -> Answered:
     return ans(3, ElectMasterResponseHeader(master, address, epoch, sse_epoch),
-               ElectMasterResponseBody(members).encode(), code)
+               ElectMasterResponseBody(members).encode(), code, now)
 
 
 def running_slave() -> ReplicasManager:
@@ -289,10 +290,11 @@ def test_the_master_sends_one_alteration_at_a_time_and_the_latest_waiting_one_af
 def test_becoming_master_checks_the_set_at_once() -> None:
     rm = electing()
     rm.ha = HA(frozenset({2}))  # the HA service already counts slave 2 in
-    out = shown(rm.handle(elect_answer(1, ME, 3, (1,), 1)))
-    assert out == [ChangeSyncStateSet(frozenset({1}), 1), ChangeToMaster(3, frozenset({1}), 1),
-                   call(4, C1, Q.CONTROLLER_ALTER_SYNC_STATE_SET, AlterSyncStateSetRequestHeader("b", 1, 3),
-                        SyncStateSet((1, 2), 1)), SetFenced(False)]
+    out = shown(rm.handle(elect_answer(1, ME, 3, (1,), 1, now=10)))
+    assert out == [ChangeSyncStateSet(frozenset({1}), 1), ChangeToMaster(3, frozenset({1}), 1), SetFenced(False)]
+    # the check runs on the next event, once the driver has carried the change out
+    assert shown(rm.handle(Tick(11))) == [call(4, C1, Q.CONTROLLER_ALTER_SYNC_STATE_SET,
+                                               AlterSyncStateSetRequestHeader("b", 1, 3), SyncStateSet((1, 2), 1))]
 
 
 def test_the_periodic_check_reports_a_shrunk_set_with_the_master_in_it() -> None:
@@ -423,3 +425,45 @@ def test_answers_nobody_waits_for_are_dropped() -> None:
     rm = running_slave()
     assert rm.handle(ans(99, GetReplicaInfoResponseHeader(3, THIRD, 9), sse((3,), 9))) == []
     assert rm.master_epoch == 3
+
+
+def test_the_real_sync_state_shrink_becomes_an_alteration_and_its_answer_the_new_set() -> None:
+    ha_set = HASyncStateSet(1, ha_max_time_slave_not_catchup_ms=15000)
+
+    class View(HA):
+        def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
+            return ha_set.maybe_shrink(now_ms)[0]
+
+    rm = electing()
+    rm.ha = View()
+    out = rm.handle(elect_answer(1, ME, 3, (1, 2), 1, now=0))
+    for a in out:  # the driver: the HA service takes the controller's set
+        if isinstance(a, ChangeSyncStateSet):
+            ha_set.set_sync_state_set(a.sync_state_set, 0)
+    ha_set.update_connection_last_caught_up_time(2, 100)
+    assert _calls(rm.handle(Tick(200))) == []  # slave 2 caught up recently: nothing to report
+    now = 100 + 15000 + CFG.check_sync_state_set_period_ms
+    # behind for more than haMaxTimeSlaveNotCatchup: shrink
+    alters = [a for a in _calls(rm.handle(Tick(now))) if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
+    assert alters == [call(alters[0].rid, C1, Q.CONTROLLER_ALTER_SYNC_STATE_SET,
+                           AlterSyncStateSetRequestHeader("b", 1, 3), SyncStateSet((1,), 1))]
+    assert shown(rm.handle(ans(alters[0].rid, None, sse((1,), 2), now=now))) == [ChangeSyncStateSet(frozenset({1}), 2)]
+    assert rm.sync_state_set == frozenset({1})
+
+
+def test_a_failed_temp_write_retries_from_get_next_broker_id() -> None:
+    rm = next_id_asked()
+    rm.handle(ans(2, GetNextBrokerIdResponseHeader("c", "b", 1), now=7))
+    assert [type(a) for a in shown(rm.handle(FileDone(7, ok=False, reason="disk full")))] == [Problem]
+    assert rm.temp is None
+    out = _calls(rm.handle(Tick(7 + CFG.register_backoff_ms)))
+    assert [a.code for a in out] == [Q.CONTROLLER_GET_NEXT_BROKER_ID]
+
+
+def test_a_failed_metadata_write_keeps_the_temp_file_and_applies_the_same_id_again() -> None:
+    rm = applied()
+    assert [type(a) for a in shown(rm.handle(FileDone(8, ok=False)))] == [Problem]
+    assert rm.broker_id is None and rm.temp is not None
+    out = _calls(rm.handle(Tick(8 + CFG.register_backoff_ms)))
+    assert out == [call(out[0].rid, C1, Q.CONTROLLER_APPLY_BROKER_ID,
+                        ApplyBrokerIdRequestHeader("c", "b", 1, f"{ME};7"))]
