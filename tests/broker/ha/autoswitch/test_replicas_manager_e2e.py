@@ -1,20 +1,22 @@
 """ReplicasManager end to end, in process: two brokers' state machines driven over our remoting
 client against a real one-member ``ControllerProcess`` (DLedger group of one, its remoting door on a
 free port): both apply for ids, write their brokerIdentity files, register, heartbeat; one is
-elected master and the other follows it. The driver here is the smallest asyncio loop that runs the
+elected master and the other follows it; then the master, having let the slave into its
+SyncStateSet, dies and the slave takes over in epoch 2. The driver here is the smallest asyncio loop that runs the
 machine's actions (calls awaited one at a time, files through ``metadata_file``)."""
 from __future__ import annotations
 
 import asyncio
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from broker.ha.autoswitch.metadata_file import BrokerMetadata, broker_metadata_file, temp_broker_metadata_file
 from broker.ha.autoswitch.replicas_manager import ReplicasManager
 from broker.ha.autoswitch.replicas_messages import (
     Action, Answered, CallFailed, ChangeToMaster, ChangeToSlave, ClearTempMetadata, ControllerCall, Event,
-    FileDone, ReplicasConfig, SendHeartbeat, Start, State, Tick, WriteMetadata, WriteTempMetadata,
+    FileDone, ReplicasConfig, SendHeartbeat, Shutdown, Start, State, SyncStateSetProposed, Tick, WriteMetadata,
+    WriteTempMetadata,
 )
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
@@ -98,6 +100,44 @@ class Driver:
     async def close(self) -> None:
         for c in self.clients.values():
             await c.close()
+        self.clients.clear()
+
+
+async def run_until(brokers: list[Driver], what: str, done: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, (what, [(b.rm.state, b.log[-3:]) for b in brokers])
+        for b in brokers:
+            await b.feed(Tick(now_ms()))
+        await asyncio.sleep(0.05)
+
+
+class Setup:
+    """A one-member controller with its door, and two broker drivers (not started)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        dport, door_port = free_ports(2)
+        self.door = f"127.0.0.1:{door_port}"
+        cfg = parse_config(
+            f"controllerDLegerPeers=n0-127.0.0.1:{dport}\ncontrollerDLegerSelfId=n0\n"
+            f"controllerStorePath={tmp_path / 'ctl'}\nmappedFileSize=1048576\ncontrollerDLegerAllowInsecure=true\n"
+            f"controllerAllowInsecure=true\nlistenPort={door_port}\ncontrollerRemotingPeers=n0-{self.door}\n"
+            "bindAddress=127.0.0.1\nscanNotActiveBrokerInterval=200\n")
+        self.proc = ControllerProcess(cfg, None)
+        self.brokers = [Driver(f"127.0.0.1:{p}", self.door, tmp_path / f"broker{i}")
+                        for i, p in enumerate(free_ports(2))]
+
+    async def start_all(self) -> None:
+        await self.proc.start()
+        await run_until([], "the controller leads", lambda: self.proc.controller.is_leader_ready)
+        for b in self.brokers:
+            await b.feed(Start(now_ms(), b.meta.read(), b.temp.read()))
+        await run_until(self.brokers, "both RUNNING", lambda: all(b.rm.state is State.RUNNING for b in self.brokers))
+
+    async def stop(self) -> None:
+        for b in self.brokers:
+            await b.close()
+        await self.proc.stop()
 
 
 def test_two_brokers_register_and_one_becomes_master_the_other_its_slave(tmp_path: Path) -> None:
@@ -105,35 +145,16 @@ def test_two_brokers_register_and_one_becomes_master_the_other_its_slave(tmp_pat
 
 
 async def _two_brokers(tmp_path: Path) -> None:
-    dport, door_port = free_ports(2)
-    door = f"127.0.0.1:{door_port}"
-    cfg = parse_config(
-        f"controllerDLegerPeers=n0-127.0.0.1:{dport}\ncontrollerDLegerSelfId=n0\ncontrollerStorePath={tmp_path / 'ctl'}\n"
-        f"mappedFileSize=1048576\ncontrollerDLegerAllowInsecure=true\ncontrollerAllowInsecure=true\n"
-        f"listenPort={door_port}\ncontrollerRemotingPeers=n0-{door}\nbindAddress=127.0.0.1\n")
-    proc = ControllerProcess(cfg, None)
-    await proc.start()
-    brokers = [Driver(f"127.0.0.1:{p}", door, tmp_path / f"broker{i}") for i, p in enumerate(free_ports(2))]
+    setup = Setup(tmp_path)
+    brokers, proc = setup.brokers, setup.proc
     try:
-        deadline = time.monotonic() + 20.0
-        while not proc.controller.is_leader_ready:
-            assert time.monotonic() < deadline, "the controller never became leader"
-            await asyncio.sleep(0.02)
-        for b in brokers:
-            await b.feed(Start(now_ms(), b.meta.read(), b.temp.read()))
-        while not all(b.rm.state is State.RUNNING for b in brokers):
-            assert time.monotonic() < deadline, [(b.rm.state, b.log[-3:]) for b in brokers]
-            for b in brokers:
-                await b.feed(Tick(now_ms()))
-            await asyncio.sleep(0.05)
+        await setup.start_all()
         for _ in range(4):  # a few more periods: nothing flips
             for b in brokers:
                 await b.feed(Tick(now_ms()))
             await asyncio.sleep(0.1)
     finally:
-        for b in brokers:
-            await b.close()
-        await proc.stop()
+        await setup.stop()
     ids = sorted(b.rm.broker_id for b in brokers if b.rm.broker_id is not None)
     assert ids == [1, 2]
     for b in brokers:
@@ -151,3 +172,30 @@ async def _two_brokers(tmp_path: Path) -> None:
     replicas = proc.controller.replicas.replica_info_table["b"]
     assert {i: replicas.broker_address(i) for i in ids} == {b.rm.broker_id: b.rm.config.broker_address
                                                            for b in brokers}
+
+
+def test_the_slave_in_the_sync_state_set_takes_over_when_the_master_goes(tmp_path: Path) -> None:
+    asyncio.run(_failover(tmp_path))
+
+
+async def _failover(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    try:
+        await setup.start_all()
+        master = next(b for b in setup.brokers if b.rm.is_master)
+        slave = next(b for b in setup.brokers if b is not master)
+        assert master.rm.broker_id is not None and slave.rm.broker_id is not None
+        both = frozenset({master.rm.broker_id, slave.rm.broker_id})
+        # the HA service saw the slave catch up: the master asks the controller to let it in
+        await master.feed(SyncStateSetProposed(now_ms(), both))
+        await run_until(setup.brokers, "the slave joined the SyncStateSet", lambda: master.rm.sync_state_set == both)
+        # the master dies: its connections close, it heartbeats no more
+        await master.close()
+        master.rm.handle(Shutdown(now_ms()))
+        await run_until([slave], "the slave became master", lambda: slave.rm.is_master)
+    finally:
+        await setup.stop()
+    promoted = [a for a in slave.log if isinstance(a, ChangeToMaster)]
+    assert len(promoted) == 1 and promoted[0].new_master_epoch == 2
+    assert slave.rm.master_broker_id == slave.rm.broker_id
+    assert [a.master_epoch for a in slave.log if isinstance(a, ChangeToSlave)] == [1]
