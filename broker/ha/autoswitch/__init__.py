@@ -17,4 +17,7 @@ Modules (nothing is imported here):
 - ``service``         asyncio master (``AutoSwitchHAService``): accepts slaves, transfers from a
   classic CommitLog's ``get_data``, keeps the SyncStateSet; optional haAuthToken handshake.
 - ``client``          asyncio slave (``AutoSwitchHAClient``): connects, truncates, appends.
+- ``replicas_manager`` Apache's ``ReplicasManager`` as a sans-I/O state machine: the crash-safe
+  broker-id registration, heartbeats, elections, role changes and SyncStateSet alterations,
+  with the controller's requests as actions; ``replicas_messages`` its events and actions.
 """
