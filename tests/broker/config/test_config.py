@@ -101,10 +101,17 @@ def test_dledger_conf_and_apache_only_key_warns(caplog):
 
 
 def test_shipped_conf_files_parse():
-    files = sorted((REPO / "conf").rglob("*.conf"))
-    assert files
-    for path in files:
+    """Every shipped broker conf parses as a broker conf; conf/controller/ holds controller confs
+    (another key set, ``controller.config``): each parses and validates as one."""
+    from controller.config import load_config, validate  # noqa: WPS433
+
+    brokers = sorted(p for p in (REPO / "conf").rglob("*.conf") if p.parent.name != "controller")
+    controllers = sorted((REPO / "conf" / "controller").glob("*.conf"))
+    assert brokers and len(controllers) == 3
+    for path in brokers:
         load_conf(path)
+    for path in controllers:
+        validate(load_config(str(path)), str(path))
 
 
 @pytest.mark.parametrize(
