@@ -39,12 +39,11 @@ holds the values; :func:`load_config` parses text through ``broker.config.java_p
 """
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-from broker.config.java_properties import ConfigError, parse_properties, read_properties_file
+from broker.config.java_properties import ConfigError, nearest_key_hint, parse_properties, read_properties_file
 from broker.security_policy import is_loopback
 from dledger.rpc.framing import parse_peers
 
@@ -160,11 +159,7 @@ assert set(_JAVA_OF) == {f.name for f in fields(ControllerConfig)}
 
 
 def nearest_key(key: str) -> str:
-    lower = {k.lower(): k for k in KEYS}
-    if key.lower() in lower:
-        return f"; did you mean {lower[key.lower()]!r}?"
-    close = difflib.get_close_matches(key, sorted(KEYS), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return nearest_key_hint(key, KEYS)
 
 
 def _value(kind: str, key: str, raw: str, where: str) -> Any:

@@ -24,7 +24,6 @@ where it came from (for later error messages), applies the derived defaults and 
 """
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from broker.config.broker_config import (
     _PEER_ID, FIELD_BY_KEY, BrokerConfig, BrokerRole, MessageStoreConfig, Owner,
 )
 from broker.config.config_keys import APACHE_KEYS
-from broker.config.java_properties import ConfigError, escape_property, parse_properties
+from broker.config.java_properties import ConfigError, escape_property, nearest_key_hint, parse_properties
 
 __all__ = ["ConfigError", "KNOWN_KEYS", "ParsedConf", "load_conf", "parse_conf", "to_conf", "to_properties",
            "validate_conf"]
@@ -101,11 +100,7 @@ class ParsedConf:
 
 
 def _suggest(key: str) -> str:
-    lower = {k.lower(): k for k in KNOWN_KEYS}
-    if key.lower() in lower:
-        return f"; did you mean {lower[key.lower()]!r}?"
-    close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return nearest_key_hint(key, KNOWN_KEYS)
 
 
 def parse_conf(text: str, source: str = "<string>", *, validate: bool = True) -> ParsedConf:

@@ -5,6 +5,9 @@ Rules:
   ``#``/``!`` comment lines; a line ending in an odd number of backslashes continues on the next
   (whose leading whitespace is dropped); escapes ``\\t \\n \\r \\f \\uXXXX`` and ``\\<c>`` -> ``c``;
   whitespace around keys and before values is dropped.
+- :func:`nearest_key_hint` is how every conf reader of the project (broker, name server,
+  controller) says which known key a typo meant: the same key in another case first, else the
+  closest by ``difflib`` (cutoff 0.6), else nothing.
 - :func:`escape_property` is ``Properties.store``'s escaping with non-ASCII as ``\\uXXXX``, so a
   file we write reads back equal in Java (ISO-8859-1) and here (UTF-8).
 
@@ -14,7 +17,9 @@ unescapes both); here errors become :class:`ConfigError` naming file and line.
 """
 from __future__ import annotations
 
+import difflib
 import os
+from typing import Iterable
 
 from dledger.store.properties import PropertiesError, parse_properties_lines
 
@@ -63,3 +68,11 @@ def escape_property(s: str, is_key: bool) -> str:
     return "".join(out)
 
 
+def nearest_key_hint(key: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the known key a typo most likely meant, or ``""``."""
+    keys = sorted(known)
+    lower = {k.lower(): k for k in keys}
+    if key.lower() in lower:
+        return f"; did you mean {lower[key.lower()]!r}?"
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
