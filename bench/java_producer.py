@@ -21,7 +21,8 @@ DLedger group; ``classic``: a SYNC_MASTER + SLAVE pair), one after the other:
 One JSON row per (impl, mode, threads), keys: ``impl, mode, threads, msgs_per_s`` (messages
 stored during the run, from ``mqadmin topicStatus`` offsets, per second of wall time), ``tool_tps``
 (mean of the tool's steady lines), ``avg_rt_ms``, ``max_rt_ms``, ``failed_sends`` (the tool's
-send + response failures), ``cpu_us_per_msg`` (utime + stime of every broker process, /proc),
+send + response failures), ``cpu_us_per_msg`` (utime + stime of every broker process, /proc;
+``cpu_us_per_msg_by_broker`` splits it per broker: master and slave, or each DLedger member),
 ``leader_changes`` (elections won during the run, counted in the brokers' logs; 0 for a classic
 pair by construction). Run, not asserted: targets live in the issue, not in tests.
 
@@ -221,9 +222,12 @@ def _plain_conf(path: Path, kv: dict[str, Any]) -> Path:
     return path
 
 
-def _profilers(setup: Setup, topic: str, seconds: float, out: Optional[Path]) -> list[subprocess.Popen[bytes]]:
+def _profilers(setup: Setup, topic: str, seconds: float, out: Optional[Path],
+               native: bool = False) -> list[subprocess.Popen[bytes]]:
     """``py-spy record`` on each of our brokers for the run (``--profile DIR``): one collapsed-stack
-    file per broker, named after the row (``bench/profile_top.py`` sums it)."""
+    file per broker, named after the row (``bench/profile_top.py`` sums it). ``native``
+    (``--profile-native``): also the C frames (uvloop, the mypyc-compiled modules), which
+    otherwise count as their caller's self time; py-spy then pauses the broker per sample."""
     if out is None or setup.impl != "ours":
         return []
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -232,7 +236,8 @@ def _profilers(setup: Setup, topic: str, seconds: float, out: Optional[Path]) ->
     for b in setup.brokers:
         stem = out / f"{setup.mode}-{topic}-{b.name}"
         procs.append(subprocess.Popen([spy, "record", "-p", str(b.p.pid), "-d", str(int(seconds)), "-r", "97",
-                                       "-f", "raw", "-o", f"{stem}.txt", "--nonblocking"],
+                                       "-f", "raw", "-o", f"{stem}.txt",
+                                       *(["--native", "--threads"] if native else ["--nonblocking"])],
                                       stdout=subprocess.DEVNULL, stderr=open(f"{stem}.spy.log", "wb")))
     return procs
 
@@ -266,11 +271,13 @@ def _conf_value(path: Path, key: str) -> str:
 
 
 def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
-                 profile: Optional[Path] = None, transfer_every: float = 0.0) -> dict[str, Any]:
+                 profile: Optional[Path] = None, transfer_every: float = 0.0,
+                 native: bool = False) -> dict[str, Any]:
     out_path = setup.work / f"producer-{topic}.out"
     env = dict(os.environ, JAVA_OPT=f"-Xms1g -Xmx1g -Duser.home={setup.work / 'producer-home'}")
     o0, c0, e0, t0 = setup.stored(topic), setup.cpu_s(), setup.elections(), time.monotonic()
-    spies = _profilers(setup, topic, seconds, profile)
+    each0 = [b.cpu_s() for b in setup.brokers]
+    spies = _profilers(setup, topic, seconds, profile, native)
     transfers = Transfers(setup, transfer_every) if transfer_every > 0 and setup.impl == "ours" \
         and setup.mode == "dledger" else None
     if transfers is not None:
@@ -291,6 +298,7 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
         transfers.stop_event.set()
         transfers.join(60)
     wall, c1, e1 = time.monotonic() - t0, setup.cpu_s(), setup.elections()
+    each = {b.name: round(b.cpu_s() - c, 2) for b, c in zip(setup.brokers, each0)}
     for spy in spies:
         try:
             spy.wait(30)
@@ -303,6 +311,7 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             "tool_tps": tool["tps"], "avg_rt_ms": tool["avg_rt_ms"], "max_rt_ms": tool["max_rt_ms"],
             "failed_sends": tool["failed"], "cpu_us_per_msg": round((c1 - c0) * 1e6 / msgs, 1) if msgs else None,
             "leader_changes": e1 - e0 if setup.mode == "dledger" else 0, "messages": msgs, "seconds": round(wall, 1),
+            "cpu_us_per_msg_by_broker": {k: round(v * 1e6 / msgs, 1) if msgs else None for k, v in each.items()},
             **({"transfers": transfers.done} if transfers is not None else {})}
 
 
@@ -340,6 +349,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="ours, DLedger: forwardSendsToLeader=false (followers refuse sends, as before issue 22.4)")
     ap.add_argument("--profile", type=Path, help="py-spy each of our brokers during each row into this folder "
                     "(collapsed stacks; adds the sampler's own CPU to the row)")
+    ap.add_argument("--profile-native", action="store_true",
+                    help="with --profile: py-spy --native --threads (C frames too: uvloop, compiled modules)")
     args = ap.parse_args(argv)
     threads = [32] if args.quick else [int(t) for t in args.threads.split(",")]
     seconds = 20.0 if args.quick else args.seconds
@@ -358,7 +369,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for th in threads:
                     topic = f"Bench{impl.capitalize()}{mode.capitalize()}{th}"
                     setup.create_topic(topic)
-                    row = run_producer(setup, topic, th, seconds, args.profile, args.transfer_every)
+                    row = run_producer(setup, topic, th, seconds, args.profile, args.transfer_every,
+                                       args.profile_native)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
