@@ -16,6 +16,14 @@ Rules:
   GroupTransferService) may turn PUT_OK into FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE.
 - The record parser is the method :meth:`parse_record`; a DLedger commitlog overrides it (and
   the write path) and keeps reading the old classic files through this class.
+- A store migrated from DLedger mode (``commitlog_regions``) gives this class its frozen
+  regions (:class:`FrozenRegions`) and ``classic_from``: the files owned here start there (max
+  offset ``classic_from`` while there is none), ``min_offset`` is the oldest region's, reads by
+  offset below ``classic_from`` (:meth:`get_message`, :meth:`get_record`,
+  :meth:`look_message_by_offset`, :meth:`pickup_store_timestamp`) go to the regions, and
+  :meth:`get_data` (what HA ships and dispatch reads), :meth:`append_data`,
+  :meth:`truncate_dirty_files` and :meth:`reset_offset` refuse offsets below it: HA never ships
+  nor rewrites a frozen byte. Retention deletes frozen files (oldest first) before owned ones.
 
 Theory of operation: encoding (CRC, struct packing) happens outside the lock into one
 bytearray (``encode_batch``). Inside the lock only the per-message patch of QUEUEOFFSET,
@@ -55,6 +63,7 @@ from broker.tasks import wait_for
 
 if TYPE_CHECKING:
     from broker.store.checkpoint import StoreCheckpoint
+    from broker.store.region_seam import FrozenRegions
     from broker.store.page_crc import PageChecksums
     from broker.store.store_host import StoreHost
 
@@ -104,6 +113,7 @@ class CommitLog:
         warm_mapped_file: bool = False,
         check_crc_on_recover: bool = True,
         delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS,
+        regions: FrozenRegions | None = None,
     ) -> None:
         if flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ValueError(f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, got {flush_disk_type!r}")
@@ -116,7 +126,11 @@ class CommitLog:
         self.delay_levels = tuple(delay_levels)
         self.checkpoint = checkpoint
         self.allocate_service = AllocateMappedFileService(warm=warm_mapped_file)
-        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size, self.allocate_service)
+        self.regions = regions
+        self.classic_from = regions.classic_from if regions is not None else 0
+        self._refused_logged = -1  # the last refused HA read logged (one line per offset)
+        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size, self.allocate_service,
+                                                 first_file_offset=self.classic_from)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._put_lock = threading.Lock()
         self._confirm_offset = -1
@@ -147,6 +161,8 @@ class CommitLog:
 
     def load(self) -> None:
         self.mapped_file_queue.load()
+        if self.regions is not None:  # the store has set the read guard by now
+            self.regions.configure_reads(self.verify_reads, self.node_label, self.corruption)
         # no file: the (zero) positions are already true; otherwise recovery must set them first
         self.flush_service.recovered = not self.mapped_file_queue.mapped_files
 
@@ -161,6 +177,8 @@ class CommitLog:
         self.flush_service.shutdown()
         self.allocate_service.shutdown()
         self.mapped_file_queue.shutdown()
+        if self.regions is not None:
+            self.regions.close()
         self._started = False
 
     def flush(self) -> int:
@@ -185,6 +203,10 @@ class CommitLog:
     # --- offsets ----------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
+        if self.regions is not None:
+            frozen = self.regions.min_offset
+            if frozen >= 0:
+                return frozen
         first = self.mapped_file_queue.first()
         return first.file_from_offset if first is not None else -1
 
@@ -422,6 +444,10 @@ class CommitLog:
 
     def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
         """HA slave: append raw commitlog bytes that must land exactly at the current max offset."""
+        if start_offset < self.classic_from:
+            log.error("append_data at %d refused: below classicFrom %d (the frozen regions are never written)",
+                      start_offset, self.classic_from)
+            return False
         with self._put_lock:
             mfq = self.mapped_file_queue
             if start_offset != mfq.get_max_wrote_position() and mfq.last() is not None:
@@ -447,6 +473,9 @@ class CommitLog:
     # --- reading ----------------------------------------------------------------------------
     def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
         """Committed bytes from ``offset`` to the readable end of its file."""
+        if offset < self.classic_from:
+            self._refuse_below(offset)
+            return None
         if return_first_on_not_found is None:
             return_first_on_not_found = offset == 0
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, return_first_on_not_found)
@@ -458,10 +487,19 @@ class CommitLog:
             return None
         return SelectMappedBufferResult(mf.file_from_offset + pos, view, mf)
 
+    def _refuse_below(self, offset: int) -> None:
+        if self._refused_logged != offset:
+            self._refused_logged = offset
+            log.warning("read of commitlog bytes at %d refused: below classicFrom %d, the frozen regions of this "
+                        "migrated store are never shipped by HA (a replica gets them from its own copy or "
+                        "`mqupgrade reseed`)", offset, self.classic_from)
+
     def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
                     ) -> memoryview | None:
         """The ``size`` bytes of the record at ``offset``, verified (``broker.store.verify``);
         ``checked_pages``: pages already checked by this pull (each is checked once per pull)."""
+        if self.regions is not None and offset < self.classic_from:
+            return self.regions.get_message(offset, size, checked_pages)
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
         if mf is None:
             return None
@@ -474,6 +512,8 @@ class CommitLog:
     def get_record(self, offset: int) -> memoryview | None:
         """The whole record at ``offset`` (its size read from its TOTALSIZE), verified; None if
         no readable record starts there. Lookups by msgId and key read through here."""
+        if self.regions is not None and offset < self.classic_from:
+            return self.regions.get_record(offset)
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
@@ -512,12 +552,19 @@ class CommitLog:
 
     # --- maintenance ------------------------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
+        if offset < self.classic_from:
+            log.error("truncate_dirty_files(%d) refused: below classicFrom %d (the frozen regions are never "
+                      "truncated)", offset, self.classic_from)
+            return
         with self._put_lock:
             if self.checkpoint is not None:
                 self.checkpoint.clamp_verified(offset)
             self.mapped_file_queue.truncate_dirty_files(offset)
 
     def reset_offset(self, offset: int) -> bool:
+        if offset < self.classic_from:
+            log.error("reset_offset(%d) refused: below classicFrom %d", offset, self.classic_from)
+            return False
         with self._put_lock:
             if self.checkpoint is not None:
                 self.checkpoint.clamp_verified(offset)
@@ -525,7 +572,13 @@ class CommitLog:
 
     def delete_expired_files(self, expired_seconds: float, max_delete: int = 10,
                              clean_immediately: bool = False, now: float | None = None) -> int:
-        return self.mapped_file_queue.delete_expired_file_by_time(
+        mfq = self.mapped_file_queue
+        if self.regions is not None and self.regions.min_offset >= 0:  # frozen files are the oldest
+            first = mfq.first()
+            return self.regions.delete_expired(
+                expired_seconds, max_delete, clean_immediately, now,
+                first.file_from_offset if first is not None else self.classic_from, mfq.before_delete)
+        return mfq.delete_expired_file_by_time(
             expired_seconds, max_delete, now=now, clean_immediately=clean_immediately)
 
     def topic_queue_table_as_keys(self) -> dict[str, int]:

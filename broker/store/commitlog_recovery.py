@@ -29,6 +29,12 @@ Rules:
   page cache count as flushed from then on, so they must be durable before anything is
   acknowledged on top of them.
 - Either way the caller truncates ConsumeQueue units that point at or past the recovered end.
+- A store migrated from DLedger mode (``commitlog.regions``, ``commitlog_regions``): only the
+  files from ``classic_from`` on are recovered here, exactly as above (an empty set recovers to
+  ``classic_from``); the frozen regions are checked and the ConsumeQueues brought up to their end
+  first (``regions.recover``: after a crash also from the newest frozen file older than the
+  checkpoint's safe instant when no owned file is). The ConsumeQueues are never destroyed for
+  lack of owned files there: they index the regions.
 
 Theory of operation: one scanning loop, parametrised by the commitlog's ``parse_record`` (so a
 DLedger commitlog's entry parser fits) and an optional dispatch callback, returns the offset
@@ -231,11 +237,12 @@ def _apply(commitlog: CommitLog, process_offset: int, start_index: int = 0) -> N
 
 
 def recover_normally(commitlog: CommitLog, checkpoint: _Checkpoint | None = None) -> int:
-    """Recover after a clean shutdown; returns the recovered max offset (0 if no files)."""
+    """Recover after a clean shutdown; returns the recovered max offset (0, or ``classic_from``,
+    if no files)."""
     files = commitlog.mapped_file_queue.mapped_files
     if not files:
-        _apply(commitlog, 0)
-        return 0
+        _apply(commitlog, commitlog.classic_from)
+        return commitlog.classic_from
     physic_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
     start = max(0, len(files) - 3)
     offset = scan(commitlog, start, commitlog.check_crc_on_recover,
@@ -264,8 +271,8 @@ def recover_abnormally(commitlog: CommitLog, checkpoint: _Checkpoint, dispatch: 
     """Recover after a crash, re-dispatching from the last file known to be safe."""
     files = commitlog.mapped_file_queue.mapped_files
     if not files:
-        _apply(commitlog, 0)
-        return 0
+        _apply(commitlog, commitlog.classic_from)
+        return commitlog.classic_from
     index = len(files) - 1
     while index >= 0 and not is_mapped_file_matched_recover(files[index], checkpoint, index_safe):
         index -= 1
@@ -285,7 +292,13 @@ def recover_with_store(commitlog: CommitLog, store: StoreHost) -> None:
     cqs = store.consume_queue_store
     assert cqs is not None  # DefaultMessageStore.load made it
     max_phy_of_cq = cqs.recover()
-    if not commitlog.mapped_file_queue.mapped_files and max_phy_of_cq >= 0:
+    files = commitlog.mapped_file_queue.mapped_files
+    if commitlog.regions is not None:  # a migrated store: the frozen regions first (module rules)
+        assert store.checkpoint is not None
+        cp, index_safe = store.checkpoint, store.settings.message_index_safe
+        safe = store.last_exit_ok or any(is_mapped_file_matched_recover(f, cp, index_safe) for f in files)
+        commitlog.regions.recover(store, max_phy_of_cq, not store.last_exit_ok, safe)
+    elif not files and max_phy_of_cq >= 0:
         log.warning("the commitlog files are deleted; deleting the consume queues too")
         cqs.destroy()
         max_phy_of_cq = -1

@@ -121,6 +121,7 @@ class DLedgerCommitLog(DLedgerReads):
     """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore (a StoreHost)."""
 
     is_dledger = True  # DefaultMessageStore hands puts and recovery to this class
+    classic_from = 0  # as CommitLog's: no frozen regions below a writable classic commitlog here
 
     def __init__(self, store_path_commitlog: str | os.PathLike[str], mapped_file_size: int,
                  dledger_config: DLedgerConfig, *, max_message_size: int = 4 * 1024 * 1024,

@@ -9,11 +9,14 @@ fails is :class:`~broker.store.verify.CorruptRecordError`, never data.
 Theory of operation: a mixin of :class:`~broker.store.dledger_commitlog.DLedgerCommitLog` (split
 out to keep that module about the put path, roles and life cycle); it uses only its ``old``,
 ``dledger_store``, ``divided_commitlog_offset``, ``delay_levels`` and read-guard attributes.
+The message check itself is :func:`dledger_message_view`, over one data file and a committed
+end, so a frozen DLedger region of a migrated store (``frozen_regions``) reads by the same code.
 """
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from broker.store.commitlog import CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import (
@@ -23,10 +26,68 @@ from broker.store.message import MessageExt, decode_message, store_timestamp_pos
 from broker.store.verify import CorruptionLog, CorruptRecordError, dledger_record_problem
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.store_types import Buffer
     from dledger.store.file_store import DLedgerMmapFileStore
 
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
+
+
+class ReadGuard(Protocol):
+    """The read guard's state (``broker.store.verify``): DLedgerReads, and a frozen DLedger region
+    of a migrated store (``frozen_regions``)."""
+
+    verify_reads: bool
+    node_label: str
+    corrupt_fix: str
+    corruption: CorruptionLog
+
+
+class EntryFile(Protocol):
+    """A DLedger data file as reads see it (DLedger's ``MmapFile``, or a frozen read-only one)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def from_offset(self) -> int: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def wrote(self) -> int: ...
+
+    @property
+    def mm(self) -> Buffer: ...
+
+
+def dledger_message_view(f: EntryFile | None, offset: int, size: int | None, committed: int,
+                         guard: ReadGuard) -> memoryview | None:
+    """The message at ``offset`` of DLedger data file ``f`` (the file holding it, or None), below
+    ``committed``, ``size`` bytes long (its TOTALSIZE when None), verified by ``guard``; None if
+    no such message (module rules)."""
+    if f is None or offset < f.from_offset + f.start + DLEDGER_BODY_OFFSET or offset + 4 > committed:
+        return None
+    rel = offset - f.from_offset
+    mm = f.mm
+    # the offset must be the body of an entry and the record as long as asked: a stale
+    # ConsumeQueue unit (kept when the DLedger dir was found empty, DESIGN §4.4) is never
+    # served as the bytes of another message
+    if _Q.unpack_from(mm, rel - DLEDGER_BODY_OFFSET + 24)[0] != offset - DLEDGER_BODY_OFFSET:
+        return None
+    total = _I.unpack_from(mm, rel)[0]
+    if size is None:
+        size = total
+    if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
+        return None
+    if guard.verify_reads:
+        problem = dledger_record_problem(mm, rel - DLEDGER_BODY_OFFSET, size)
+        if problem is not None:
+            exc = CorruptRecordError(guard.node_label, str(f.path), rel, offset, problem, guard.corrupt_fix)
+            guard.corruption.report(exc)
+            raise exc
+    return memoryview(mm)[rel:rel + size]
 
 
 class DLedgerReads:
@@ -108,28 +169,7 @@ class DLedgerReads:
         if dl is None:
             return None
         committed = dl.committed_pos
-        f = dl.data_file_list.find_file(offset)
-        if f is None or offset < f.from_offset + f.start + DLEDGER_BODY_OFFSET or offset + 4 > committed:
-            return None
-        rel = offset - f.from_offset
-        mm = f.mm
-        # the offset must be the body of an entry and the record as long as asked: a stale
-        # ConsumeQueue unit (kept when the DLedger dir was found empty, DESIGN §4.4) is never
-        # served as the bytes of another message
-        if _Q.unpack_from(mm, rel - DLEDGER_BODY_OFFSET + 24)[0] != offset - DLEDGER_BODY_OFFSET:
-            return None
-        total = _I.unpack_from(mm, rel)[0]
-        if size is None:
-            size = total
-        if size != total or size <= 0 or offset + size > min(committed, f.from_offset + f.wrote):
-            return None
-        if self.verify_reads:
-            problem = dledger_record_problem(mm, rel - DLEDGER_BODY_OFFSET, size)
-            if problem is not None:
-                exc = CorruptRecordError(self.node_label, str(f.path), rel, offset, problem, self.corrupt_fix)
-                self.corruption.report(exc)
-                raise exc
-        return memoryview(mm)[rel:rel + size]
+        return dledger_message_view(dl.data_file_list.find_file(offset), offset, size, committed, self)
 
     def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
         if self._in_old(offset):

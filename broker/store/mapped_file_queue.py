@@ -10,6 +10,10 @@ Rules:
 - The list is copy-on-write: writers (one put lock, the cleaner) replace it, readers take a
   snapshot reference and never see a half-updated list.
 - The last file is never deleted by age.
+- ``first_file_offset`` (0 unless a migrated store's ``classicFrom``, ``commitlog_regions``):
+  files named below it are not this queue's (a frozen region's, in the same directory) and are
+  never loaded; an empty queue creates its first file there and reads its max offset as it.
+  ``load(upto=...)`` loads only files named below ``upto`` (a frozen region, read-only).
 
 Theory of operation: ``load`` maps the files with every position at the file end (RocketMQ
 does the same; recovery then moves the positions back with ``truncate_dirty_files``).
@@ -89,15 +93,18 @@ class MappedFileQueue:
     """The files of one directory as a single append-only offset space."""
 
     def __init__(self, store_path: str | os.PathLike[str], mapped_file_size: int,
-                 allocate_service: AllocateMappedFileService | None = None) -> None:
+                 allocate_service: AllocateMappedFileService | None = None, first_file_offset: int = 0) -> None:
         if mapped_file_size <= 0:
             raise ValueError(f"mapped file size must be positive, got {mapped_file_size}")
+        if first_file_offset % mapped_file_size:
+            raise ValueError(f"first file offset {first_file_offset} is not a multiple of {mapped_file_size}")
         self.store_path = Path(store_path)
         self.mapped_file_size = mapped_file_size
         self.allocate_service = allocate_service
+        self.first_file_offset = first_file_offset
         self.mapped_files: list[MappedFile] = []
-        self.flushed_where = 0
-        self.committed_where = 0
+        self.flushed_where = first_file_offset
+        self.committed_where = first_file_offset
         self.store_timestamp = 0  # STORETIMESTAMP of the last message known flushed
         # retention calls it with the new first file's offset before deleting files (broker.store.shape)
         self.before_delete: Callable[[int], None] | None = None
@@ -107,8 +114,9 @@ class MappedFileQueue:
         self.on_deleted: Callable[[MappedFile], None] | None = None
 
     # --- load -------------------------------------------------------------------------------
-    def load(self, read_only: bool = False) -> None:
-        """Map every file; positions at file end until recovery says otherwise."""
+    def load(self, read_only: bool = False, upto: int | None = None) -> None:
+        """Map every file named in ``[first_file_offset, upto)``; positions at file end until
+        recovery says otherwise."""
         if not self.store_path.exists():
             if read_only:
                 raise StoreLayoutError(f"{self.store_path}: directory does not exist")
@@ -122,6 +130,8 @@ class MappedFileQueue:
                 if not path.is_file():
                     continue
                 start = file_name_to_offset(name)
+                if start < self.first_file_offset or (upto is not None and start >= upto):
+                    continue
                 if start % self.mapped_file_size:
                     raise StoreLayoutError(
                         f"{path}: start offset {start} is not a multiple of the file size "
@@ -157,6 +167,7 @@ class MappedFileQueue:
         if not need_create:
             return last
         if last is None:
+            start_offset = max(start_offset, self.first_file_offset)
             create_offset = start_offset - start_offset % self.mapped_file_size
         else:
             create_offset = last.file_from_offset + self.mapped_file_size
@@ -192,11 +203,11 @@ class MappedFileQueue:
     def get_max_offset(self) -> int:
         """End of the readable (committed) bytes."""
         last = self.last()
-        return last.file_from_offset + last.read_position if last is not None else 0
+        return last.file_from_offset + last.read_position if last is not None else self.first_file_offset
 
     def get_max_wrote_position(self) -> int:
         last = self.last()
-        return last.file_from_offset + last.wrote_position if last is not None else 0
+        return last.file_from_offset + last.wrote_position if last is not None else self.first_file_offset
 
     def remain_how_many_data_to_flush(self) -> int:
         return self.get_max_offset() - self.flushed_where
@@ -299,4 +310,4 @@ class MappedFileQueue:
         for mf in self.mapped_files:
             mf.destroy()
         self.mapped_files = []
-        self.flushed_where = self.committed_where = 0
+        self.flushed_where = self.committed_where = self.first_file_offset

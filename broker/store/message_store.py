@@ -28,6 +28,13 @@ Rules:
   and offset, refuses puts (SERVICE_NOT_AVAILABLE, that reason) and keeps serving reads; the
   reput thread retries the record every second; the first success clears the mark.
 
+- A store migrated from DLedger mode to Controller mode (``commitlogRegions.json``,
+  ``commitlog_regions``) opens in classic mode only: the classic commitlog is given its frozen
+  regions; a DLedger-mode start is refused with one sentence naming the fix. Its shape is
+  recorded as classic (the regions file is the migration's statement, so the DLedger data under
+  the root is expected), its low mark the oldest region's first byte. Dispatch starts at
+  ``classic_from`` at the earliest (recovery dispatched the regions).
+
 Theory of operation: the facade owns no format knowledge; it wires the parts, holds the
 lifecycle, and translates between queue offsets and physical offsets. Flushing ConsumeQueues,
 index and checkpoint runs on one background thread (FlushConsumeQueueService).
@@ -47,6 +54,7 @@ from broker.store import shape, store_verify
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean import StoreCleaner
 from broker.store.commitlog import CommitLog
+from broker.store.commitlog_regions import CommitLogRegions, open_regions, refuse_dledger_mode
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.disk_guard import DiskGuard
 from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, StoreFile
@@ -90,6 +98,7 @@ class DefaultMessageStore(StoreReads):
         self.last_exit_ok = True
         self.checkpoint: StoreCheckpoint | None = None
         self.commitlog: CommitLog | DLedgerCommitLog | None = None
+        self.regions: CommitLogRegions | None = None  # a store migrated to Controller mode (module rules)
         self.consume_queue_store: ConsumeQueueStore | None = None
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
@@ -121,8 +130,17 @@ class DefaultMessageStore(StoreReads):
             flush_thorough_interval_ms=s.flush_commit_log_thorough_interval,
             sync_flush_timeout_ms=s.sync_flush_timeout, checkpoint=self.checkpoint,
             warm_mapped_file=s.warm_mapped_file_enable,
-            check_crc_on_recover=s.check_crc_on_recover, delay_levels=self.delay_levels,
+            check_crc_on_recover=s.check_crc_on_recover, delay_levels=self.delay_levels, regions=self.regions,
         )
+
+    def _open_regions(self) -> None:
+        """A migrated store's frozen regions (module rules); DLedger mode is refused on one."""
+        s = self.settings
+        if s.enable_dleger_commit_log:
+            refuse_dledger_mode(self.root)
+            return
+        self.regions = open_regions(self.root, self.store_path_commitlog, s.mapped_file_size_commit_log,
+                                    self.delay_levels)
 
     def _dispatchers(self) -> list[CommitLogDispatcher]:
         out: list[CommitLogDispatcher] = []
@@ -182,6 +200,7 @@ class DefaultMessageStore(StoreReads):
             if not self.last_exit_ok:
                 self._drop_empty_files_after_crash()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            self._open_regions()
             recorded = self._check_shape_mode() if s.record_shape else None
             self.commitlog = self._make_commitlog()
             self.commitlog.on_appended = self.wake_dispatch
@@ -213,6 +232,8 @@ class DefaultMessageStore(StoreReads):
 
     def _check_shape_mode(self) -> shape.StoreShape | None:
         s = self.settings
+        if self.regions is not None:  # migrated: DLedger data under the root is the frozen region
+            return shape.read_shape(self.root)
         return shape.check_mode(self.root, (s.dledger_settings or {}) if s.enable_dleger_commit_log else None,
                                 self._broker_name())
 
@@ -221,6 +242,8 @@ class DefaultMessageStore(StoreReads):
         empty), -1 when nothing is held that a shape records."""
         cl = self.commitlog
         assert cl is not None
+        if self.regions is not None:
+            return cl.min_offset
         files = cl.classic_region.mapped_file_queue.mapped_files
         return files[0].file_from_offset if files else cl.divided_commitlog_offset  # classic: -1
 
@@ -285,7 +308,9 @@ class DefaultMessageStore(StoreReads):
         assert self._loaded and self.commitlog is not None and self.consume_queue_store is not None
         self.abort_file.create()
         self.commitlog.start()
-        reput_from = max(self.consume_queue_store.max_physical_offset(), self.commitlog.min_offset, 0)
+        # a migrated store's recovery dispatched its frozen regions: dispatch reads from classic_from on
+        reput_from = max(self.consume_queue_store.max_physical_offset(), self.commitlog.min_offset,
+                         self.commitlog.classic_from, 0)
         self._stopping.clear()
         guarded = [SimpleNamespace(dispatch=functools.partial(self._dispatch_guarded, d.dispatch))
                    for d in self._dispatchers()]
@@ -379,7 +404,9 @@ class DefaultMessageStore(StoreReads):
 
     def _close_parts(self) -> None:
         if self.commitlog is not None:
-            self.commitlog.shutdown()
+            self.commitlog.shutdown()  # with its regions
+        elif self.regions is not None:
+            self.regions.close()
         if self.consume_queue_store is not None:
             self.consume_queue_store.shutdown()
         if self.index_service is not None:

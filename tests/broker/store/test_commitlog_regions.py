@@ -1,0 +1,250 @@
+"""A store migrated from DLedger mode to Controller mode ("a second divide", commitlogRegions.json)
+opened in classic mode, on both Apache fixture stores (rmq-mixed, variety-mixed: a classic region
+and the DLedger region of member n0).
+
+The regions file is written by hand here, as ``mqupgrade apply`` writes it. Then: every manifest
+message reads back by ConsumeQueue, offset msgId and key with identical fields; new puts land at
+classicFrom with queue offsets continuing; HA reads and writes below classicFrom are refused; a
+clean restart, a crash restart (abort left) and a crash that lost the ConsumeQueues and the index
+(the dispatch gap) keep everything; retention deletes frozen files oldest first. The refusals
+(each defect of the file, DLedger mode) each give their sentence.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.store.commitlog_regions import REGIONS_FILE, RegionsFileError
+from broker.store.message import MessageExt, decode_message_id
+from broker.store.message_store import DefaultMessageStore, GetMessageStatus
+from broker.store.put_result import PutMessageStatus
+from broker.store.shape import read_shape
+from tests.broker.store.test_dledger_commitlog import FIXTURE_SETTINGS, dledger_store, same_fields
+from tests.support.rmqfixtures import SETS, FixtureSet
+
+MIB = 1 << 20
+
+
+def classic_from(fs: FixtureSet) -> int:
+    return -(-fs.mixed_max_offset // MIB) * MIB
+
+
+def regions_doc(fs: FixtureSet, **changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "version": 1, "writtenBy": "mqupgrade", "mappedFileSizeCommitLog": MIB, "classicFrom": classic_from(fs),
+        "regions": [{"kind": "classic", "path": "commitlog", "start": 0, "end": fs.divided_offset},
+                    {"kind": "dledger", "path": "dledger-n0", "start": fs.divided_offset, "end": fs.mixed_max_offset}],
+    }
+    doc.update(changes)
+    return doc
+
+
+def write_regions(root: Path, doc: dict[str, Any] | str) -> None:
+    text = doc if isinstance(doc, str) else json.dumps(doc, indent=2)
+    tmp = root / (REGIONS_FILE + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, root / REGIONS_FILE)
+
+
+def classic_store(root: Path, **settings: Any) -> DefaultMessageStore:
+    return DefaultMessageStore(store_path_root_dir=str(root), **FIXTURE_SETTINGS, **settings)
+
+
+def first_key(row: dict[str, Any]) -> str | None:
+    if row.get("sysFlag", 0) & 0xC == 0xC:  # ROLLBACK: not indexed
+        return None
+    keys = (row.get("keys") or "").split(" ")
+    return keys[0] or row.get("uniqKey") or None
+
+
+def check_manifest(store: DefaultMessageStore, rows: list[dict[str, Any]], plain: bool, decode: bool = True) -> None:
+    """Every row by ConsumeQueue unit, by key (the index) and by offset msgId; with ``decode``
+    the message at that offset has the row's fields (every 50th row also read through the pull
+    and the msgId lookup, which decode the same bytes again)."""
+    assert store.index_service is not None
+    now = int(time.time() * 1000) + 1
+    for i, row in enumerate(rows):
+        phy = row["commitLogOffset"]
+        if decode:
+            m = store.look_message_by_offset(phy)
+            assert m is not None, row
+            same_fields(m, row, plain)
+            msg_id = row.get("msgId") or m.msg_id
+            assert decode_message_id(msg_id)[1] == phy
+            if i % 50 == 0:
+                assert store.view_message_by_id(msg_id).commitlog_offset == phy
+        if row.get("inConsumeQueue", 1):
+            assert store.get_commitlog_offset_in_queue(row["topic"], row["queueId"], row["queueOffset"]) == phy, row
+            if decode and i % 50 == 0:
+                got = store.get_message(row["topic"], row["queueId"], row["queueOffset"], 1)
+                assert got.status is GetMessageStatus.FOUND and got.physical_offsets == [phy], row
+                same_fields(got.messages[0], row, plain)
+        key = first_key(row)
+        if key is not None:
+            assert phy in store.index_service.query_offset(row["topic"], key, 64, 0, now), (row, key)
+
+
+def next_queue_offsets(rows: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    expected: dict[tuple[str, int], int] = defaultdict(int)
+    for r in rows:
+        if r.get("inConsumeQueue", 1) and r["topic"] != "SCHEDULE_TOPIC_XXXX":
+            key = (r["topic"], r["queueId"])
+            expected[key] = max(expected[key], r["queueOffset"] + 1)
+    return expected
+
+
+def check_new(store: DefaultMessageStore, new: dict[tuple[str, int], tuple[int, int]]) -> None:
+    for (topic, qid), (qo, phy) in new.items():
+        got = store.get_message(topic, qid, qo, 1)
+        assert got.status is GetMessageStatus.FOUND and got.physical_offsets == [phy], (topic, qid)
+        assert [m.commitlog_offset for m in store.query_message(topic, f"new-{topic}-{qid}")] == [phy]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["plain", "variety"])
+def test_migrated_store_reads_continues_restarts_and_retains(name: str, store_copy, manifests) -> None:
+    fs = SETS[name]
+    plain = name == "plain"
+    root = store_copy(fs.mixed)
+    write_regions(root, regions_doc(fs))
+    rows = manifests(fs.mixed)
+    start = classic_from(fs)
+    store = classic_store(root, record_shape=True)
+    store.load()
+    try:
+        cl = store.commitlog
+        assert (cl.min_offset, cl.max_offset, cl.classic_from) == (0, start, start)
+        assert not any((root / "commitlog").glob(f"{start:020d}"))
+        store.start()
+        check_manifest(store, rows, plain)
+        assert read_shape(root).mode == "classic" and read_shape(root).min_offset == 0
+        # new puts: the first lands at classicFrom, queue offsets continue (rmq-mixed: 875 per queue)
+        expected = next_queue_offsets(rows)
+        if plain:
+            assert set(expected.values()) == {875}
+        new: dict[tuple[str, int], tuple[int, int]] = {}
+        for n, (topic, qid) in enumerate(sorted(expected)):
+            res = store.put_message(MessageExt(topic=topic, queue_id=qid, body=b"new-%d" % n,
+                                               properties={"KEYS": f"new-{topic}-{qid}"}))
+            assert res.status is PutMessageStatus.PUT_OK, res
+            ar = res.append_result
+            assert ar.queue_offsets == [expected[(topic, qid)]]
+            if n == 0:
+                assert ar.wrote_offset == start
+            new[(topic, qid)] = (ar.queue_offsets[0], ar.wrote_offset)
+        assert store.wait_dispatched(10)
+        check_new(store, new)
+        # HA: never a byte below classicFrom, never a write or truncation there
+        for below in (0, fs.divided_offset, fs.divided_offset + 48, start - 1):
+            assert cl.get_data(below) is None
+        got = cl.get_data(start)
+        assert got is not None and got.start_offset == start and len(got.buffer) > 0
+        end = cl.max_offset
+        assert not cl.append_data(fs.divided_offset, b"\0" * 8)
+        assert not cl.reset_offset(fs.divided_offset)
+        cl.truncate_dirty_files(0)
+        assert cl.max_offset == end and store.look_message_by_offset(rows[-1]["commitLogOffset"]) is not None
+    finally:
+        assert store.shutdown()
+
+    # a clean restart, then a crash (abort left behind) with everything flushed
+    for crash in (False, True):
+        if crash:
+            (root / "abort").write_text("1")
+        store = classic_store(root, record_shape=True)
+        store.load()
+        try:
+            assert store.last_exit_ok is not crash
+            assert (store.commitlog.min_offset, store.commitlog.max_offset) == (0, end)
+            store.start()
+            check_new(store, new)
+            for row in rows[::50]:
+                same_fields(store.look_message_by_offset(row["commitLogOffset"]), row, plain)
+        finally:
+            assert store.shutdown()
+
+    # a crash that lost the ConsumeQueues and the index: both are rebuilt, the frozen regions
+    # (the dispatch gap from offset 0) and the new file
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    (root / "abort").write_text("1")
+    store = classic_store(root)
+    store.load()
+    try:
+        store.start()
+        assert store.commitlog.max_offset == end
+        check_manifest(store, rows, plain, decode=False)
+        check_new(store, new)
+        # retention: whole frozen files, oldest first; the new file stays
+        assert store.delete_expired_files(clean_immediately=True, max_delete=2) == 2
+        assert store.commitlog.min_offset == 2 * MIB
+        assert store.look_message_by_offset(rows[0]["commitLogOffset"]) is None
+        assert store.look_message_by_offset(rows[-1]["commitLogOffset"]) is not None
+        assert store.delete_expired_files(clean_immediately=True, max_delete=100) > 0
+        assert store.commitlog.min_offset == start
+        assert not list((root / "dledger-n0" / "data").iterdir())
+        assert [p.name for p in (root / "commitlog").iterdir()] == [f"{start:020d}"]
+        check_new(store, new)
+    finally:
+        store.shutdown()
+
+
+def _refusal(root: Path, **settings: Any) -> str:
+    store = classic_store(root, **settings)
+    with pytest.raises(RegionsFileError) as err:
+        store.load()
+    assert not store.lock.held if hasattr(store.lock, "held") else True
+    return str(err.value)
+
+
+def test_refusals_each_name_their_defect(store_copy) -> None:
+    fs = SETS["plain"]
+    root = store_copy(fs.mixed)
+    good = regions_doc(fs)
+    cases: list[tuple[dict[str, Any] | str, str]] = [
+        ("{not json", "not valid JSON"),
+        (regions_doc(fs, version=2), "unknown version 2"),
+        (regions_doc(fs, mappedFileSizeCommitLog=2 * MIB), "mappedFileSizeCommitLog 2097152 is not the broker conf's"),
+        (regions_doc(fs, classicFrom=classic_from(fs) + 1), "is not a multiple of mappedFileSizeCommitLog"),
+        (regions_doc(fs, classicFrom=classic_from(fs) + MIB), "is not the first file boundary at or above"),
+        (regions_doc(fs, regions=[good["regions"][0], dict(good["regions"][1], start=fs.divided_offset - 1)]),
+         "overlaps or precedes regions[0]"),
+        (regions_doc(fs, regions=[good["regions"][0], dict(good["regions"][1], kind="raft")]), "unknown kind 'raft'"),
+        (regions_doc(fs, regions=[good["regions"][0], dict(good["regions"][1], path="dledger-n9")]),
+         "dledger-n9 does not exist"),
+        (regions_doc(fs, regions=[]), "not a non-empty list"),
+    ]
+    for doc, sentence in cases:
+        write_regions(root, doc)
+        assert sentence in _refusal(root), doc
+    # a missing frozen file, a stray commitlog file below classicFrom
+    write_regions(root, good)
+    last = root / "dledger-n0" / "data" / "00000000000005242880"
+    last.rename(root / "aside")
+    assert "no data file holding offset 5757789" in _refusal(root)
+    (root / "aside").rename(last)
+    stray = root / "commitlog" / f"{5 * MIB:020d}"
+    stray.write_bytes(b"\0" * MIB)
+    assert "lies below classicFrom 6291456 but in no classic region" in _refusal(root)
+    stray.unlink()
+    # DLedger mode on a migrated store: one sentence naming the fix
+    store = dledger_store(root, "n0-127.0.0.1:1")
+    with pytest.raises(RegionsFileError) as err:
+        store.load()
+    text = str(err.value)
+    assert "was migrated to Controller mode by mqupgrade on" in text
+    assert "enableControllerMode=true and enableDLegerCommitLog=false, or run `mqupgrade rollback` first" in text
+    # nothing was written by the refusals: the good file opens
+    store = classic_store(root)
+    store.load()
+    try:
+        assert store.commitlog.max_offset == classic_from(fs)
+    finally:
+        store.shutdown()
