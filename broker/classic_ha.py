@@ -19,7 +19,7 @@ nothing that leads back to ``broker.controller`` (issue 26).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.ha.client import HAClient
@@ -27,6 +27,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.store_access import StoreAccess
 
 log = logging.getLogger("broker.controller")
+
+
+class ReplicationSeam(Protocol):
+    """What ``BrokerController.ha`` is: :class:`ClassicHA`, or ``broker.controller_mode.ControllerModeHA``."""
+
+    async def start(self, store_access: "StoreAccess", as_master: bool) -> None: ...
+
+    def summary(self) -> str: ...
+
+    def release_waiting_puts(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def status(self, last_sync: Any) -> Optional[dict[str, Any]]: ...
+
+    def health_problem(self) -> Optional[str]: ...
 
 
 class HAStartError(RuntimeError):
@@ -96,6 +112,9 @@ class ClassicHA:
         if self.service is not None:
             service, self.service = self.service, None
             await service.shutdown()
+
+    def health_problem(self) -> Optional[str]:
+        return None  # classic HA never stops a broker from serving
 
     def status(self, last_sync: Any) -> Optional[dict[str, Any]]:
         """``/status`` ``ha``: the master's slaves and lag, or the slave's link (with SlaveSynchronize's

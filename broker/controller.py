@@ -68,7 +68,8 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
-from broker.classic_ha import ClassicHA, HAStartError
+from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam
+from broker.controller_mode import ControllerModeHA, controller_mode_enabled
 from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
@@ -136,8 +137,9 @@ class BrokerController:
         self.conf_path = conf_path
         self.metrics = BrokerMetrics()
         self.dledger_enabled = bool(_cfg(store_config, "enable_dleger_commit_log", False))
-        self.broker_role: str = _role_name(_cfg(store_config, "broker_role", "ASYNC_MASTER"))
-        self.broker_id: int = -1 if self.dledger_enabled else int(_cfg(broker_config, "broker_id", 0))
+        self.controller_mode = controller_mode_enabled(broker_config)  # fenced: SLAVE, id -1 until elected
+        self.broker_role: str = SLAVE if self.controller_mode else _role_name(_cfg(store_config, "broker_role", "ASYNC_MASTER"))
+        self.broker_id: int = -1 if self.dledger_enabled or self.controller_mode else int(_cfg(broker_config, "broker_id", 0))
         self.broker_name: str = _cfg(broker_config, "broker_name", "broker-a")
         self.cluster_name: str = _cfg(broker_config, "broker_cluster_name", "DefaultCluster")
         self.broker_ip: str = _cfg(broker_config, "broker_ip1", "127.0.0.1")
@@ -165,8 +167,12 @@ class BrokerController:
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
         self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
-        self.ha = ClassicHA(store_config, broker_name=self.broker_name, bind_address=self.bind_address,
-                            listen_port=self.ha_listen_port, master_address=self.ha_master_address)
+        self.ha: ReplicationSeam = ControllerModeHA(
+            self, broker_config, store_config, broker_address=f"{self.broker_ip}:{self.listen_port}",
+            bind_address=self.bind_address, listen_port=self.ha_listen_port, root_dir=self.root_dir,
+            metrics=self.metrics) if self.controller_mode else ClassicHA(
+            store_config, broker_name=self.broker_name, bind_address=self.bind_address,
+            listen_port=self.ha_listen_port, master_address=self.ha_master_address)
         self.listen_limits = ListenLimits.from_broker_config(broker_config)
         self.pending_budget = PendingBudget(self.listen_limits.max_pending_bytes)  # all listen ports together
         self.open_doors = open_doors(broker_config, store_config)  # broker.security_policy (issue 23.10)
@@ -547,7 +553,8 @@ class BrokerController:
         refused = self.role_handler.cannot_serve() if self.role_handler is not None else None
         if refused is not None:  # e.g. peers refuse its diverging configuration (issue 24.7)
             return {"ok": False, "error": refused[0], "fix": refused[1]}
-        return {"ok": True}
+        waiting = self.ha.health_problem()  # Controller mode: no role from the controller yet
+        return {"ok": False, "error": waiting} if waiting else {"ok": True}
 
     # ------------------------------------------------------------------ status and metadata
     def status(self) -> dict[str, Any]:

@@ -149,6 +149,21 @@ class BrokerConfig:
     long_polling_max_held_per_connection: int = _key("longPollingMaxHeldPerConnection", 1024, ours=True)
     long_polling_max_held: int = _key("longPollingMaxHeld", 8192, ours=True)
     long_polling_max_held_bytes: int = _key("longPollingMaxHeldBytes", 16 * 1024 * 1024, ours=True)
+    # ---- Controller mode (RIP-44; broker/controller_mode.py): Apache 5.3.3's BrokerConfig keys and defaults
+    enable_controller_mode: bool = _key("enableControllerMode", False)
+    controller_addr: str = _key("controllerAddr", "")  # host:port;host:port (the controllers' doors)
+    fetch_controller_addr_by_dns_lookup: bool = _key("fetchControllerAddrByDnsLookup", False)  # true: refused
+    sync_broker_metadata_period: int = _key("syncBrokerMetadataPeriod", 5000)
+    check_sync_state_set_period: int = _key("checkSyncStateSetPeriod", 5000)
+    sync_controller_metadata_period: int = _key("syncControllerMetadataPeriod", 10_000)
+    controller_heart_beat_timeout_mills: int = _key("controllerHeartBeatTimeoutMills", 10_000)
+    broker_heartbeat_interval: int = _key("brokerHeartbeatInterval", 1000)
+    broker_election_priority: int = _key("brokerElectionPriority", 2 ** 31 - 1)
+    enable_slave_acting_master: bool = _key("enableSlaveActingMaster", False)  # read, not acted on yet
+    # the account this broker signs its controller calls with (the controllers' plain_acl.yml);
+    # unset: innerAccessKey/innerSecretKey
+    controller_access_key: Optional[str] = _key("controllerAccessKey", ours=True)
+    controller_secret_key: Optional[str] = _key("controllerSecretKey", ours=True)
 
     @property
     def api_listen_port(self) -> int:
@@ -236,6 +251,13 @@ class MessageStoreConfig:
     # follower answers NOT_MASTER with the leader's entry and syncs metadata from it. Unset: only
     # this node's own address is known (followers then answer without a masterAddress).
     dleger_peers_http: Optional[str] = _key("dLegerPeersHttp", ours=True)
+    # ---- Controller mode (Apache 5.3.3 MessageStoreConfig keys and defaults)
+    ha_max_time_slave_not_catchup: int = _key("haMaxTimeSlaveNotCatchup", 15_000)
+    all_ack_in_sync_state_set: bool = _key("allAckInSyncStateSet", False)
+    in_sync_replicas: int = _key("inSyncReplicas", 1)
+    min_in_sync_replicas: int = _key("minInSyncReplicas", 1)
+    store_path_epoch_file: Optional[str] = _key("storePathEpochFile")  # None: <root>/epochFileCheckpoint
+    store_path_broker_identity: Optional[str] = _key("storePathBrokerIdentity")  # None: <root>/brokerIdentity
 
     # ---- derived paths (StorePathConfigHelper, BrokerPathConfigHelper, DLedgerConfig) --------
     @property

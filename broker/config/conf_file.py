@@ -164,8 +164,10 @@ def validate_conf(conf: ParsedConf) -> None:
     s.delay_level_table  # noqa: B018 - raises ConfigError on a malformed level list
     if b.slave_sync_interval_ms <= 0:
         raise ConfigError(f"{conf.where('slaveSyncIntervalMs')}: must be positive")
+    if b.enable_controller_mode:
+        _validate_controller_mode(conf)
     if not s.enable_dleger_commit_log:
-        if s.broker_role is BrokerRole.SLAVE and b.broker_id <= 0:
+        if s.broker_role is BrokerRole.SLAVE and b.broker_id <= 0 and not b.enable_controller_mode:
             raise ConfigError(f"{conf.where('brokerId')}: a SLAVE's brokerId must be > 0 (got {b.broker_id})")
         return
     if not s.dleger_group:
@@ -199,6 +201,36 @@ def validate_conf(conf: ParsedConf) -> None:
     if own is not None and int(own.rpartition(":")[2]) != b.api_listen_port:
         raise ConfigError(f"{conf.where('dLegerPeersHttp')}: this node's entry {s.dleger_self_id}-{own} does not use "
                           f"its own HTTP port {b.api_listen_port} (httpListenPort, else listenPort)")
+
+
+def _validate_controller_mode(conf: ParsedConf) -> None:
+    """``enableControllerMode=true`` (broker/controller_mode.py): the keys it needs, and no DLedger."""
+    b, s = conf.broker, conf.store
+    if s.enable_dleger_commit_log:
+        raise ConfigError(f"{conf.where('enableControllerMode')}: Controller mode replaces DLedger mode: set "
+                          "enableDLegerCommitLog=false (a DLedger store is migrated with `mqupgrade plan/apply`)")
+    if b.fetch_controller_addr_by_dns_lookup:
+        raise ConfigError(f"{conf.where('fetchControllerAddrByDnsLookup')}: not supported; list the controllers "
+                          "in controllerAddr=host:port;host:port and set fetchControllerAddrByDnsLookup=false")
+    addrs = [a.strip() for a in b.controller_addr.split(";") if a.strip()]
+    if not addrs:
+        raise ConfigError(f"{conf.where('controllerAddr')}: required with enableControllerMode=true "
+                          "(the controllers' doors, host:port;host:port)")
+    for a in addrs:
+        host, _, port = a.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{conf.where('controllerAddr')}: {a!r} is not host:port")
+    for key, value in (("minInSyncReplicas", s.min_in_sync_replicas), ("inSyncReplicas", s.in_sync_replicas),
+                       ("brokerHeartbeatInterval", b.broker_heartbeat_interval),
+                       ("syncBrokerMetadataPeriod", b.sync_broker_metadata_period),
+                       ("checkSyncStateSetPeriod", b.check_sync_state_set_period),
+                       ("syncControllerMetadataPeriod", b.sync_controller_metadata_period),
+                       ("controllerHeartBeatTimeoutMills", b.controller_heart_beat_timeout_mills)):
+        if value <= 0:
+            raise ConfigError(f"{conf.where(key)}: must be positive (got {value})")
+    if bool(b.controller_access_key) != bool(b.controller_secret_key):
+        raise ConfigError(f"{conf.where('controllerAccessKey')}: controllerAccessKey and controllerSecretKey go "
+                          "together (an account of the controllers' plain_acl.yml)")
 
 
 def _format(value: Any) -> str:

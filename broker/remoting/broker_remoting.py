@@ -32,6 +32,7 @@ from broker.remoting.processors.admin import AdminBrokerProcessor
 from broker.remoting.processors.admin_stats import AdminStatsProcessor
 from broker.remoting.processors.broker2client import Broker2ClientProcessor, notify_consumer_ids_changed
 from broker.remoting.processors.broker_stats import BrokerStatsProcessor
+from broker.remoting.processors.controller_notify import register_controller_notify
 from broker.remoting.processors.transaction import EndTransactionProcessor
 from broker.remoting.processors.client_manage import ClientManageProcessor, ConsumerManager
 from broker.remoting.processors.pull import PullMessageProcessor
@@ -75,6 +76,7 @@ class BrokerRemoting:
         for p in (self.send, self.pull, self.client_manage, self.admin, self.admin_stats, self.end_transaction,
                   self.broker_stats, self.rebalance_lock, self.topic_group_admin, self.broker2client):
             p.register(self.server)
+        self.controller_notify = register_controller_notify(self.server, controller)  # 1008, Controller mode only
         self.forwarder: Optional[SendForwarder] = None
         # the leader is known by its API address: the remoting port only when HTTP shares it
         shared = getattr(controller, "http_port", None) == getattr(controller, "listen_port", None)

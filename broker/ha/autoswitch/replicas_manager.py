@@ -182,7 +182,10 @@ class ReplicasManager:
             return []
         else:
             out = []
-        return out + self._expire_calls(event.now_ms) + self._fire_timers(event.now_ms)
+        # the HA view is read by the SyncStateSet check; a set changed by this event is applied by
+        # the driver only after this call returns, so the check waits for the next event
+        defer_check = any(isinstance(a, (ChangeSyncStateSet, ChangeToMaster)) for a in out)
+        return out + self._expire_calls(event.now_ms) + self._fire_timers(event.now_ms, defer_check)
 
     def _expire_calls(self, now: int) -> list[Action]:
         """A call unanswered for ``request_timeout_ms`` failed (the driver's report may be lost)."""
@@ -195,11 +198,13 @@ class ReplicasManager:
     def _at(self, timer: _Timer, due_ms: int) -> None:
         self._timers[timer] = due_ms
 
-    def _fire_timers(self, now: int) -> list[Action]:
+    def _fire_timers(self, now: int, defer_check: bool = False) -> list[Action]:
         out: list[Action] = []
         for timer in list(_Timer):
             due = self._timers.get(timer)
             if due is None or due > now or self.state is State.SHUTDOWN:
+                continue
+            if defer_check and timer is _Timer.CHECK_SYNC_STATE_SET:
                 continue
             del self._timers[timer]
             out += self._on_timer(timer, now)

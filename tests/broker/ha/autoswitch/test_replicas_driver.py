@@ -151,3 +151,40 @@ def test_a_full_queue_drops_inputs_and_counts_them(tmp_path: Path) -> None:
         assert d.dropped == 3
         await d.stop()
     asyncio.run(go())
+
+
+def test_an_alteration_answer_is_applied_before_the_next_sync_state_set_check() -> None:
+    """Found by the real-process test: the ALTER answer that let the slave in arrived when the
+    periodic check was due; the check read the HA service's set before the driver applied the
+    answer and reported the old set back (the slave flapped out for one round). The check now
+    waits for the next event."""
+    from broker.ha.autoswitch.replicas_messages import SyncStateSetProposed, Tick
+    from broker.ha.autoswitch.sync_state import SyncStateSet as HASyncStateSet
+    from controller.codes import ControllerRequestCode as Q
+    from tests.broker.ha.autoswitch.test_replicas_manager import CFG, ME, _calls, ans, elect_answer, electing, sse
+
+    ha_set = HASyncStateSet(1, ha_max_time_slave_not_catchup_ms=15000)
+
+    class View(HA):
+        def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
+            return ha_set.maybe_shrink(now_ms)[0]
+
+    def apply(actions: list) -> list:
+        for a in actions:  # what the driver does after handle() returns
+            if isinstance(a, ChangeSyncStateSet):
+                ha_set.set_sync_state_set(a.sync_state_set, 0)
+        return actions
+
+    rm = electing()
+    rm.ha = View()
+    apply(rm.handle(elect_answer(1, ME, 3, (1,), 1, now=0)))
+    apply(rm.handle(Tick(1)))
+    ha_set.update_connection_last_caught_up_time(2, 50)
+    [alter] = [a for a in _calls(rm.handle(SyncStateSetProposed(100, frozenset({1, 2}))))
+               if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
+    due = 1 + CFG.check_sync_state_set_period_ms + 10
+    out = apply(rm.handle(ans(alter.rid, None, sse((1, 2), 2), now=due)))
+    assert ChangeSyncStateSet(frozenset({1, 2}), 2) in out
+    assert not [a for a in _calls(out) if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
+    assert not [a for a in _calls(apply(rm.handle(Tick(due + 1)))) if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
+    assert rm.sync_state_set == frozenset({1, 2})
