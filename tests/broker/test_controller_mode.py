@@ -1,0 +1,171 @@
+"""Controller mode with real processes: three ``mqcontroller`` processes and two ``mqbroker``
+processes of one broker set (confs from conf/controller/broker/, free ports, temp dirs).
+
+One module-scoped world, three tests in order: a master is elected and the other broker follows
+it; acknowledged sends (HTTP API, ``allAckInSyncStateSet=true``) reach the slave once it is in the
+SyncStateSet; kill -9 of the master -> the slave is elected and serves every acknowledged message
+(0 lost; the failover time is printed, not asserted); the old master restarted comes back as a
+slave of the new epoch and catches up.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from broker.api.client import BrokerClientError
+from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
+from tests.controller.proc_util import Group, free_ports
+from tools.procs import write_conf
+
+pytestmark = pytest.mark.multiprocess
+
+CONF_DIR = REPO / "conf" / "controller" / "broker"
+TOPIC = "TopicCtl"
+
+
+class World:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.group = Group(base, 3, "controllerAllowInsecure=true\nscanNotActiveBrokerInterval=300\n"
+                                    "scanInactiveMasterInterval=1000\n")
+        doors = ";".join(f"127.0.0.1:{self.group.door[p]}" for p in self.group.ids)
+        ports = free_ports(4)
+        self.brokers: dict[str, BrokerProc] = {}
+        for i, name in enumerate(("n0", "n1")):
+            port, ha = ports[2 * i], ports[2 * i + 1]
+            root = base / f"broker-{name}"
+            conf = write_conf(CONF_DIR / f"broker-a-{name}.conf", base / f"broker-a-{name}.conf", {
+                "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
+                "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
+                "controllerAddr": doors, "controllerAccessKey": "", "controllerSecretKey": "",
+                "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000,
+                "syncBrokerMetadataPeriod": 500, "checkSyncStateSetPeriod": 500,
+                "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
+                "slaveSyncIntervalMs": 500, "syncFlushTimeout": 3000})
+            self.brokers[name] = BrokerProc(conf, port, f"broker-{name}", base)
+
+    def status(self, name: str) -> Optional[dict[str, Any]]:
+        p = self.brokers[name]
+        if not p.alive():
+            return None
+        try:
+            with p.client(timeout=2.0) as c:
+                return c.status()
+        except BrokerClientError:
+            return None
+
+    def max_offset(self, name: str) -> Optional[int]:
+        st = self.status(name)
+        return st["commitLog"]["maxOffset"] if st is not None else None
+
+    def ha(self, name: str) -> dict[str, Any]:
+        st = self.status(name)
+        return st["ha"] if st is not None else {}
+
+    def master(self, timeout: float = 30.0, skip: tuple[str, ...] = ()) -> str:
+        def one() -> Optional[str]:
+            found = [n for n in self.brokers if n not in skip and (st := self.status(n)) is not None
+                     and st["isMaster"] and st["brokerId"] == 0]
+            return found[0] if len(found) == 1 else None
+        return wait_until(one, timeout, "exactly one Controller-mode master", interval=0.05)
+
+    def stop(self) -> None:
+        kill_all(self.brokers.values())
+        self.group.stop_all()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    w = World(tmp_path_factory.mktemp("ctlmode"))
+    try:
+        w.group.start_all()
+        for p in w.brokers.values():
+            p.start(wait=False)
+        for p in w.brokers.values():
+            p.wait_ready(60)
+        yield w
+    finally:
+        w.stop()
+
+
+ACKED: list[tuple[str, dict[str, Any]]] = []  # (body, send answer) of every acknowledged send
+
+
+def test_a_master_is_elected_and_the_other_broker_follows_it(world: World) -> None:
+    master = world.master()
+    slave = next(n for n in world.brokers if n != master)
+    wait_until(lambda: world.ha(slave).get("role") == "SLAVE" or None, 20, "the other broker is a slave")
+    ha_m, ha_s = world.ha(master), world.ha(slave)
+    assert ha_m["mode"] == "controller" and ha_m["role"] == "MASTER" and ha_m["masterEpoch"] >= 1
+    assert ha_m["epochs"][-1][0] == ha_m["masterEpoch"]
+    assert ha_s["masterAddress"] == world.brokers[master].address
+    assert ha_m["controllerLeader"] in {f"127.0.0.1:{world.group.door[p]}" for p in world.group.ids}
+    st_s = world.status(slave)
+    assert st_s is not None and st_s["brokerId"] == ha_s["brokerControllerId"] >= 1 and not st_s["writable"]
+    with world.brokers[master].client() as c:
+        health = c.request("GET", "/health")
+        assert health[0] == 200, health
+        metrics = c.metrics()
+    assert 'rocketmq_broker_controller_mode_role{role="MASTER"} 1' in metrics
+
+
+def test_acknowledged_sends_reach_the_slave_in_the_sync_state_set(world: World) -> None:
+    master = world.master()
+    slave = next(n for n in world.brokers if n != master)
+    sid = world.ha(slave)["brokerControllerId"]
+    wait_until(lambda: sid in world.ha(master).get("syncStateSet", []) or None, 30,
+               "the slave joined the SyncStateSet")
+    with world.brokers[master].client() as c:
+        for i in range(40):
+            body = f"m-{i}"
+            ans = c.send(TOPIC, body)
+            assert ans["status"] == "SEND_OK", ans
+            ACKED.append((body, ans))
+    end = world.max_offset(master)
+    assert end is not None
+    wait_until(lambda: (world.max_offset(slave) or 0) >= end or None, 20,
+               "the slave holds every acknowledged byte")
+    ha_m = world.ha(master)
+    assert ha_m["slaveAcks"][str(sid)] >= end and ha_m["confirmOffset"] >= end, ha_m
+
+
+def read_all(world: World, name: str) -> list[str]:
+    bodies: list[str] = []
+    with world.brokers[name].client() as c:
+        for q in range(4):
+            offset = 0
+            while True:
+                got = c.pull(TOPIC, q, offset, 32)
+                msgs = got.get("messages", [])
+                if not msgs:
+                    break
+                bodies += [m["bodyText"] for m in msgs]
+                offset = got["nextBeginOffset"]
+    return bodies
+
+
+def test_kill9_of_the_master_elects_the_slave_with_nothing_lost_and_the_old_master_rejoins(world: World) -> None:
+    assert ACKED, "the send test ran first"
+    old = world.master()
+    new = next(n for n in world.brokers if n != old)
+    t0 = time.monotonic()
+    world.brokers[old].kill9()
+    assert world.master(30, skip=(old,)) == new
+    print(f"\nController-mode failover (kill -9 of the master to a writable new master): {time.monotonic() - t0:.2f}s")
+    assert world.ha(new)["masterEpoch"] >= 2
+    bodies = read_all(world, new)
+    assert sorted(bodies) == sorted(b for b, _ in ACKED), "an acknowledged message is missing on the new master"
+    with world.brokers[new].client() as c:
+        ans = c.send(TOPIC, "after-failover")
+        assert ans["status"] == "SEND_OK", ans
+    # the old master comes back as a slave of the new epoch and catches up
+    world.brokers[old].start(wait=True, timeout=60)
+    wait_until(lambda: world.ha(old).get("role") == "SLAVE" or None, 30, "the old master is a slave")
+    end = world.max_offset(new)
+    assert end is not None
+    wait_until(lambda: (world.max_offset(old) or 0) >= end or None, 30,
+               "the old master caught up")
+    assert world.ha(old)["epochs"] == world.ha(new)["epochs"]
