@@ -20,6 +20,9 @@ Rules:
   tail inspection (a few records), writes a conf file and at most 8 bytes: O(1) in the store size.
   A slave behind pays O(missing bytes) (+ one in-kernel clone of its last file); a new node pays
   O(master data) for the copy and its verification digests; a dirty store pays its recovery.
+- A ``--to controller`` plan (:mod:`upgrade.controller_plan`) adds two step kinds,
+  ``write_regions`` and ``record_end`` (:mod:`upgrade.controller_apply`); ``mqupgrade rollback``
+  undoes it before the first write in Controller mode (:mod:`upgrade.rollback`).
 - ``freeze`` steps are optional: without ``--freeze`` they are skipped (not journaled), and the
   first DLedger start writes the same blank.
 
@@ -225,6 +228,24 @@ class _Applier:
         return {"divided_commitlog_offset": point.divided_commitlog_offset, "blank_at": point.wrote_position,
                 "last_file": Path(point.last_file).name}
 
+    def do_write_regions(self, a: Action) -> dict[str, Any]:
+        """``--to controller`` from DLedger mode: the member's ``commitlogRegions.json``."""
+        from upgrade import controller_apply
+
+        try:
+            return controller_apply.write_regions(a.params)
+        except controller_apply.StepError as exc:
+            raise ApplyError(str(exc)) from None
+
+    def do_record_end(self, a: Action) -> dict[str, Any]:
+        """``--to controller`` from master/slave: the end rollback compares with."""
+        from upgrade import controller_apply
+
+        try:
+            return controller_apply.record_end(a.params)
+        except controller_apply.StepError as exc:
+            raise ApplyError(str(exc)) from None
+
     def do_verify(self, a: Action) -> dict[str, Any]:
         p = a.params
         expect = p["expect_max_offset"]
@@ -255,6 +276,14 @@ class _Applier:
     # ---- driver -------------------------------------------------------------------------------
     def preflight(self) -> None:
         """First run only: the stores must still be what the plan saw."""
+        if self.plan.inspection.get("members"):  # --to controller from DLedger mode
+            from upgrade import controller_apply
+
+            try:
+                controller_apply.preflight_members(self.plan)
+            except controller_apply.StepError as exc:
+                raise ApplyError(str(exc)) from None
+            return
         for sd in self.plan.inspection["stores"]:
             if not sd["files"]:
                 continue

@@ -2,7 +2,7 @@
 
 Rules: one argparse subparser per subcommand; each subcommand module exposes
 ``add_arguments(parser)`` and ``run(args) -> int`` so this file stays a thin dispatcher that the
-upgrade-tool work can extend (``inspect``, ``plan``, ``apply``) without touching the others.
+upgrade-tool work can extend (``inspect``, ``plan``, ``apply``, ``rollback``) without touching the others.
 
 Ctrl-C (issue 24.8) prints one line and exits 130, never a traceback, at any moment: from the
 first line of this module when it is the program (the ``mqupgrade`` console script, or
@@ -42,12 +42,15 @@ from typing import Any, Callable, Sequence  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mqupgrade", description="RocketMQ master/slave -> DLedger upgrade tool")
+    parser = argparse.ArgumentParser(prog="mqupgrade", description="RocketMQ upgrade tool: master/slave -> DLedger "
+                                     "mode; master/slave or DLedger mode -> Controller mode")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from upgrade import apply as apply_cli, inspect as inspect_cli, plan as plan_cli, reseed as reseed_cli
+    from upgrade import rollback as rollback_cli
     from upgrade.validate import cli as validate_cli
 
-    for name, mod in (("inspect", inspect_cli), ("plan", plan_cli), ("apply", apply_cli), ("reseed", reseed_cli)):
+    for name, mod in (("inspect", inspect_cli), ("plan", plan_cli), ("apply", apply_cli), ("rollback", rollback_cli),
+                      ("reseed", reseed_cli)):
         mod.add_arguments(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
     validate_cli.add_arguments(sub.add_parser("validate", help=validate_cli.HELP, description=validate_cli.HELP))
     return parser
@@ -63,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from upgrade.validate import cli as validate_cli
 
             return _run(validate_cli.run, args, previous)
-        if args.command in ("inspect", "plan", "apply", "reseed"):
+        if args.command in ("inspect", "plan", "apply", "rollback", "reseed"):
             import importlib
 
             return _run(importlib.import_module(f"upgrade.{args.command}").run, args, previous)

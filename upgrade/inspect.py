@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from broker.config.conf_file import ParsedConf
 from broker.config.broker_config import BrokerRole
-from broker.store.lockfile import StoreLock, StoreLockedError
 from broker.store.shape import DLEDGER, StoreShapeError, read_shape, shape_path
 from upgrade import fileops
 from upgrade.inspect_dledger import count_messages, inspect_dledger
@@ -52,26 +51,13 @@ from upgrade.inspect_model import (DEFAULT_CQ_FILE_SIZE, DEFAULT_FILE_SIZE, Comp
 from upgrade.inspect_tail import find_end
 from upgrade.store_files import list_files
 from upgrade.store_links import refuse_links
+from upgrade.store_lock import lock_holder as _lock_holder
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
 
 # ---- per store ----------------------------------------------------------------------------------
-def _lock_holder(root: Path) -> Optional[str]:
-    if not (root / "lock").exists():
-        return None
-    lock = StoreLock(root)
-    try:
-        lock.acquire()
-    except StoreLockedError as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"cannot probe the lock ({exc.strerror})"
-    lock.release()
-    return None
-
-
 def _recorded_upgrade(root: Path) -> list[str]:
     """Issue 24.8: a store whose ``storeshape`` says it ran in DLedger mode is upgraded, even when
     no ``dledger-*/data`` is beside it (moved or deleted): one problem line naming the record."""
@@ -199,6 +185,12 @@ def _read_derived_sizes(s: StoreInspection, p: _Probe) -> None:
                             "message_index_enable": store.message_index_enable, "source": "conf"}
 
 
+def _read_kind(s: StoreInspection, p: _Probe) -> None:
+    from upgrade.inspect_kind import describe
+
+    s.kind, s.kind_detail, s.next_step = describe(str(p.root), s.commit_log_dir)
+
+
 LISTING: tuple[_Reading, ...] = (
     _Reading("commitlog files (names, sizes, allocated bytes)", _read_files),
     _Reading("clean shutdown (no abort file)", _read_shutdown),
@@ -207,6 +199,7 @@ LISTING: tuple[_Reading, ...] = (
     _Reading("dledger-* directories (already upgraded?)", _read_dledger),
     _Reading("storeshape record (upgraded, DLedger log gone?)", _read_shape_record),
     _Reading("ConsumeQueue file size and IndexFile settings", _read_derived_sizes),
+    _Reading("what the store is (classic, DLedger, migrated to Controller mode) and what to do next", _read_kind),
 )
 
 
@@ -396,6 +389,8 @@ def render(insp: Inspection) -> str:
             same = f"DIVERGES in {d.get('file')} at file offset {d.get('file_offset')} (offset {d.get('offset')})"
         lines.append(f"{c.replica}: {lag}; {same}")
     for s in insp.stores:
+        if s.kind:
+            lines.append(f"store: {s.root}: {s.kind_detail}; next: {s.next_step}")
         dl = s.dledger
         if dl is not None:
             lines.append(f"note: {s.root}: upgraded: {dl['dir']} continues the commitlog from the divide at "

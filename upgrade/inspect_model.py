@@ -58,6 +58,9 @@ class StoreInspection:
         "source": "defaults"})
     problems: list[str] = field(default_factory=list)  # reasons it cannot be upgraded as is
     role: str = "?"  # master | slave | empty (set by inspect_stores)
+    kind: str = ""  # classic | dledger | controller | empty (upgrade.inspect_kind)
+    kind_detail: str = ""
+    next_step: str = ""
 
     @property
     def has_data(self) -> bool:

@@ -75,6 +75,12 @@ class Journal:
         self.data["steps"][step_id] = {"state": "done", "detail": detail}
         self._write()
 
+    def note(self, key: str, value: Any) -> None:
+        """Keep a fact of the first run (e.g. rollback's ``apply_started_at``), durably; set once."""
+        if key not in self.data:
+            self.data[key] = value
+            self._write()
+
     def finish(self, finished: bool) -> None:
         self.data["finished"] = finished
         self._write()

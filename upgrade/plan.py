@@ -135,6 +135,10 @@ def make_plan(group: str, peers: str, self_ids: dict[str, str], *, confs: Option
 
 def render(plan: Plan) -> str:
     """Readable plan: nodes, then actions with reasons, or the refusals."""
+    if plan.target == "controller":
+        from upgrade.controller_plan import render_controller
+
+        return render_controller(plan)
     lines = [f"DLedger group {plan.group}: peers {plan.peers}"]
     for n in plan.nodes:
         lines.append(f"  {n.self_id}  {n.state:<6}  {n.root}  listenPort={n.listen_port}  conf -> {n.conf_out}")
@@ -151,7 +155,8 @@ def render(plan: Plan) -> str:
 
 
 # ---- command line -------------------------------------------------------------------------------
-HELP = "plan the upgrade of master/slave stores into one DLedger group (writes a plan JSON)"
+HELP = ("plan the upgrade of master/slave stores into one DLedger group, or (--to controller) of master/slave or "
+        "DLedger-mode stores into Controller mode (writes a plan JSON)")
 
 
 def parse_size(text: str) -> int:
@@ -166,15 +171,21 @@ def parse_size(text: str) -> int:
 
 def add_arguments(p: "argparse.ArgumentParser") -> None:
     p.add_argument("roots", nargs="*", metavar="STORE_ROOT", help="existing stores (each must be in --self-ids)")
-    p.add_argument("--group", required=True, help="dLegerGroup (usually the brokerName)")
-    p.add_argument("--peers", required=True, help='dLegerPeers, e.g. "n0-127.0.0.1:40911;n1-127.0.0.1:40912;..."')
-    p.add_argument("--self-ids", required=True, metavar="ID=ROOT,...",
+    p.add_argument("--to", choices=("dledger", "controller"), default="dledger",
+                   help="the target mode (default %(default)s); controller: STORE_ROOT of every replica, --controllers")
+    p.add_argument("--controllers", metavar="HOST:PORT;...",
+                   help="--to controller: controllerAddr, e.g. 10.0.0.1:9878;10.0.0.2:9878;10.0.0.3:9878")
+    p.add_argument("--group", help="dLegerGroup (usually the brokerName); --to controller: the brokerName when no "
+                   "--conf gives it")
+    p.add_argument("--peers", help='dLegerPeers, e.g. "n0-127.0.0.1:40911;n1-127.0.0.1:40912;..."')
+    p.add_argument("--self-ids", metavar="ID=ROOT,...",
                    help="store root of every peer, e.g. n0=/data/master,n1=/data/slave,n2=/data/new")
     p.add_argument("--conf", action="append", default=[], metavar="FILE",
                    help="a node's current broker .conf (matched by storePathRootDir); its ports and keys are kept")
     p.add_argument("--master", metavar="STORE_ROOT", help="the master (default: the *_MASTER conf, else most data)")
     p.add_argument("--out", default="mqupgrade-plan.json", help="plan file to write (default %(default)s)")
-    p.add_argument("--conf-dir", help="where broker-<id>.conf files go (default: <dir of --out>/dledger-conf)")
+    p.add_argument("--conf-dir", help="where broker-<id>.conf files go (default: <dir of --out>/dledger-conf, "
+                   "--to controller: controller-conf)")
     p.add_argument("--seed-consumequeue", choices=("copy", "rebuild"), default="copy",
                    help="new nodes: copy the master's consumequeue/index (default) or rebuild them by dispatch")
     p.add_argument("--no-sync-config", action="store_true", help="leave the slaves' config/ as it is")
@@ -190,8 +201,25 @@ def run(args: "argparse.Namespace") -> int:
 
     from upgrade.inspect import InspectError
 
+    if args.to == "dledger":
+        absent = [f for f, v in (("--group", args.group), ("--peers", args.peers), ("--self-ids", args.self_ids))
+                  if v is None]
+        if absent:
+            print(f"mqupgrade plan: error: the following arguments are required: {', '.join(absent)}",
+                  file=sys.stderr)
+            return 2
     try:
         out = Path(args.out).expanduser().resolve()
+        if args.to == "controller":
+            from upgrade.controller_plan import make_controller_plan
+
+            plan = make_controller_plan(args.roots, args.controllers, confs=load_confs(args.conf), group=args.group,
+                                        master=args.master, conf_dir=args.conf_dir or out.parent / "controller-conf",
+                                        compare_last=args.compare_last)
+            plan.save(out)
+            print(json.dumps(plan.to_dict(), indent=2) if args.json else render(plan))
+            print(f"plan written to {out}" + ("" if plan.ok else " (refused: apply will not run it)"), file=sys.stderr)
+            return 0 if plan.ok else 2
         plan = make_plan(
             args.group, args.peers, parse_self_ids(args.self_ids), confs=load_confs(args.conf), master=args.master,
             conf_dir=args.conf_dir or out.parent / "dledger-conf", seed_consumequeue=args.seed_consumequeue,

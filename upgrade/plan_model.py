@@ -3,6 +3,8 @@
 Rules:
 - A plan is plain data: ``mqupgrade plan`` writes it (:mod:`upgrade.plan`), ``mqupgrade apply``
   reads it back (:meth:`Plan.load`) and executes its :class:`Action` rows in order.
+- ``target`` says which mode the plan leads to: ``dledger`` (the default; ``peers`` is dLegerPeers) or
+  ``controller`` (``peers`` is controllerAddr; :mod:`upgrade.controller_plan`).
 - The file carries the written confs, and so the group's ``dLegerAuthToken``: it is written
   owner-only (0600), atomically. A file of another ``version`` is refused, never guessed at.
 """
@@ -60,6 +62,7 @@ class Plan:
     warnings: list[str]
     inspection: dict[str, Any]
     version: int = PLAN_VERSION
+    target: str = "dledger"  # dledger | controller (``mqupgrade plan --to``); plans without it are DLedger plans
 
     @property
     def ok(self) -> bool:
