@@ -24,7 +24,9 @@ Rules (the shared spec; ``mqupgrade apply`` writes the file, the broker never do
   they stop (the dispatch gap a kill -9 in DLedger mode leaves), with the walker and checks of
   every other dispatch path; after a crash whose safe instant (the checkpoint's) precedes every
   writable file, re-dispatch starts at the newest frozen file stored no later than it, as the
-  classic and DLedger crash rules do.
+  classic and DLedger crash rules do; and where the index stops when that is below the regions'
+  end (after a crash the IndexService drops every index file newer than the checkpoint's index
+  time, Apache's rule, which in a migrated store may hold every frozen key).
 - Retention deletes whole frozen files, oldest first, while they are older than
   ``fileReservedTime`` (or at once when forced), before any writable file; the store's low mark is
   raised first (``before_delete``).
@@ -39,7 +41,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from broker.store.dispatch import locate
 from broker.store.errors import StoreCorruptionError, StoreError, StoreLayoutError
@@ -49,6 +51,8 @@ from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 from broker.store.verify import CorruptionLog, Progress
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.commitlog import SelectMappedBufferResult
+    from broker.store.dispatch import DispatchRequest
     from broker.store.store_host import StoreHost
 
 log = logging.getLogger(__name__)
@@ -205,6 +209,9 @@ class CommitLogRegions:
         self.classic_from = manifest.classic_from
         self.end = manifest.regions[-1].end
         self.written_at = manifest.path.stat().st_mtime
+        # where the store's index stops (the store sets it once its IndexService is loaded): a crash
+        # drops every index file newer than the checkpoint's index time, frozen keys with it
+        self.index_end: Callable[[], int] | None = None
 
     # --- reads --------------------------------------------------------------------------------
     @property
@@ -251,6 +258,9 @@ class CommitLogRegions:
         if crashed and not writable_safe and cp is not None:
             start = min(start, self.safe_start(cp.min_timestamp_index if store.settings.message_index_safe
                                                else cp.min_timestamp))
+        indexed = self.index_end() if self.index_end is not None else self.end
+        if indexed < self.end:  # the index misses frozen keys (index files dropped after a crash)
+            start = min(start, max(indexed, low))
         if start >= self.end:
             return 0
         log.info("dispatching the frozen regions from %d to %d (the ConsumeQueues stop at %d%s)", start, self.end,
@@ -279,10 +289,10 @@ class CommitLogRegions:
                     return max(f.from_offset, v.start)
         return max(self.min_offset, 0)
 
-    def redispatch(self, start: int, store: StoreHost) -> int:
-        """Dispatch every frozen message from ``start`` to the end (walker and checks of the
-        other dispatch paths: a bad name is reported and skipped, unparsable bytes stop the start)."""
-        count = 0
+    def steps(self, start: int) -> Iterator[tuple[str, int, DispatchRequest, str, SelectMappedBufferResult, int]]:
+        """``(kind, offset, request, why, slice, position)`` of every RECORD and SKIP step
+        (``record_walk``) of the frozen regions from ``start`` to the end, in offset order; bytes
+        that are not a record raise StoreCorruptionError (a frozen region is complete)."""
         offset = start
         for v in self.views:
             if v.end <= offset or not v.files:
@@ -299,12 +309,9 @@ class CommitLogRegions:
                                                      check_names=True, entry_size_at=v.entry_size_at, base=base):
                     pos = at + size
                     if kind == RECORD:
-                        store.do_dispatch(req)
-                        count += 1
+                        yield kind, base + at, req, why, res, at
                     elif kind == SKIP:
-                        path, file_pos = locate(res.mapped_file, base + at)
-                        store.skipped.report(path, file_pos, base + at,
-                                             why if req.success else f"{why}: {v.explain_record(buf, at)}")
+                        yield kind, base + at, req, why if req.success else f"{why}: {v.explain_record(buf, at)}", res, at
                     elif kind == ROLL:
                         rolled = True
                     elif kind == BAD:
@@ -315,7 +322,26 @@ class CommitLogRegions:
                 offset = v.roll_next_file(base + pos) if rolled else base + pos
                 if not rolled and pos == 0:
                     break
+
+    def redispatch(self, start: int, store: StoreHost) -> int:
+        """Dispatch every frozen message from ``start`` to the end (:meth:`steps`: the walker and
+        checks of the other dispatch paths; a bad name is reported and skipped)."""
+        count = 0
+        for kind, offset, req, why, res, _ in self.steps(start):
+            if kind == RECORD:
+                store.do_dispatch(req)
+                count += 1
+            else:
+                path, file_pos = locate(res.mapped_file, offset)
+                store.skipped.report(path, file_pos, offset, why)
         return count
+
+    def messages(self, start: int = 0) -> Iterator[tuple[int, MessageExt]]:
+        """(physical offset, message) of every frozen message from ``start`` (tools, tests)."""
+        for kind, _, req, _, res, at in self.steps(start):
+            if kind == RECORD:
+                skip = max(req.buffer_size - req.msg_size, 0)  # a DLedger entry's 48-byte header
+                yield req.commitlog_offset, decode_message(res.buffer[at + skip:at + skip + req.msg_size])
 
     # --- retention ----------------------------------------------------------------------------
     def delete_expired(self, expired_seconds: float, max_delete: int, clean_immediately: bool, now: float | None,

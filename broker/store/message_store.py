@@ -216,6 +216,8 @@ class DefaultMessageStore(StoreReads):
                 self.index_service = IndexService(self.root, s.max_hash_slot_num, s.max_index_num,
                                                   checkpoint=self.checkpoint)
                 self.index_service.load(self.last_exit_ok)
+                if self.regions is not None:
+                    self.regions.index_end = self._index_end
             self.recover()
             if s.record_shape:
                 self._record_shape(recorded)
@@ -225,6 +227,11 @@ class DefaultMessageStore(StoreReads):
             raise
         self._loaded = True
         return True
+
+    def _index_end(self) -> int:
+        """The commitlog offset the index has reached (0 with no index file)."""
+        files = self.index_service.index_files if self.index_service is not None else []
+        return files[-1].end_phy_offset if files else 0
 
     # --- the store's shape (broker.store.shape, issue 24.1) ----------------------------------
     def _broker_name(self) -> str:
@@ -546,9 +553,12 @@ def open_store(root: str | os.PathLike[str], **settings: object) -> DefaultMessa
 
 
 def iter_messages(store: DefaultMessageStore, start: int = 0) -> Iterable[tuple[int, MessageExt]]:
-    """(physical offset, message) for every committed record from ``start`` (tools, tests)."""
+    """(physical offset, message) for every committed record from ``start`` (tools, tests); a
+    migrated store's frozen regions first."""
     assert store.commitlog is not None
-    offset = max(start, store.commitlog.min_offset)
+    if store.regions is not None and start < store.regions.classic_from:
+        yield from store.regions.messages(start)
+    offset = max(start, store.commitlog.min_offset, store.commitlog.classic_from)
     while offset < store.commitlog.max_offset:
         res = store.commitlog.get_data(offset, True)
         if res is None:

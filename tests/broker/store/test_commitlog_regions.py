@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +26,7 @@ import pytest
 
 from broker.store.commitlog_regions import REGIONS_FILE, RegionsFileError
 from broker.store.message import MessageExt, decode_message_id
-from broker.store.message_store import DefaultMessageStore, GetMessageStatus
+from broker.store.message_store import DefaultMessageStore, GetMessageStatus, iter_messages
 from broker.store.put_result import PutMessageStatus
 from broker.store.shape import read_shape
 from tests.broker.store.test_dledger_commitlog import FIXTURE_SETTINGS, dledger_store, same_fields
@@ -165,6 +168,11 @@ def test_migrated_store_reads_continues_restarts_and_retains(name: str, store_co
             assert (store.commitlog.min_offset, store.commitlog.max_offset) == (0, end)
             store.start()
             check_new(store, new)
+            if not crash:  # every record in offset order, the frozen regions first (tools read so)
+                walked = [(phy, m.commitlog_offset) for phy, m in iter_messages(store)]
+                want = sorted([r["commitLogOffset"] for r in rows] + [phy for _, phy in new.values()])
+                assert [phy for phy, _ in walked] == want and all(a == b for a, b in walked)
+            check_manifest(store, rows[::25], plain, decode=False)  # a crash drops the index file: rebuilt
             for row in rows[::50]:
                 same_fields(store.look_message_by_offset(row["commitLogOffset"]), row, plain)
         finally:
@@ -246,5 +254,70 @@ def test_refusals_each_name_their_defect(store_copy) -> None:
     store.load()
     try:
         assert store.commitlog.max_offset == classic_from(fs)
+    finally:
+        store.shutdown()
+
+
+WRITER = """
+import sys
+from broker.store.message import MessageExt
+from broker.store.message_store import DefaultMessageStore
+store = DefaultMessageStore(store_path_root_dir=sys.argv[1], mapped_file_size_commit_log=1 << 20,
+                            max_hash_slot_num=10000, max_index_num=40000, warm_mapped_file_enable=False,
+                            flush_disk_type="SYNC_FLUSH", flush_interval_consume_queue=20)
+store.load()
+store.start()
+print("started", flush=True)
+i = 0
+while True:
+    r = store.put_message(MessageExt("TopicA", b"killed-%d" % i, queue_id=i % 4, properties={"KEYS": "kk-%d" % i}))
+    if r.ok:
+        print("ack", i, r.append_result.wrote_offset, i % 4, r.append_result.queue_offsets[0], flush=True)
+        i += 1
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_kill9_of_a_migrated_store_recovers_like_a_classic_one(store_copy, manifests) -> None:
+    """SIGKILL a writer on the migrated rmq-mixed mid-stream: every ack and every frozen message stays."""
+    fs = SETS["plain"]
+    root = store_copy(fs.mixed)
+    write_regions(root, regions_doc(fs))
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=Path(__file__).resolve().parents[3],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acks: list[list[int]] = []
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started", proc.stderr.read() if proc.stderr else ""
+        deadline = time.monotonic() + 60
+        while len(acks) < 200 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("ack"):
+                acks.append([int(x) for x in line.split()[1:]])
+        os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=10)
+        acks += [[int(x) for x in ln.split()[1:]] for ln in rest.splitlines() if ln.startswith("ack")]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(acks) >= 200 and (root / "abort").exists()
+    assert acks[0][1] == classic_from(fs) and [a[3] for a in acks[:4]] == [875] * 4
+    store = classic_store(root)
+    store.load()
+    try:
+        assert not store.last_exit_ok
+        store.start()
+        for i, phy, qid, qo in acks:
+            m = store.look_message_by_offset(phy)
+            assert m is not None and m.body == b"killed-%d" % i and (m.queue_id, m.queue_offset) == (qid, qo)
+            assert store.get_commitlog_offset_in_queue("TopicA", qid, qo) == phy
+        check_manifest(store, manifests(fs.mixed), True, decode=False)
+        expected = max(a[3] for a in acks if a[2] == 0) + 1  # acked ones, maybe one more not acked in time
+        have = store.get_max_offset_in_queue("TopicA", 0)  # start() dispatched everything recovered
+        assert have in (expected, expected + 1)
+        nxt = store.put_message(MessageExt("TopicA", b"after", queue_id=0))
+        assert nxt.ok and nxt.append_result.queue_offsets == [have]
     finally:
         store.shutdown()
