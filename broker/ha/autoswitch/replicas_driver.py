@@ -20,6 +20,8 @@ Rules:
   them; ``change_to_master`` / ``change_to_slave`` are awaited (epoch file, HA service or client),
   so no later event sees a half-changed broker. One that raises is logged and the broker stays
   fenced (the next replica-info poll with a newer epoch tries again).
+- An answer ``NO_PERMISSION`` (the controllers require signatures) is also logged as a problem
+  naming the keys that sign the broker's calls (the machine only sees "no leader" / a refusal).
 - Inputs from elsewhere (:meth:`role_change_notified` from the broker's door,
   :meth:`sync_state_set_proposed` from the HA service) are ``put_nowait``: a full queue drops
   them with a log line (the periodic replica-info poll and SyncStateSet check catch up).
@@ -48,6 +50,7 @@ from broker.ha.autoswitch.replicas_messages import (
 )
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
+from broker.remoting.codes import ResponseCode
 from broker.tasks import cancel_and_wait, wait_for
 from controller.codes import ControllerRequestCode as Q
 from controller.headers import to_ext_fields
@@ -57,6 +60,7 @@ log = logging.getLogger("broker.ha.autoswitch.replicas")
 QUEUE_SIZE = 1024
 MAX_CALLS = 64
 DEFAULT_TICK_MS = 100
+NO_PERMISSION = ResponseCode.NO_PERMISSION
 
 
 def monotonic_ms() -> int:
@@ -233,6 +237,9 @@ class ReplicasDriver:
         except (OSError, ConnectionError, asyncio.TimeoutError, ValueError) as exc:
             outcome: Event = CallFailed(a.rid, self.clock(), f"{a.address}: {exc!r}")
         else:
+            if r.code == NO_PERMISSION:
+                self._problem(f"controller {a.address} refused request {a.code}: {r.remark} (sign the broker's "
+                              f"controller calls: controllerAccessKey/controllerSecretKey)")
             outcome = Answered(a.rid, self.clock(), r.code, r.remark, dict(r.ext_fields), r.body or None)
         await self._queue.put(outcome)
 

@@ -188,3 +188,39 @@ def test_an_alteration_answer_is_applied_before_the_next_sync_state_set_check() 
     assert not [a for a in _calls(out) if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
     assert not [a for a in _calls(apply(rm.handle(Tick(due + 1)))) if a.code == Q.CONTROLLER_ALTER_SYNC_STATE_SET]
     assert rm.sync_state_set == frozenset({1, 2})
+
+
+def test_a_signed_driver_registers_with_a_controller_that_requires_signatures(tmp_path: Path) -> None:
+    """The shipped confs: controllers with aclEnable=true (conf/controller/plain_acl.yml), the
+    broker signing with its controllerAccessKey; an unsigned driver gets no id."""
+    asyncio.run(_signed(tmp_path))
+
+
+async def _signed(tmp_path: Path) -> None:
+    from broker.remoting.acl import PlainAccessValidator, signer
+    from tests.controller.proc_util import REPO
+
+    dport, door_port = free_ports(2)
+    door = f"127.0.0.1:{door_port}"
+    acl = REPO / "conf" / "controller" / "plain_acl.yml"
+    proc = ControllerProcess(parse_config(
+        f"controllerDLegerPeers=n0-127.0.0.1:{dport}\ncontrollerDLegerSelfId=n0\n"
+        f"controllerStorePath={tmp_path / 'ctl'}\nmappedFileSize=1048576\ncontrollerDLegerAllowInsecure=true\n"
+        f"aclEnable=true\nplainAclFile={acl}\n"
+        f"listenPort={door_port}\ncontrollerRemotingPeers=n0-{door}\nbindAddress=127.0.0.1\n"),
+        PlainAccessValidator(acl))
+    signed = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), HA(), Host(), tmp_path / "s",
+                            rpc_hook=signer("controller-broker", "sample-controller-broker-change-me"))
+    unsigned = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), HA(), Host(), tmp_path / "u")
+    await proc.start()
+    try:
+        await until("the controller leads", lambda: proc.controller.is_leader_ready)
+        for d in (signed, unsigned):
+            await d.start()
+        await until("the signed broker runs as master", lambda: signed.manager.is_master)
+        await until("the unsigned broker is refused", lambda: any("controllerAccessKey" in p for p in unsigned.problems))
+        assert unsigned.manager.broker_id is None and not (tmp_path / "u" / "brokerIdentity").exists()
+    finally:
+        for d in (signed, unsigned):
+            await d.stop()
+        await proc.stop()
