@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
+from broker.refusals import BadRequest, TopicNotFound
 
 
 class _Topics(Protocol):
@@ -42,15 +41,15 @@ def committed_offset(topics: _Topics, group: str, topic: str, queue_id: int) -> 
 
 
 def check_commit(topics: _Topics, queues: _Queues, group: str, topic: str, queue_id: int, offset: int) -> bool:
-    """Refuse a commit outside the queue (BrokerApiError); True when it is a reset (needs admin)."""
+    """Refuse a commit outside the queue (``TopicNotFound``, ``BadRequest``); True when it is a reset (needs admin)."""
     tc = topics.topic(topic)
     if tc is None and not queues.has_queue(topic, queue_id):
-        raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist on this broker; no offset to commit")
+        raise TopicNotFound(f"topic[{topic}] not exist on this broker; no offset to commit")
     n = max(int(getattr(tc, "read_queue_nums", 0)), int(getattr(tc, "write_queue_nums", 0))) if tc is not None else 0
     if not (0 <= queue_id < n) and not queues.has_queue(topic, queue_id):
-        raise BrokerApiError(E.BAD_REQUEST, f"queueId {queue_id} is not a queue of topic {topic} (0..{max(n - 1, 0)})")
+        raise BadRequest(f"queueId {queue_id} is not a queue of topic {topic} (0..{max(n - 1, 0)})")
     top = queues.max_offset_in_queue(topic, queue_id)
     if not 0 <= offset <= top:
-        raise BrokerApiError(E.BAD_REQUEST, f"offset {offset} is outside queue {topic}:{queue_id} (0..{top})")
+        raise BadRequest(f"offset {offset} is outside queue {topic}:{queue_id} (0..{top})")
     current = committed_offset(topics, group, topic, queue_id)
     return offset < current <= top

@@ -17,6 +17,8 @@ Rules:
 - Pull never blocks (no long polling): ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG``,
   ``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_ONE``, ``OFFSET_OVERFLOW_BADLY``, ``NO_MESSAGE_IN_QUEUE``
   with ``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as RocketMQ's GetMessageResult.
+- A refusal is a ``broker.refusals`` type (``TopicNotFound``, ``NotMaster``, ``NotDurable``, ...);
+  the HTTP API's error middleware is its one translation (``broker.api.errors.http_error``).
 - Every store call goes through :class:`broker.store_access.StoreAccess`, so this module does
   not depend on the store's internals.
 
@@ -29,11 +31,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
 from broker.api.validation import ProduceMessage
 from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.offset_commit import check_commit
+from broker.refusals import (BadRequest, LeadershipTransferFailed, MessageNotFound, NoPermission, NotDurable, NotMaster,
+                             StoreNotOpen, TopicNotFound)
 from broker.send_service import SendMessageService
 from broker.store.message import MessageFormatError, decode_message_id
 from broker.store.put_result import PutMessageStatus
@@ -86,7 +88,7 @@ class BrokerProcessor:
     def _store(self) -> StoreAccess:
         sa = self.c.store_access
         if sa is None:  # the HTTP API starts after the store: only a request racing a stop gets here
-            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
+            raise StoreNotOpen()
         return sa
 
     # ------------------------------------------------------------------ controller pass-through
@@ -114,14 +116,13 @@ class BrokerProcessor:
         """Only the leader can hand over: elsewhere NOT_MASTER names the leader's API address."""
         h = self.c.dledger_handler()
         if to not in h.http_peers:
-            raise BrokerApiError(E.BAD_REQUEST, f"unknown peer id {to!r}; peers are {', '.join(sorted(h.http_peers))}")
+            raise BadRequest(f"unknown peer id {to!r}; peers are {', '.join(sorted(h.http_peers))}")
         if not h.is_leader:
-            raise BrokerApiError(E.NOT_MASTER, f"{h.self_id} is not the DLedger leader; ask the leader "
-                                 f"({h.leader_id})", masterAddress=h.api_address_of(h.leader_id))
+            raise NotMaster(f"{h.self_id} is not the DLedger leader; ask the leader ({h.leader_id})",
+                            h.api_address_of(h.leader_id))
         result = await h.transfer_leadership(to)
         if not result["ok"]:
-            raise BrokerApiError(E.LEADERSHIP_TRANSFER_FAILED, f"transfer of leadership to {to} failed: {result['code']}",
-                                 **result)
+            raise LeadershipTransferFailed(f"transfer of leadership to {to} failed: {result['code']}", result)
         return result
 
     async def set_preferred_leaders(self, ids: list[str]) -> dict[str, Any]:
@@ -129,7 +130,7 @@ class BrokerProcessor:
         try:
             return {"selfId": h.self_id, "preferredLeaders": await h.set_preferred_leaders(ids)}
         except ValueError as exc:
-            raise BrokerApiError(E.BAD_REQUEST, str(exc)) from None
+            raise BadRequest(str(exc)) from None
 
     # ------------------------------------------------------------------ produce
     @property
@@ -144,8 +145,7 @@ class BrokerProcessor:
                     result: dict[str, Any], outcome: PutOutcome) -> dict[str, Any]:
         self.send.observe(kind, topic, count, body_bytes, t0, outcome.status)
         if outcome.status is not PutMessageStatus.PUT_OK:  # stored, not durable as asked (SYNC_MASTER, SYNC_FLUSH)
-            code = E.PUT_STATUS_HTTP.get(outcome.status, E.SYSTEM_ERROR)
-            raise BrokerApiError(code, outcome.detail or _REPLICATION_MESSAGES.get(code, code), **result)
+            raise NotDurable(outcome.status, outcome.detail, **result)
         result["status"] = "SEND_OK"
         return result
 
@@ -182,12 +182,12 @@ class BrokerProcessor:
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> dict[str, Any]:
         tc = self.c.metadata.topic(topic)
         if tc is None and not self._store.has_queue(topic, queue_id):
-            raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            raise TopicNotFound(f"topic[{topic}] not exist, apply first please!")
         if tc is not None:
             if not tc.perm & PERM_READ:
-                raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden (perm {tc.perm})")
+                raise NoPermission(f"the topic[{topic}] pulling message is forbidden (perm {tc.perm})")
             if queue_id >= tc.read_queue_nums and not self._store.has_queue(topic, queue_id):
-                raise BrokerApiError(E.BAD_REQUEST, f"queueId[{queue_id}] is illegal, topic[{topic}] readQueueNums {tc.read_queue_nums}")
+                raise BadRequest(f"queueId[{queue_id}] is illegal, topic[{topic}] readQueueNums {tc.read_queue_nums}")
         res = self._store.get_messages(topic, queue_id, offset, max_count)
         msgs = [message_to_json(m) for m in res["messages"]]
         self.c.metrics.get_messages.inc(topic, amount=len(msgs))
@@ -197,7 +197,7 @@ class BrokerProcessor:
     def view_message_by_offset(self, offset: int) -> dict[str, Any]:
         m = self._store.message_at(offset)
         if m is None:
-            raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message at commitlog offset {offset}")
+            raise MessageNotFound(f"no message at commitlog offset {offset}")
         return message_to_json(m)
 
     def view_message_by_id(self, msg_id: str, topic: str | None) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class BrokerProcessor:
             _host, offset = decode_message_id(msg_id)
         except MessageFormatError:
             if topic is None:
-                raise BrokerApiError(E.BAD_REQUEST, f"{msg_id!r} is not an offset msgId (32 or 56 hex chars); pass ?topic= to look up a uniq key") from None
+                raise BadRequest(f"{msg_id!r} is not an offset msgId (32 or 56 hex chars); pass ?topic= to look up a uniq key") from None
             offset = None
         if offset is not None:
             m = self._store.message_at(offset)
@@ -214,7 +214,7 @@ class BrokerProcessor:
         if topic is not None:  # a uniq key (client msgId) is indexed as topic#UNIQ_KEY
             for m in self._store.query_by_key(topic, msg_id, 1):
                 return message_to_json(m)
-        raise BrokerApiError(E.MESSAGE_NOT_FOUND, f"no message with id {msg_id}")
+        raise MessageNotFound(f"no message with id {msg_id}")
 
     def query_message_by_key(self, topic: str, key: str, max_num: int) -> dict[str, Any]:
         msgs = self._store.query_by_key(topic, key, max_num)
@@ -232,7 +232,7 @@ class BrokerProcessor:
     def topic_status(self, topic: str) -> dict[str, Any]:
         tc = self.c.metadata.topic(topic)
         if tc is None and not self._store.has_queue(topic, 0):
-            raise BrokerApiError(E.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+            raise TopicNotFound(f"topic[{topic}] not exist")
         n = tc.read_queue_nums if tc is not None else self._store.queue_count(topic)
         queues = [{"queueId": q, "minOffset": self._store.min_offset_in_queue(topic, q),
                    "maxOffset": self._store.max_offset_in_queue(topic, q)} for q in range(n)]
@@ -249,10 +249,3 @@ class BrokerProcessor:
 
     def query_consumer_offsets(self, group: str | None, topic: str | None) -> dict[str, Any]:
         return {"offsets": self.c.metadata.offsets(group, topic)}
-
-
-_REPLICATION_MESSAGES = {
-    "FLUSH_SLAVE_TIMEOUT": "the message is stored on the master but the slave did not acknowledge it in time",
-    "SLAVE_NOT_AVAILABLE": "the message is stored on the master but no slave is connected (or it is too far behind)",
-    "FLUSH_DISK_TIMEOUT": "the message is written but the disk flush did not complete in time",
-}

@@ -2,7 +2,8 @@
 
 Rules (RocketMQ 4.9.8's ``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``):
 - The write gate first: ``check_writable()`` refuses on a slave or follower (``NOT_MASTER`` with
-  the master's address).
+  the master's address). Refusals are ``broker.refusals`` types (``TopicNotFound``,
+  ``NoPermission``, ``MessageIllegal``, ``StoreNotOpen``); each door translates them.
 - The topic must exist, or is created when ``autoCreateTopicEnable`` (``defaultTopicQueueNums``
   queues, perm 6); its perm must allow writes; an ordered topic refuses sends at once when
   ``brokerPermission`` has no write bit (the others move away as routes refresh).
@@ -25,8 +26,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
+from broker.refusals import MessageIllegal, NoPermission, StoreNotOpen, TopicNotFound
 from broker.store.put_result import PutMessageStatus, PutRefused
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,22 +71,21 @@ class SendMessageService:
         tc = h.metadata.topic(topic)
         if tc is None:
             if not h.auto_create_topic_enable:
-                raise BrokerApiError(E.TOPIC_NOT_EXIST,
-                                     f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
+                raise TopicNotFound(f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
             tc = h.metadata.create_topic(topic, h.default_topic_queue_nums, h.default_topic_queue_nums, 6)
         if not tc.perm & PERM_WRITE:
-            raise BrokerApiError(E.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden (perm {tc.perm})")
+            raise NoPermission(f"the topic[{topic}] sending message is forbidden (perm {tc.perm})")
         if tc.order and not int(getattr(h.broker_config, "broker_permission", 6)) & PERM_WRITE:
             # as 4.9.8's msgCheck: an ordered topic's sends stop at once; the others move away as the
             # producers' routes (registered read-only) refresh
-            raise BrokerApiError(E.NO_PERMISSION, f"the broker[{h.broker_ip}] sending message is forbidden")
+            raise NoPermission(f"the broker[{h.broker_ip}] sending message is forbidden")
         return tc
 
     def select_queue(self, topic: str, requested: int | None, write_queue_nums: int) -> int:
         if requested is not None:
             if requested >= write_queue_nums:
-                raise BrokerApiError(E.MESSAGE_ILLEGAL, f"request queueId[{requested}] is illegal, topic {topic} "
-                                                        f"has writeQueueNums {write_queue_nums}")
+                raise MessageIllegal(f"request queueId[{requested}] is illegal, topic {topic} "
+                                     f"has writeQueueNums {write_queue_nums}")
             return requested
         n = self._rr.get(topic, -1) + 1
         self._rr[topic] = n
@@ -96,7 +95,7 @@ class SendMessageService:
     async def put(self, msgs: Sequence[MessageExt], producer_keys: bool = True) -> PutOutcome:
         store = self.host.store_access
         if store is None:  # the doors open after the store: only a request racing a stop gets here
-            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
+            raise StoreNotOpen()
         try:
             return await store.put_messages(msgs, producer_keys)
         except PutRefused as refused:

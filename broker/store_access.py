@@ -6,13 +6,13 @@ Rules:
   start error naming the store path.
 - A put returns :class:`PutOutcome` (ids, offsets, ``next_offset`` = the physical offset just
   after the put, and the store's status when the bytes are stored: PUT_OK, FLUSH_DISK_TIMEOUT,
-  FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). A status that means "not stored" raises the
-  matching API error.
+  FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). A status that means "not stored" raises
+  ``PutRefused`` with that status.
 - Pull results are RocketMQ's GetMessageResult as a dict with decoded :class:`MessageExt`s.
 - A read refused because the DLedger member stopped itself (``store_reads.MemberStoppedError``)
-  is ``SERVICE_NOT_AVAILABLE`` naming the cause, never an empty or "removed" answer; a record
-  that fails its CRC check (``broker.store.verify.CorruptRecordError``) is ``SYSTEM_ERROR``
-  naming node, file, offset and the fix.
+  is ``refusals.MemberStopped`` (SERVICE_NOT_AVAILABLE) naming the cause, never an empty or
+  "removed" answer; a record that fails its CRC check (``broker.store.verify.CorruptRecordError``)
+  is ``refusals.CorruptRecord`` (SYSTEM_ERROR) naming node, file, offset and the fix.
 - Concurrent puts go through :class:`broker.put_coalescer.PutCoalescer` in both modes (one
   store put for the requests of one loop iteration: one DLedger batch, or one classic append
   with one flush request and one slave-ack wait; results sliced back).
@@ -30,10 +30,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
 from broker.put_dedup import RecentSends, Row
 from broker.store.message import MessageExt
+from broker.refusals import CorruptRecord, MemberStopped
 from broker.store.put_result import PutMessageStatus, PutRefused
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,9 +80,9 @@ def _refuse_if_member_stopped() -> Iterator[None]:
     try:
         yield
     except MemberStoppedError as exc:
-        raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, str(exc)) from None
+        raise MemberStopped(str(exc)) from None
     except CorruptRecordError as exc:  # never data (broker.store.verify); logged and counted there
-        raise BrokerApiError(E.SYSTEM_ERROR, str(exc)) from None
+        raise CorruptRecord(str(exc)) from None
 
 
 class StoreAccess:

@@ -1,4 +1,4 @@
-"""Error codes of the broker HTTP API and the one exception type that carries them.
+"""Error codes of the broker HTTP API and its one translation of a refusal into an answer.
 
 Rules:
 - Every failure leaving the broker is JSON ``{"code": <CODE>, "message": <text>, ...extra}``;
@@ -10,36 +10,45 @@ Rules:
   DLedger follower answer of DESIGN §5), and for the replication statuses the ``msgId`` and
   offsets of the message, which *is* stored on the master (RocketMQ returns a SendResult with
   status FLUSH_SLAVE_TIMEOUT; it does not roll the write back).
+- The codes shared with the rest of the broker are ``broker.refusals``' vocabulary (re-exported
+  here); ``NOT_FOUND``, ``METHOD_NOT_ALLOWED`` and ``REQUEST_TOO_LARGE`` are the API's own.
+- :class:`BrokerApiError` is raised only in ``broker/api`` (and, until they move, by
+  ``broker/controller.py``; ``processors/send.py`` catches it): it is ``broker.refusals.Refusal``
+  under this door's name, so it catches every typed refusal raised below the API.
 
-Theory of operation: handlers and the controller raise :class:`BrokerApiError`; the API's error
-middleware renders it with :data:`HTTP_STATUS` and renders anything else as ``SYSTEM_ERROR``
-after one log line with the traceback (server side only).
+Theory of operation: below the API a refusal is raised as a ``broker.refusals`` type and a put
+that stored nothing as ``PutRefused``; the API's error middleware turns either into an
+:class:`HttpError` with :func:`http_error` (:data:`HTTP_STATUS` for the code,
+:data:`PUT_STATUS_HTTP` for a put status) and renders anything else as ``SYSTEM_ERROR`` after
+one log line with the traceback (server side only).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Final, Union
 
+from broker.refusals import BAD_REQUEST as BAD_REQUEST
+from broker.refusals import FLUSH_DISK_TIMEOUT as FLUSH_DISK_TIMEOUT
+from broker.refusals import FLUSH_SLAVE_TIMEOUT as FLUSH_SLAVE_TIMEOUT
+from broker.refusals import LEADERSHIP_TRANSFER_FAILED as LEADERSHIP_TRANSFER_FAILED
+from broker.refusals import MESSAGE_ILLEGAL as MESSAGE_ILLEGAL
+from broker.refusals import MESSAGE_NOT_FOUND as MESSAGE_NOT_FOUND
+from broker.refusals import NO_PERMISSION as NO_PERMISSION
+from broker.refusals import NOT_MASTER as NOT_MASTER
+from broker.refusals import OS_PAGECACHE_BUSY as OS_PAGECACHE_BUSY
+from broker.refusals import PROPERTIES_SIZE_EXCEEDED as PROPERTIES_SIZE_EXCEEDED
+from broker.refusals import SERVICE_NOT_AVAILABLE as SERVICE_NOT_AVAILABLE
+from broker.refusals import SLAVE_NOT_AVAILABLE as SLAVE_NOT_AVAILABLE
+from broker.refusals import SUBSCRIPTION_GROUP_NOT_EXIST as SUBSCRIPTION_GROUP_NOT_EXIST
+from broker.refusals import SYSTEM_ERROR as SYSTEM_ERROR
+from broker.refusals import TOPIC_NOT_EXIST as TOPIC_NOT_EXIST
+from broker.refusals import UNAUTHORIZED as UNAUTHORIZED
+from broker.refusals import NotDurable, Refusal
 from broker.store.put_result import PutMessageStatus, PutRefused
 
-TOPIC_NOT_EXIST = "TOPIC_NOT_EXIST"
-SUBSCRIPTION_GROUP_NOT_EXIST = "SUBSCRIPTION_GROUP_NOT_EXIST"
-MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-BAD_REQUEST = "BAD_REQUEST"
-NOT_FOUND = "NOT_FOUND"
-METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
-REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
-NOT_MASTER = "NOT_MASTER"
-SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
-MESSAGE_NOT_FOUND = "MESSAGE_NOT_FOUND"
-NO_PERMISSION = "NO_PERMISSION"
-UNAUTHORIZED = "UNAUTHORIZED"  # ACL: no/unknown AccessKey, bad signature, stale or replayed request
-SYSTEM_ERROR = "SYSTEM_ERROR"
-LEADERSHIP_TRANSFER_FAILED = "LEADERSHIP_TRANSFER_FAILED"
+NOT_FOUND: Final = "NOT_FOUND"
+METHOD_NOT_ALLOWED: Final = "METHOD_NOT_ALLOWED"
+REQUEST_TOO_LARGE: Final = "REQUEST_TOO_LARGE"
 
 HTTP_STATUS: dict[str, int] = {
     TOPIC_NOT_EXIST: 404,
@@ -79,25 +88,39 @@ PUT_STATUS_HTTP: dict[PutMessageStatus, str] = {
 }
 
 
-class BrokerApiError(Exception):
-    """A failure with a RocketMQ-style code; rendered as JSON by the API."""
+#: the HTTP API's refusal: ``broker.refusals.Refusal`` under this door's name (module rules)
+BrokerApiError = Refusal
 
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.extra = extra
+
+@dataclass(frozen=True, slots=True)
+class HttpError:
+    """The HTTP API's answer to a refusal: the JSON body's code, message and extra fields."""
+
+    code: str
+    message: str
+    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def http_status(self) -> int:
         return HTTP_STATUS.get(self.code, 500)
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {"code": self.code, "message": self.message}
         body.update(self.extra)
         return body
 
 
-def put_refused(exc: PutRefused) -> BrokerApiError:
+def http_error(exc: Union[Refusal, PutRefused]) -> HttpError:
+    """The HTTP door's one translation: a refusal keeps its code (a stored put that is not durable,
+    and a put that stored nothing, are answered by :data:`PUT_STATUS_HTTP` of their status)."""
+    if isinstance(exc, PutRefused):
+        return HttpError(PUT_STATUS_HTTP.get(exc.status, SYSTEM_ERROR), exc.detail)
+    if isinstance(exc, NotDurable):
+        code = PUT_STATUS_HTTP.get(exc.status, SYSTEM_ERROR)
+        return HttpError(code, exc.message or code, dict(exc.extra))
+    return HttpError(exc.code, exc.message, dict(exc.extra))
+
+
+def put_refused(exc: PutRefused) -> HttpError:
     """The HTTP API's error for a put that stored nothing (:data:`PUT_STATUS_HTTP`)."""
-    return BrokerApiError(PUT_STATUS_HTTP.get(exc.status, SYSTEM_ERROR), exc.detail)
+    return http_error(exc)

@@ -92,10 +92,11 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
     controller = request.app[CONTROLLER_KEY]
     try:
         response = await handler(request)
-    except BrokerApiError as exc:
-        response = json_response(exc.to_json(), exc.http_status)
+    except BrokerApiError as exc:  # every refusal (broker.refusals): the one translation, E.http_error
+        err = E.http_error(exc)
+        response = json_response(err.to_json(), err.http_status)
     except PutRefused as refused:
-        err = E.put_refused(refused)
+        err = E.http_error(refused)
         response = json_response(err.to_json(), err.http_status)
     except web.HTTPException as exc:
         if exc.status < 400:

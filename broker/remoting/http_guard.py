@@ -34,6 +34,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
+from broker.refusals import UNAUTHORIZED, Refusal, ServiceNotAvailable
 from broker.remoting.limits import EVICTED, READ_TIMEOUT, SMALL_FRAME, ConnectionClock, PortGuard
 from broker.tasks import wait_for
 
@@ -129,9 +130,6 @@ async def limits_middleware(request: web.Request,
     conn = _BY_TRANSPORT.get(request.transport)
     if conn is None:  # not one of ours (a test client, a runner without the guard)
         return await handler(request)
-    from broker.api import errors as E  # noqa: WPS433 - keep this module importable without the API
-    from broker.api.errors import BrokerApiError  # noqa: WPS433
-
     guard = conn.guard
     conn.request_started()
     reserved = 0
@@ -145,8 +143,8 @@ async def limits_middleware(request: web.Request,
             if wanted > SMALL_FRAME:
                 if not guard.budget.reserve(wanted):
                     guard.refuse_budget(conn, wanted, "a request body")
-                    raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, f"the broker holds too many incomplete request "
-                                         f"bodies to take {wanted} more bytes now; retry later")
+                    raise ServiceNotAvailable(f"the broker holds too many incomplete request "
+                                              f"bodies to take {wanted} more bytes now; retry later")
                 reserved = wanted
             timeout = guard.limits.read_timeout_s
             if request.content.is_eof():  # the whole body is already here: no wait, so no timer
@@ -159,8 +157,8 @@ async def limits_middleware(request: web.Request,
                     raise web.HTTPRequestTimeout() from None
         try:
             response = await handler(request)
-        except BrokerApiError as exc:
-            refused = exc.http_status == 401
+        except Refusal as exc:  # the HTTP API's error middleware answers it; UNAUTHORIZED is its 401
+            refused = exc.code == UNAUTHORIZED
             raise
         except web.HTTPException as exc:
             refused = exc.status == 401

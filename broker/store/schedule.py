@@ -234,7 +234,7 @@ class ScheduleMessageService:
     async def _put_one(self, inner: MessageExt) -> str:
         try:
             outcome = await self._put([inner])
-        except Exception as exc:  # noqa: BLE001 - a refused put (BrokerApiError) is retried later
+        except Exception as exc:  # noqa: BLE001 - a refused put (PutRefused, a broker.refusals type) is retried later
             return getattr(exc, "code", type(exc).__name__)
         return outcome.status.value
 

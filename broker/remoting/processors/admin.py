@@ -54,7 +54,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
 from broker.config.java_properties import ConfigError, parse_properties
 from broker.remoting.acl import SUB, AclConfigError, require_found
@@ -62,7 +61,8 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.codes import request_name
-from broker.remoting.processors.common import (HeaderError, Processor, api_error_response, field_bool, field_int,
+from broker.refusals import Refusal
+from broker.remoting.processors.common import (HeaderError, Processor, refusal_response, field_bool, field_int,
                                                field_str, raw_message_at)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
@@ -290,8 +290,8 @@ class AdminBrokerProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
         try:
             self.ctx.broker_processor.create_topic(topic, read_q, write_q, perm, order=order)
-        except BrokerApiError as exc:
-            return api_error_response(cmd, exc)
+        except Refusal as exc:
+            return refusal_response(cmd, exc)
         self.ctx.registrar_wakeup()
         return cmd.response(R.SUCCESS)
 

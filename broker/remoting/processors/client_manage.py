@@ -32,12 +32,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from broker.api.errors import BrokerApiError
 from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import HeaderError, Processor, api_error_response, field_int, field_str
+from broker.refusals import Refusal
+from broker.remoting.processors.common import HeaderError, Processor, field_int, field_str, refusal_response
 from broker.remoting.server import RemotingConnection
 
 RETRY_PREFIX = "%RETRY%"
@@ -212,8 +212,8 @@ class ClientManageProcessor(Processor):
         if offset >= 0:
             try:
                 reset = self.ctx.broker_processor.is_offset_reset(group, topic, queue_id, offset)
-            except BrokerApiError as exc:  # no such queue, or past its end (broker.offset_commit)
-                return api_error_response(cmd, exc)
+            except Refusal as exc:  # no such queue, or past its end (broker.offset_commit)
+                return refusal_response(cmd, exc)
             if reset:  # the permission table: a reset needs admin, as on the HTTP door
                 require_found({RETRY_PREFIX + group: SUB, topic: SUB}, admin_for="resetting a consumer offset backwards")
             self.c.metadata.commit_offset(group, topic, queue_id, offset)

@@ -4,11 +4,13 @@ Rules:
 - Header fields are strings (RocketMQ's ``decodeCommandCustomHeader``); a required field that is
   missing or not a number is answered ``SYSTEM_ERROR`` "the custom field <name> is null" / "...
   is not a number" (:class:`HeaderError`), never a traceback.
-- :func:`api_error_response` maps the HTTP API's :class:`BrokerApiError` codes to RocketMQ
-  response codes with RocketMQ's remarks: NOT_MASTER and SERVICE_NOT_AVAILABLE ->
+- :func:`refusal_response` is the remoting door's one translation of a refusal
+  (``broker.refusals.Refusal``, which the HTTP API calls ``BrokerApiError``) into a RocketMQ
+  response code and RocketMQ's remark: NOT_MASTER and SERVICE_NOT_AVAILABLE ->
   ``SERVICE_NOT_AVAILABLE`` (a slave refuses writes that way in RocketMQ), TOPIC_NOT_EXIST,
   NO_PERMISSION, MESSAGE_ILLEGAL/PROPERTIES_SIZE_EXCEEDED -> ``MESSAGE_ILLEGAL``, the
   stored-but-not-durable statuses keep their codes, anything else ``SYSTEM_ERROR``.
+  ``api_error_response`` is its old name, kept for the compiled ``processors/send.py``.
 - Raw reads (:func:`raw_message_at`) return the commitlog record bytes exactly as stored, which
   is what RocketMQ sends to clients in PULL/VIEW/QUERY bodies.
 
@@ -19,8 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
+from broker import refusals
+from broker.refusals import Refusal, StoreNotOpen
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
 
@@ -37,11 +39,11 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "messages are put to the slave, message store has been shut down, etc.")
 
 _CODE_MAP = {
-    E.NOT_MASTER: R.SERVICE_NOT_AVAILABLE, E.SERVICE_NOT_AVAILABLE: R.SERVICE_NOT_AVAILABLE,
-    E.TOPIC_NOT_EXIST: R.TOPIC_NOT_EXIST, E.NO_PERMISSION: R.NO_PERMISSION,
-    E.MESSAGE_ILLEGAL: R.MESSAGE_ILLEGAL, E.PROPERTIES_SIZE_EXCEEDED: R.MESSAGE_ILLEGAL,
-    E.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT, E.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
-    E.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE, E.SUBSCRIPTION_GROUP_NOT_EXIST: R.SUBSCRIPTION_GROUP_NOT_EXIST,
+    refusals.NOT_MASTER: R.SERVICE_NOT_AVAILABLE, refusals.SERVICE_NOT_AVAILABLE: R.SERVICE_NOT_AVAILABLE,
+    refusals.TOPIC_NOT_EXIST: R.TOPIC_NOT_EXIST, refusals.NO_PERMISSION: R.NO_PERMISSION,
+    refusals.MESSAGE_ILLEGAL: R.MESSAGE_ILLEGAL, refusals.PROPERTIES_SIZE_EXCEEDED: R.MESSAGE_ILLEGAL,
+    refusals.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT, refusals.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
+    refusals.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE, refusals.SUBSCRIPTION_GROUP_NOT_EXIST: R.SUBSCRIPTION_GROUP_NOT_EXIST,
 }
 
 
@@ -105,7 +107,7 @@ class Processor:
         ``AttributeError`` on ``None``."""
         sa = self.ctx.controller.store_access
         if sa is None:
-            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker's store is not open")
+            raise StoreNotOpen()
         return sa
 
 
@@ -135,17 +137,22 @@ def field_bool(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
     return default if v is None else v.strip().lower() == "true"
 
 
-def api_error_response(cmd: RemotingCommand, exc: BrokerApiError, header: Optional[dict[str, Any]] = None) -> RemotingCommand:
+def refusal_response(cmd: RemotingCommand, exc: Refusal, header: Optional[dict[str, Any]] = None) -> RemotingCommand:
+    """The remoting door's answer to a refusal (module rules)."""
     code = _CODE_MAP.get(exc.code, R.SYSTEM_ERROR)
     remark = exc.message
-    if exc.code == E.NOT_MASTER:
-        master = (exc.extra or {}).get("masterAddress")
-        remark = f"{SERVICE_NOT_AVAILABLE_REMARK} ({exc.message}{'; master API ' + master if master else ''})"
-    elif exc.code == E.TOPIC_NOT_EXIST:
+    if exc.code == refusals.NOT_MASTER:
+        master = exc.extra.get("masterAddress")
+        remark = f"{SERVICE_NOT_AVAILABLE_REMARK} ({exc.message}{'; master API ' + str(master) if master else ''})"
+    elif exc.code == refusals.TOPIC_NOT_EXIST:
         remark = exc.message + FAQ
-    elif exc.code == E.OS_PAGECACHE_BUSY:
+    elif exc.code == refusals.OS_PAGECACHE_BUSY:
         remark = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
     return cmd.response(code, remark, header or {})
+
+
+#: the old name, imported by the compiled ``processors/send.py``
+api_error_response = refusal_response
 
 
 
