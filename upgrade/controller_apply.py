@@ -9,7 +9,8 @@ Rules:
 - ``record_end`` checks and records a master/slave node's commitlog end (clean, the planned
   end): rollback compares with it.
 - Both record which Controller-mode files (epoch file, broker identity) the store held before
-  apply (``preexisting``): rollback removes only the ones that came after.
+  apply (``preexisting``): rollback removes only the ones that came after; and the store's mode
+  record (``storeshape`` and its ``.bak``, ``shape``), which rollback puts back.
 - The first run of a DLedger-group plan re-reads every member (O(1)) and stops with "plan
   again" when its committed end, its entries or its files moved since the plan.
 - Every step is idempotent and returns a deterministic detail for the journal.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from upgrade import regions_file
 from upgrade.dledger_member import inspect_member
@@ -29,6 +30,9 @@ from upgrade.store_files import list_files
 
 #: files a broker in Controller mode writes in its store root (Apache's names): rollback removes them
 CONTROLLER_FILES = ("epochFileCheckpoint", "epochFileCheckpoint.bak", "brokerIdentity", "brokerIdentity-temp")
+#: the store's own record of its mode (``broker.store.shape``), which a start in Controller mode rewrites as
+#: classic: rollback puts back what apply found
+SHAPE_FILES = ("storeshape", "storeshape.bak")
 
 
 class StepError(Exception):
@@ -37,6 +41,15 @@ class StepError(Exception):
 
 def preexisting(root: str) -> list[str]:
     return [n for n in CONTROLLER_FILES if (Path(root) / n).exists()]
+
+
+def shape_before(root: str) -> dict[str, Optional[str]]:
+    """The store's mode record as apply found it (None: absent)."""
+    out: dict[str, Optional[str]] = {}
+    for name in SHAPE_FILES:
+        p = Path(root) / name
+        out[name] = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else None
+    return out
 
 
 def files_from(commit_log_dir: str, classic_from: int) -> list[Path]:
@@ -52,14 +65,14 @@ def write_regions(p: dict[str, Any]) -> dict[str, Any]:
               "sha256": hashlib.sha256(content.encode()).hexdigest()}
     if path.exists():
         if path.read_text(encoding="utf-8", errors="replace") == content:
-            return {**detail, "preexisting": preexisting(root)}
+            return {**detail, "preexisting": preexisting(root), "shape": shape_before(root)}
         raise StepError(f"{path} exists and differs from the planned one; it was not written by this plan")
     new = files_from(p["commit_log_dir"], p["classic_from"])
     if new:
         raise StepError(f"{new[0]} already exists at or above classicFrom {p['classic_from']}; run mqupgrade plan again")
-    pre = preexisting(root)
+    pre, shape = preexisting(root), shape_before(root)
     atomic_write_text(path, content)
-    return {**detail, "preexisting": pre}
+    return {**detail, "preexisting": pre, "shape": shape}
 
 
 def record_end(p: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +80,8 @@ def record_end(p: dict[str, Any]) -> dict[str, Any]:
     if not s.clean_shutdown or s.max_offset != p["expect_max_offset"]:
         raise StepError(f"{p['root']}: ends at {s.max_offset} (clean={s.clean_shutdown}), the plan expected "
                         f"{p['expect_max_offset']}; run mqupgrade plan again")
-    return {"max_offset": s.max_offset, "tail_file": s.tail_file, "preexisting": preexisting(p["root"])}
+    return {"max_offset": s.max_offset, "tail_file": s.tail_file, "preexisting": preexisting(p["root"]),
+            "shape": shape_before(p["root"])}
 
 
 def _facts(d: dict[str, Any]) -> tuple[Any, ...]:

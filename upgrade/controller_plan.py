@@ -18,9 +18,10 @@ Rules:
   (:mod:`upgrade.dledger_member`); refused: a store in use, not shut down cleanly, with a problem
   of its own, two members with one self id, a member that lacks an entry the group committed,
   committed bytes that differ (member, entry index and first differing offset named),
-  ConsumeQueues ahead of the committed end or behind it (the store does not dispatch a lagging
-  region at start: "start it once in DLedger mode and stop it cleanly, then plan again"), old
-  classic files of another size than ``mappedFileSizeCommitLog``. Each member gets
+  ConsumeQueues ahead of the committed end ("start it once in DLedger mode and stop it cleanly,
+  then plan again"), old classic files of another size than ``mappedFileSizeCommitLog``.
+  ConsumeQueues behind it (a kill -9 in DLedger mode) are a note, not a refusal: the store
+  re-dispatches the gap at its first start in Controller mode (``broker.store.commitlog_regions``). Each member gets
   ``write_regions`` (``commitlogRegions.json``, exactly the spec: its old classic region if any,
   its DLedger region up to the group's committed end, ``classicFrom``) and ``write_conf``. The
   uncommitted tail stays in the DLedger files and is never read: the plan says so. O(1) in the
@@ -229,14 +230,18 @@ def _committed_agree(g: _Group, compare_last: Optional[int]) -> Iterator[str]:
 
 
 def _cq_ready(g: _Group) -> Iterator[str]:
+    """ConsumeQueues ahead of the committed end point at bytes the region will not hold: refused.
+    Behind is fine: the store re-dispatches a frozen region's gap at its first start in Controller
+    mode (``broker.store.commitlog_regions``); the plan says so (:func:`_cq_notes`)."""
     for m in g.members:
         if m.cq_state == "ahead":
             yield (f"{m.root} ({m.self_id}): {m.cq_detail}: start it once in DLedger mode and stop it cleanly, then "
                    "plan again")
-        elif m.cq_state == "behind":
-            yield (f"{m.root} ({m.self_id}): the ConsumeQueues lag the region end ({m.cq_detail}) and the store does "
-                   "not dispatch a frozen region at start: start it once in DLedger mode and stop it cleanly, then "
-                   "plan again")
+
+
+def _cq_notes(g: _Group) -> list[str]:
+    return [f"{m.self_id}: the ConsumeQueues lag the region end ({m.cq_detail}); the store dispatches them at its "
+            "first start in Controller mode" for m in g.members if m.cq_state == "behind"]
 
 
 def _regions_of(m: Member, end: int, file_size: int) -> regions_file.Regions:
@@ -268,6 +273,7 @@ def _dledger_steps(w: _Work, g: _Group, file_size: int) -> list[str]:
                               f"{'y' if m.last_index - g.committed_index == 1 else 'ies'} after index "
                               f"{g.committed_index} (bytes [{g.end}, {m.last_end})) stay in the DLedger files and are "
                               "never read in Controller mode (never committed, so never acknowledged)")
+    w.warnings.extend(_cq_notes(g))
     w.write_confs(file_size, f"DLedger group of {w.broker_name()} (members {', '.join(m.self_id for m in g.members)})")
     return []
 

@@ -15,8 +15,9 @@ Rules:
   the file ``apply`` kept (``<conf>.bak-<apply started_at>``) or removes a conf that did not
   exist before; ``write_regions`` removes the new empty classic files (at or above
   ``classicFrom``), the Controller-mode files that came after apply (epoch file, broker
-  identity) and then ``commitlogRegions.json``; ``record_end`` removes those Controller-mode
-  files too. The DLedger store and the old commitlog were never modified, so the previous mode
+  identity), puts back the store's mode record (``storeshape``, rewritten as classic by a start in
+  Controller mode) as apply found it, and then removes ``commitlogRegions.json``; ``record_end``
+  does the same for the Controller-mode files and the mode record. The DLedger store and the old commitlog were never modified, so the previous mode
   starts as before.
 - Each undo is idempotent: a conf holding the planned text is ours (restore or remove it), one
   holding anything else is already the restored one (kept); a regions file holding another text
@@ -41,7 +42,8 @@ from typing import Any, Callable, Optional
 from broker.store.lockfile import StoreLock, StoreLockedError
 from dledger.store.safefile import fsync_dir
 from upgrade import regions_file
-from upgrade.controller_apply import CONTROLLER_FILES, files_from
+from upgrade.controller_apply import CONTROLLER_FILES, SHAPE_FILES, files_from
+from upgrade.fileops import atomic_write_text
 from upgrade.inspect import inspect_store
 from upgrade.journal import Journal, plan_digest
 from upgrade.plan_model import Action, Plan
@@ -110,12 +112,25 @@ class _Undo:
 
     def _remove_controller_files(self, a: Action, root: str) -> list[str]:
         keep = set(self._preexisting(a))
-        gone = []
+        gone: list[str] = []
         for name in CONTROLLER_FILES:
             p = Path(root) / name
             if name not in keep and p.exists():
                 p.unlink()
                 gone.append(name)
+        step = self.applied.get(a.id) or {}
+        shape: Optional[dict[str, Optional[str]]] = (step.get("detail") or {}).get("shape")
+        for name in SHAPE_FILES if shape is not None else ():  # the mode record, as apply found it
+            assert shape is not None
+            p, then = Path(root) / name, shape.get(name)
+            now = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else None
+            if now == then:
+                continue
+            if then is None:
+                p.unlink()
+            else:
+                atomic_write_text(p, then)
+            gone.append(name)
         if gone:
             fsync_dir(Path(root))
         return gone

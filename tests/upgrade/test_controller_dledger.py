@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
+from broker.store.message_store import DefaultMessageStore, GetMessageStatus
 from dledger.entry import INDEX_UNIT
 from tests.support import rmqfixtures as rf
 from tests.upgrade.upgrade_helpers import hold_lock, mqupgrade
@@ -55,6 +56,11 @@ def set_checkpoint(root: Path, sid: str, committed: int) -> None:
     (root / f"dledger-{sid}" / "checkpoint").write_text(f"committedIndex={committed}\nendIndex={committed}\n")
 
 
+def committed_of(root: Path, sid: str) -> int:
+    text = (root / f"dledger-{sid}" / "checkpoint").read_text()
+    return int(text.split("committedIndex=")[1].split()[0])
+
+
 def data_path(root: Path, sid: str, offset: int) -> tuple[Path, int]:
     start = offset - offset % SIZE
     return root / f"dledger-{sid}" / "data" / f"{start:020d}", offset - start
@@ -90,7 +96,7 @@ def expected_regions(fs: rf.FixtureSet, dledger_dir: str) -> dict[str, Any]:
 def test_group_plan_apply_rollback(fixture_root: Path, fixture_set: rf.FixtureSet, tmp_path: Path) -> None:
     fs = fixture_set
     roots = [member(fixture_root, fs, tmp_path, sid) for sid in ("n0", "n1", "n2")]
-    committed = int((roots[0] / "dledger-n0" / "checkpoint").read_text().split("committedIndex=")[1].split()[0])
+    committed = committed_of(roots[0], "n0")
     set_checkpoint(roots[1], "n1", committed - 3)  # a follower's checkpoint lags: the group's committed end counts
     before = {r: snapshot(r) for r in roots}
     plan, path = write_plan(roots, tmp_path)
@@ -120,6 +126,7 @@ def test_group_plan_apply_rollback(fixture_root: Path, fixture_set: rf.FixtureSe
     (roots[0] / "commitlog" / f"{cf:020d}").write_bytes(bytes(SIZE))
     (roots[0] / "epochFileCheckpoint").write_text(f"1\n1-{cf}\n")
     (roots[0] / "brokerIdentity").write_text("DefaultCluster#broker-a#1")
+    (roots[0] / "storeshape").write_text("mode=classic\nbrokerName=broker-a\n")  # the broker's record of its mode
     rollback_plan(path, echo=quiet)
     for r in roots:
         assert snapshot(r) == before[r]
@@ -189,21 +196,46 @@ def _last_cq_unit(root: Path, end: int) -> tuple[Path, int]:
     raise AssertionError("no unit ends at the store's end")
 
 
-def test_refusals_consume_queues_behind_or_ahead(fixture_root: Path, tmp_path: Path) -> None:
-    fs = rf.SETS["plain"]
-    behind = member(fixture_root, fs, tmp_path, "n0")
-    f, at = _last_cq_unit(behind, fs.mixed_max_offset)
-    with open(f, "r+b") as fh:  # a kill -9 in DLedger mode before the last message was dispatched
+def test_consume_queues_ahead_refused_behind_dispatched_by_the_store(fixture_root: Path, fixture_set: rf.FixtureSet,
+                                                                     manifests, tmp_path: Path) -> None:
+    """Behind (a kill -9 in DLedger mode before the last dispatch): planned, with a note; the applied
+    store, opened in classic mode (H2's broker/store/commitlog_regions), dispatches the gap and reads
+    the manifest's messages back by offset and by queue. Ahead: refused."""
+    fs = fixture_set
+    n0 = member(fixture_root, fs, tmp_path, "n0")
+    f, at = _last_cq_unit(n0, fs.mixed_max_offset)
+    with open(f, "r+b") as fh:
         fh.seek(at)
         fh.write(bytes(20))
-    plan, _ = write_plan([behind], tmp_path)
-    assert len(plan.refusals) == 1 and plan.refusals[0].startswith(f"{behind} (n0): the ConsumeQueues lag the region end")
-    assert "1 committed message(s) after it belong in ConsumeQueues" in plan.refusals[0]
-    assert plan.refusals[0].endswith("start it once in DLedger mode and stop it cleanly, then plan again")
+    plan, path = write_plan([n0], tmp_path)
+    assert plan.ok, plan.refusals
+    note = next(w for w in plan.warnings if w.startswith("n0: the ConsumeQueues lag the region end"))
+    assert note.endswith("1 committed message(s) after it belong in ConsumeQueues); the store dispatches them at "
+                         "its first start in Controller mode")
+    apply_plan(path, echo=quiet)
+    store = DefaultMessageStore(store_path_root_dir=str(n0), mapped_file_size_commit_log=SIZE, max_hash_slot_num=10000,
+                                max_index_num=40000, warm_mapped_file_enable=False)
+    store.load()
+    store.start()
+    try:
+        assert store.get_max_phy_offset() == plan.divided_commitlog_offset  # no new file yet: max == classicFrom
+        rows = [r for r in manifests(fs.mixed) if r.get("inConsumeQueue", 1)]
+        split = next(i for i, r in enumerate(rows) if r["commitLogOffset"] >= fs.divided_offset)
+        for row in (rows[0], rows[split - 1], rows[split], rows[-1]):  # both regions' first and last
+            m = store.look_message_by_offset(row["commitLogOffset"])
+            assert m is not None and (m.topic, m.queue_id, m.queue_offset, m.store_size) == (
+                row["topic"], row["queueId"], row["queueOffset"], row["storeSize"]), row
+            got = store.get_message(row["topic"], row["queueId"], row["queueOffset"], 1)
+            assert got.status is GetMessageStatus.FOUND and got.physical_offsets == [row["commitLogOffset"]], row
+    finally:
+        store.shutdown()
+    rollback_plan(path, echo=quiet)  # nothing was written in the new mode
+    assert not (n0 / "commitlogRegions.json").exists()
     ahead = member(fixture_root, fs, tmp_path / "a", "n0")
-    set_checkpoint(ahead, "n0", 1995)  # the ConsumeQueues reach entries the checkpoint does not call committed
+    lower = committed_of(ahead, "n0") - 4
+    set_checkpoint(ahead, "n0", lower)  # the ConsumeQueues reach entries the checkpoint does not call committed
     plan, _ = write_plan([ahead], tmp_path / "a")
-    _, pos, size, _, _ = unit(ahead, "n0", 1995)
+    _, pos, size, _, _ = unit(ahead, "n0", lower)
     assert plan.refusals == [f"{ahead} (n0): ConsumeQueues reach {fs.mixed_max_offset}, beyond the committed end "
                              f"{pos + size}: start it once in DLedger mode and stop it cleanly, then plan again"]
 
