@@ -19,7 +19,9 @@ Rules:
   gate on the write path; on a slave it raises ``NOT_MASTER`` with the master's API address.
 - In DLedger mode (``enableDLegerCommitLog=true``) no classic HA runs, the broker starts with
   ``brokerId=-1`` and refuses writes until the role-change handler (``broker.role``, started
-  right after the store, stopped before it) makes it master.
+  right after the store, stopped before it) makes it master. In Controller mode
+  (``enableControllerMode=true``) ``ha`` is ``broker.controller_mode.ControllerModeHA``: the broker
+  starts fenced (SLAVE, ``brokerId=-1``) and the controller's word calls the same two methods.
 - Doors (issue 12): ``listenPort`` (and a split ``httpListenPort``) bind ``bindAddress`` (default
   ``0.0.0.0`` like Apache; the shipped confs say ``127.0.0.1``), logged at start with the limits of
   ``broker.remoting.limits`` (idle/read timeouts, connection cap, one pending-bytes budget for
@@ -68,8 +70,8 @@ from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
-from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam
-from broker.controller_mode import ControllerModeHA, controller_mode_enabled
+from broker.classic_ha import HAStartError, ReplicationSeam
+from broker.controller_mode import controller_mode_enabled, make_replication
 from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
@@ -167,12 +169,10 @@ class BrokerController:
         self.remoting: Any = None  # broker.remoting.broker_remoting.BrokerRemoting (listenPort)
         # where listenPort (and a split httpListenPort) listen, and their limits (issue 12)
         self.bind_address: str = str(_cfg(broker_config, "bind_address", "0.0.0.0")).strip() or "0.0.0.0"
-        self.ha: ReplicationSeam = ControllerModeHA(
+        self.ha: ReplicationSeam = make_replication(  # ClassicHA, or ControllerModeHA (enableControllerMode)
             self, broker_config, store_config, broker_address=f"{self.broker_ip}:{self.listen_port}",
-            bind_address=self.bind_address, listen_port=self.ha_listen_port, root_dir=self.root_dir,
-            metrics=self.metrics) if self.controller_mode else ClassicHA(
-            store_config, broker_name=self.broker_name, bind_address=self.bind_address,
-            listen_port=self.ha_listen_port, master_address=self.ha_master_address)
+            bind_address=self.bind_address, listen_port=self.ha_listen_port, master_address=self.ha_master_address,
+            root_dir=self.root_dir, metrics=self.metrics)
         self.listen_limits = ListenLimits.from_broker_config(broker_config)
         self.pending_budget = PendingBudget(self.listen_limits.max_pending_bytes)  # all listen ports together
         self.open_doors = open_doors(broker_config, store_config)  # broker.security_policy (issue 23.10)

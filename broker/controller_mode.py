@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
+from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam
 from broker.ha.autoswitch.epoch_file import EpochFileCache
 from broker.ha.autoswitch.replicas_driver import ReplicasDriver
 from broker.ha.autoswitch.replicas_messages import (
@@ -107,6 +108,17 @@ def replicas_config(broker_config: Any, broker_address: str) -> ReplicasConfig:
         sync_controller_metadata_period_ms=int(_cfg(b, "sync_controller_metadata_period", 10_000)),
         controller_heartbeat_timeout_ms=int(_cfg(b, "controller_heart_beat_timeout_mills", 10_000)),
         broker_election_priority=int(_cfg(b, "broker_election_priority", 2 ** 31 - 1)))
+
+
+def make_replication(host: RoleHost, broker_config: Any, store_config: Any, *, broker_address: str,
+                     bind_address: str, listen_port: int, master_address: Optional[str], root_dir: Path,
+                     metrics: Any = None) -> ReplicationSeam:
+    """The broker's ``ha``: :class:`ControllerModeHA` when ``enableControllerMode=true``, else ClassicHA."""
+    if controller_mode_enabled(broker_config):
+        return ControllerModeHA(host, broker_config, store_config, broker_address=broker_address,
+                                bind_address=bind_address, listen_port=listen_port, root_dir=root_dir, metrics=metrics)
+    return ClassicHA(store_config, broker_name=str(_cfg(broker_config, "broker_name", "broker-a")),
+                     bind_address=bind_address, listen_port=listen_port, master_address=master_address)
 
 
 def controller_credentials(broker_config: Any) -> Optional[tuple[str, str]]:
@@ -180,8 +192,6 @@ class ControllerModeHA:
             await self.service.start()
         except OSError as exc:
             self.service = None
-            from broker.classic_ha import HAStartError  # noqa: WPS433
-
             raise HAStartError(f"cannot listen on HA port {ha_host}:{self.listen_port} (haListenPort): "
                                f"{exc.strerror}") from None
         store_access.on_put(lambda _offset: self.service.notify_put() if self.service is not None else None)
@@ -495,4 +505,4 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
         return None
 
 
-__all__ = ["ControllerModeHA", "RoleHost", "controller_mode_enabled", "replicas_config"]
+__all__ = ["ControllerModeHA", "RoleHost", "controller_mode_enabled", "make_replication", "replicas_config"]
