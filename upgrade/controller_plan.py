@@ -16,7 +16,7 @@ Rules:
   applies for its id). O(1), apart from the replica comparison.
 - DLedger -> Controller (layout A of the shared spec): every member's DLedger store is read
   (:mod:`upgrade.dledger_member`); refused: a store in use, not shut down cleanly, with a problem
-  of its own, two members with one self id, a member that lacks an entry the group committed,
+  of its own, already migrated (its regions file is there), two members with one self id, a member that lacks an entry the group committed,
   committed bytes that differ (member, entry index and first differing offset named),
   ConsumeQueues ahead of the committed end ("start it once in DLedger mode and stop it cleanly,
   then plan again"), old classic files of another size than ``mappedFileSizeCommitLog``.
@@ -177,6 +177,13 @@ def _usable(ms: list[Member]) -> Iterator[str]:
         yield from (f"{m.root}: {p}" for p in m.problems)
 
 
+def _not_migrated(ms: list[Member]) -> Iterator[str]:
+    for m in ms:
+        if regions_file.path_of(m.root).exists():
+            yield (f"{m.root}: already migrated to Controller mode ({regions_file.REGIONS_FILE} is there): nothing to "
+                   "plan; `mqupgrade rollback PLAN` undoes it until the first write in Controller mode")
+
+
 def _distinct_ids(ms: list[Member]) -> Iterator[str]:
     seen: dict[str, str] = {}
     for m in ms:
@@ -194,6 +201,7 @@ def _sizes_agree(ms: list[Member]) -> Iterator[str]:
 
 MEMBER_CHECKS: tuple[MemberCheck, ...] = (
     MemberCheck("no store in use, shut down cleanly, no problem of its own", _usable),
+    MemberCheck("not migrated already", _not_migrated),
     MemberCheck("one store per member", _distinct_ids),
     MemberCheck("every member's data files have one size", _sizes_agree),
 )

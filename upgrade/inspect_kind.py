@@ -49,7 +49,10 @@ def describe(root: str, commit_log_dir: str) -> tuple[str, str, str]:
     if regions_file.path_of(rootp).exists():
         return _migrated(rootp, cl)
     if is_dledger_store(rootp):
-        m = inspect_member(rootp, commit_log_dir)
+        try:
+            m = inspect_member(rootp, commit_log_dir)
+        except (OSError, ValueError) as exc:  # a damaged file is reported by the rest of inspect, not a traceback
+            return "dledger", f"DLedger mode; its DLedger files could not be read ({exc})", "repair or reseed it first"
         old = f"; old classic region [{m.classic_start}, {m.classic_end})" if m.classic_files else ""
         end = (f"committed entry {m.committed_index} ends at {m.committed_end}" if not m.problems
                else "; ".join(m.problems))

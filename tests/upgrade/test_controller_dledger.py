@@ -134,6 +134,10 @@ def test_group_plan_apply_rollback(fixture_root: Path, fixture_set: rf.FixtureSe
     assert not (tmp_path / "plan.journal.json").exists() and not (tmp_path / "plan.rollback.json").exists()
     apply_plan(path, echo=quiet)  # the same plan applies again from the start
     assert all((r / "commitlogRegions.json").exists() for r in roots)
+    again, _ = write_plan(roots[:1], tmp_path / "again")
+    assert again.refusals == [f"{roots[0]}: already migrated to Controller mode (commitlogRegions.json is there): "
+                              "nothing to plan; `mqupgrade rollback PLAN` undoes it until the first write in "
+                              "Controller mode"]
 
 
 # ---- refusals -----------------------------------------------------------------------------------
