@@ -15,6 +15,10 @@ Rules:
   2 ``old_continuity``     old files contiguous and equal-sized; records tile; PHY_POS == offset.
   3 ``divide``             old region ends at divided_commitlog_offset, blank-filled; the first
                            DLedger data file starts there with an entry (n/a for classic stores).
+                           A store migrated to Controller mode (``commitlogRegions.json``): the
+                           second divide too - the regions file's rules, region ends against the
+                           files and the DLedger checkpoint, nothing in the gap below
+                           ``classicFrom``, the writable classic region from it (``divides``).
   4 ``dledger_continuity`` pos fields tile; indexes contiguous up to committedIndex; terms never
                            decrease; PHY_POS == pos + 48; index units match entries.
   5 ``consumequeue``       units match their messages (decided by ``digest``: per-bucket digests of
@@ -22,6 +26,13 @@ Rules:
                            unit); per queue the offsets of dispatchable messages form one +1 run
                            across the divide and the CQ covers it.
   6 ``replicas``           same bytes per range on every node up to the common limits; same divide.
+  7 ``epochs``             the epoch file against the writable classic region: ordered, each start
+                           a message boundary (or the max offset), the first at or above
+                           ``classicFrom`` (``divides``). Reported only when a node is migrated or
+                           has an epoch file (``Findings.shown``); n/a when none has the file.
+  The writable classic region of a migrated store is checked as a classic log (checks 1, 2) and
+  its queue-offset runs join the old and DLedger ones in check 5: offsets continue across every
+  divide.
 - Every violation row carries check, node, file, offset (absolute) and file_offset; queue rows
   also carry ``topic:queueId``.
 
@@ -37,10 +48,12 @@ import bisect
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable, NamedTuple
 
+from upgrade.validate.divides import check_epochs, check_regions, region_of
 from upgrade.validate.layout import FileRef, StoreLayout
 from upgrade.validate.plan import Plan, ScanRange
 
-CHECKS = ("structure", "old_continuity", "divide", "dledger_continuity", "consumequeue", "replicas")
+CHECKS = ("structure", "old_continuity", "divide", "dledger_continuity", "consumequeue", "replicas", "epochs")
+OPTIONAL_CHECKS = ("epochs",)  # reported only when a node has something for them (``Findings.shown``)
 MAX_ROWS_PER_CHECK = 200
 
 
@@ -58,7 +71,7 @@ def reconcile(plan: Plan, summaries: dict[int, dict]) -> list[ScanRange]:
     """Chain ranges within each file; returns ranges to rescan from their chained start."""
     ranges = {r.rid: r for r in plan.ranges}
     rescans: list[ScanRange] = []
-    for kind in ("old", "dl"):
+    for kind in ("old", "new", "dl"):
         for _key, sums in _by_file(summaries.values(), kind).items():
             cursor: int | None = sums[0]["start"]
             for s in sums:
@@ -84,6 +97,7 @@ class Findings:
         self.rows: dict[str, list[dict]] = {c: [] for c in CHECKS}
         self.counts: Counter[str] = Counter()
         self.not_applicable: set[str] = set()
+        self.shown: set[str] = {c for c in CHECKS if c not in OPTIONAL_CHECKS}
 
     def add(self, check: str, node: str, file: str | None, offset: int | None, message: str,
             file_offset: int | None = None, queue: str | None = None, space: str = "physical") -> None:
@@ -109,6 +123,8 @@ def _locate_any(lay: StoreLayout, offset: int) -> tuple[str | None, int | None]:
     name, fo = locate(lay.dledger.data if lay.dledger else (), offset)
     if name is None:
         name, fo = locate(lay.old, offset)
+    if name is None:
+        name, fo = locate(lay.new, offset)
     return name, fo
 
 
@@ -125,14 +141,19 @@ def _file_terminals(sums: list[dict]) -> tuple[str, int | None]:
     return "empty", None
 
 
-def _old_region(f: Findings, lay: StoreLayout, sums_by_file: dict, info: dict) -> None:
-    node, old, size = lay.node, lay.old, lay.old_file_size
-    mixed = lay.divided_offset is not None
+def _old_region(f: Findings, lay: StoreLayout, sums_by_file: dict, info: dict,
+                new_region: bool = False) -> None:
+    """The old classic region's files (or, ``new_region``, a migrated store's writable classic
+    region: written live, so like a classic store's)."""
+    node = lay.node
+    old, size = (lay.new, lay.regions.file_size) if new_region and lay.regions else (lay.old, lay.old_file_size)
+    mixed = lay.divided_offset is not None and not new_region
+    what_log = "the writable classic region" if new_region else "the old commitlog"
     for a, b in zip(old, old[1:]):
         if b.start > a.end:
             missing = [f"{o:020d}" for o in range(a.end, b.start, size or (b.start - a.end))]
             f.add("old_continuity", node, missing[0], a.end,
-                  f"gap in the old commitlog: {b.start - a.end} bytes missing between {a.name} and {b.name} "
+                  f"gap in {what_log}: {b.start - a.end} bytes missing between {a.name} and {b.name} "
                   f"(missing file{'s' if len(missing) > 1 else ''} {', '.join(missing[:5])})", 0)
         elif b.start < a.end:
             f.add("old_continuity", node, b.name, b.start, f"{b.name} overlaps {a.name} by {a.end - b.start} bytes", 0)
@@ -266,9 +287,12 @@ def _queues(f: Findings, lay: StoreLayout, data_sums: list[dict], cq_sums: list[
                 continue
             name, fo = _locate_any(lay, o0)
             kind = "skip" if q0 > cur[1] + 1 else "duplicate or backwards"
+            across = (f" ({region_of(lay, cur[4])} -> {region_of(lay, o0)})"
+                      if lay.migrated or lay.divided_offset is not None and region_of(lay, cur[4]) != region_of(lay, o0)
+                      else "")
             f.add("consumequeue", node, name, o0,
                   f"queue offset {kind}: message at {o0} has queue offset {q0}, previous message of the queue "
-                  f"(at {cur[4]}) has {cur[1]}", fo, qname)
+                  f"(at {cur[4]}) has {cur[1]}{across}", fo, qname)
             merged.append([q0, q1, n, o0, o1])
         total = sum(r[2] for r in rs)
         per_queue[qname] = {"messages": total, "min_queue_offset": min(r[0] for r in rs),
@@ -306,7 +330,7 @@ def replica_mismatches(plan: Plan, summaries: dict[int, dict], node_order: list[
     """Ranges whose hash differs from the majority (ties: the first node's); one row per node."""
     groups: dict[tuple[str, int, int], dict[str, dict]] = defaultdict(dict)
     for s in summaries.values():
-        if s.get("hash") and s["kind"] in ("old", "dl", "idx"):
+        if s.get("hash") and s["kind"] in ("old", "new", "dl", "idx"):
             groups[(s["kind"], s["hash"][0], s["hash"][1])][s["node"]] = s
     out = []
     for (kind, lo, hi), by_node in sorted(groups.items()):
@@ -335,8 +359,8 @@ class NodeView:
                  old_files: dict[tuple[str, str], list[dict]], dl_files: dict[tuple[str, str], list[dict]]) -> None:
         self.plan, self.lay, self.by_kind = plan, lay, by_kind
         self.old_files, self.dl_files = old_files, dl_files
-        self.info: dict[str, Any] = {"root": lay.root,
-                                     "mode": "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")}
+        mode = "migrated" if lay.migrated else "mixed" if lay.dledger else ("frozen" if lay.frozen else "classic")
+        self.info: dict[str, Any] = {"root": lay.root, "mode": mode}
 
     def live(self, kind: str) -> list[dict]:
         """The node's summaries of ``kind`` that chaining kept (``reconcile`` marks the others)."""
@@ -366,12 +390,23 @@ def _check_old_region(f: Findings, v: NodeView) -> None:
     for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records", "undispatched"):
         old_info[key] = sum(s.get(key, 0) for s in v.live("old"))
     ctx = v.plan.contexts.get(lay.node)
-    if ctx is not None and ctx.live_tail is not None:
+    if ctx is not None and ctx.live_tail is not None and not lay.migrated:
         old_info["dispatch_frontier"] = ctx.vouched
         notes = [s["tail"] for s in v.live("old") if s.get("tail")]
         if notes:
             old_info["unfinished_tail"] = notes[0]
     v.info["old"] = old_info
+    if lay.migrated:  # the writable classic region, checked as a classic store's log
+        new_info: dict[str, Any] = {"files": len(lay.new), "classic_from": lay.classic_from}
+        _old_region(f, lay, v.old_files, new_info, new_region=True)
+        for key in ("messages", "dispatchable", "tx_skipped", "barriers", "records", "undispatched"):
+            new_info[key] = sum(s.get(key, 0) for s in v.live("new"))
+        if ctx is not None and ctx.live_tail is not None:
+            new_info["dispatch_frontier"] = ctx.vouched
+            notes = [s["tail"] for s in v.live("new") if s.get("tail")]
+            if notes:
+                new_info["unfinished_tail"] = notes[0]
+        v.info["new"] = new_info
     v.info["divided_offset"] = lay.divided_offset
 
 
@@ -391,34 +426,44 @@ def _check_dledger_region(f: Findings, v: NodeView) -> None:
 def _check_divide(f: Findings, v: NodeView) -> None:
     if v.lay.dledger is not None:
         _divide(f, v.lay, v.old_files, v.dl_files, v.info)
+    check_regions(f, v.lay, v.info)  # the second divide of a migrated store
 
 
 def _max_offset(f: Findings, v: NodeView) -> None:
-    dl = v.lay.dledger
-    v.info["max_offset"] = dl.committed_pos if dl is not None else v.info["old"].get("write_end")
+    lay, dl = v.lay, v.lay.dledger
+    if lay.migrated:  # the writable region's write end; classicFrom before its first message
+        we = v.info["new"].get("write_end")
+        v.info["max_offset"] = we if we is not None else lay.classic_from
+    else:
+        v.info["max_offset"] = dl.committed_pos if dl is not None else v.info["old"].get("write_end")
+    if lay.migrated or lay.epochs is not None:
+        starts = {o for kind in ("old", "new") for s in v.live(kind) for o in s.get("epoch_starts", [])}
+        check_epochs(f, lay, v.info, starts, v.info["max_offset"])
 
 
 def _check_queues(f: Findings, v: NodeView) -> None:
-    _queues(f, v.lay, v.live("old") + v.live("dl"), v.by_kind["cq"], v.info)
+    _queues(f, v.lay, v.live("old") + v.live("dl") + v.live("new"), v.by_kind["cq"], v.info)
 
 
 def _totals(f: Findings, v: NodeView) -> None:
-    info, dl_info = v.info, v.info.get("dledger", {})
+    info, dl_info, new_info = v.info, v.info.get("dledger", {}), v.info.get("new", {})
     for key in ("messages", "dispatchable", "tx_skipped", "barriers"):
-        info[key] = info["old"][key] + dl_info.get(key, 0)
+        info[key] = info["old"][key] + dl_info.get(key, 0) + new_info.get(key, 0)
     info["cq_units_checked"] = sum(s["messages"] for s in v.by_kind["cq"])
 
 
 NODE_CHECKS: tuple[NodeCheck, ...] = (
-    NodeCheck("old region: files tile, equal sizes, each full file ends in a blank (structure, "
-              "old_continuity)", _check_old_region),
+    NodeCheck("classic regions (old; a migrated store's writable one): files tile, equal sizes, each full "
+              "file ends in a blank (structure, old_continuity)", _check_old_region),
     NodeCheck("DLedger region: files contiguous, indexes and terms, committed entries (structure, "
               "dledger_continuity)", _check_dledger_region),
-    NodeCheck("the divide: old region blank-filled up to it, first entry there (divide)", _check_divide),
-    NodeCheck("the node's max offset (committed DLedger end, else the old write end)", _max_offset),
+    NodeCheck("the divides: old region blank-filled up to the first, first entry there; a migrated store's "
+              "regions file, nothing in the gap, the writable region from classicFrom (divide)", _check_divide),
+    NodeCheck("the node's max offset (the writable region's write end, else the committed DLedger end, else the "
+              "old write end) and the epoch file against it (epochs)", _max_offset),
     NodeCheck("queues: one +1 run of queue offsets per queue, ConsumeQueues cover it (consumequeue)",
               _check_queues),
-    NodeCheck("the node's totals (old + DLedger region, ConsumeQueue units checked)", _totals),
+    NodeCheck("the node's totals (old + DLedger + writable region, ConsumeQueue units checked)", _totals),
 )
 
 
@@ -435,6 +480,10 @@ def _task_rows(f: Findings, g: GroupView) -> None:
 
 
 def _not_applicable(f: Findings, g: GroupView) -> None:
+    if any(lay.migrated or lay.epochs is not None for lay in g.layouts):
+        f.shown.add("epochs")  # check 7 is reported for Controller-mode stores only
+        if not any(lay.epochs is not None for lay in g.layouts):
+            f.not_applicable.add("epochs")
     if not any(lay.divided_offset is not None and lay.old for lay in g.layouts):
         f.not_applicable.add("divide")
     if not any(lay.dledger is not None for lay in g.layouts):
@@ -482,6 +531,7 @@ def evaluate(plan: Plan, layouts: list[StoreLayout], summaries: dict[int, dict],
     for s in summaries.values():
         by_kind[s["node"]][s["kind"]].append(s)
     old_files = _by_file(summaries.values(), "old")
+    old_files.update(_by_file(summaries.values(), "new"))  # keyed by path: the two never share one
     dl_files = _by_file(summaries.values(), "dl")
     nodes: dict[str, dict] = {}
     for lay in layouts:

@@ -8,6 +8,10 @@ Rules:
   commitlog, at or above it to the DLedger data files; units at or beyond the committed prefix
   are counted (``beyond_committed``) and not read (the broker may be running); in a classic
   store so are units at or past the dispatch frontier taken when planning (``ctx.vouched``).
+- On a store migrated to Controller mode the route has four stops: the old classic region (below
+  the DLedger region's start), the DLedger region (up to its ``end``), the gap up to
+  ``classicFrom`` (a unit there is a violation: nothing is stored there) and the writable classic
+  region (units at or past its dispatch frontier, ``ctx.vouched``, are counted, not read).
 - Digest path (default): units are reduced to per-bucket digests (``digest``) without reading
   any message; the driver compares them with the data scan's and sends ranges whose buckets
   differ back with ``detail=True``. The detailed path below decides and words every violation.
@@ -29,7 +33,7 @@ from broker.store.java_hash import java_string_hash
 from upgrade.validate import digest
 from upgrade.validate import records as rec
 from upgrade.validate.layout import FileRef
-from upgrade.validate.plan import ScanRange
+from upgrade.validate.plan import NodeContext, ScanRange
 from upgrade.validate.summary import BARRIER_TOPIC, CQ_UNIT, TX_SKIP, Mapped, Summary, new_summary
 
 _TAGS_AT_START = b"TAGS\x01"
@@ -109,6 +113,17 @@ def _fast(dm: Mapped, r: ScanRange, p: np.ndarray, size: np.ndarray, qo: np.ndar
     return ok
 
 
+def region_name(ctx: NodeContext, offset: int) -> str:
+    """Which region of a (migrated) store holds ``offset``, in words."""
+    if ctx.classic_from is not None and offset >= ctx.classic_from:
+        return "writable classic region"
+    if ctx.gap_start is not None and offset >= ctx.gap_start:
+        return "gap below classicFrom"
+    if ctx.divided is not None and offset >= ctx.divided:
+        return "DLedger region"
+    return "classic region"
+
+
 def scan_cq(r: ScanRange) -> Summary:
     s = new_summary(r)
     queue = f"{r.topic}:{r.queue_id}"
@@ -138,9 +153,17 @@ def scan_cq(r: ScanRange) -> Summary:
         ctx = r.ctx
         o = off[nz]
         new = (o >= ctx.divided) if ctx.divided is not None else np.zeros(len(nz), dtype=bool)
-        beyond = new & (o >= ctx.committed_pos) if ctx.committed_pos is not None else np.zeros(len(nz), dtype=bool)
-        if ctx.vouched is not None:  # a live classic store: units dispatched after planning
-            beyond |= o >= ctx.vouched
+        gap = np.zeros(len(nz), dtype=bool)
+        upper = np.zeros(len(nz), dtype=bool)
+        if ctx.classic_from is not None:  # migrated: old | DLedger | gap | writable classic region
+            upper = o >= ctx.classic_from
+            gap = ~upper & (o >= (ctx.gap_start if ctx.gap_start is not None else ctx.classic_from))
+            new &= ~upper & ~gap
+            beyond = upper & (o >= ctx.vouched) if ctx.vouched is not None else np.zeros(len(nz), dtype=bool)
+        else:
+            beyond = new & (o >= ctx.committed_pos) if ctx.committed_pos is not None else np.zeros(len(nz), dtype=bool)
+            if ctx.vouched is not None:  # a live classic store: units dispatched after planning
+                beyond |= o >= ctx.vouched
         s["beyond_committed"] = int(beyond.sum())
         if not r.detail and r.topic not in _ALWAYS_DETAILED:  # the data scan's digest decides
             inside = nz[~beyond]
@@ -150,7 +173,8 @@ def scan_cq(r: ScanRange) -> Summary:
             s["records"] = s["messages"] = len(inside)
             return s
         placed = np.zeros(len(nz), dtype=bool)
-        for files, region in ((ctx.old, ~new & ~beyond), (ctx.data, new & ~beyond)):
+        below = ~new & ~gap & ~upper & ~beyond
+        for files, region in ((ctx.old, below), (ctx.data, new & ~beyond), (ctx.new, upper & ~beyond)):
             if not files:
                 continue
             starts = np.array([f.start for f in files], dtype=np.int64)
@@ -171,10 +195,18 @@ def scan_cq(r: ScanRange) -> Summary:
                     i = int(idx[j])
                     _slow(s, r, dm, f, int(off[i]), q0 + i, int(size[i]), int(tags[i]), r.abs_start + 20 * i, queue)
                 placed[sel] = True
-        for j in np.flatnonzero(~placed & ~beyond).tolist():
+        for j in np.flatnonzero(gap).tolist():
             i = int(nz[j])
             s.violation("consumequeue", r.abs_start + 20 * i,
-                        f"unit at queue offset {q0 + i} points at {int(off[i])}, in no commitlog file", queue=queue)
+                        f"unit at queue offset {q0 + i} points at {int(off[i])}, into the gap [{ctx.gap_start}, "
+                        f"{ctx.classic_from}) between the last read-only region and the writable classic region "
+                        f"(classicFrom): nothing is stored there", queue=queue)
+        for j in np.flatnonzero(~placed & ~beyond & ~gap).tolist():
+            i = int(nz[j])
+            where = "" if ctx.classic_from is None else f" of the {region_name(ctx, int(off[i]))}"
+            s.violation("consumequeue", r.abs_start + 20 * i,
+                        f"unit at queue offset {q0 + i} points at {int(off[i])}, in no commitlog file{where}",
+                        queue=queue)
     finally:
         for dm in opened.values():
             dm.close()

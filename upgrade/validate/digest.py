@@ -179,7 +179,7 @@ def detail_rescans(plan: Any, summaries: dict[int, dict]) -> list[Any]:
     out = []
     for node in plan.contexts:
         mine = [s for s in summaries.values() if s["node"] == node]
-        data = [s for s in mine if s["kind"] in ("old", "dl") and not s.get("discarded")]
+        data = [s for s in mine if s["kind"] in ("old", "new", "dl") and not s.get("discarded")]
         cq = [s for s in mine if s["kind"] == "cq" and s.get("digest") is not None]
         idx = [s for s in mine if s["kind"] == "idx" and s.get("digest") is not None]
         bad_cq = mismatched(merge_keyed(row for s in data for row in s["cq_digest"]),

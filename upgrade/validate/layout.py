@@ -14,6 +14,11 @@ Rules:
   broker closes a file with a blank and rolls to the next at once).
 - Node labels are the DLedger ``selfId`` when every root has a distinct one, else the root's
   directory name (suffixed ``#k`` when still ambiguous); every violation names its node.
+- A store migrated to Controller mode (``commitlogRegions.json``, read by ``regions``): ``old``
+  holds the ``commitlog/`` files below ``classicFrom`` (the read-only classic region, and strays
+  in the gap that the divide check reports), ``new`` the writable classic region (files from
+  ``classicFrom`` on), the DLedger directory is the one the file names, and its walk is bounded
+  by the region's ``end``. The epoch file, when there is one, is read for every store.
 
 Theory of operation: ``discover(root)`` lists files and reads the two tiny text files and one
 32-byte index unit; for a store without a DLedger directory it also walks the record headers
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dledger.store.properties import PropertiesError, parse_properties
+from upgrade.validate.regions import REGIONS_FILE_NAME, EpochRead, Regions, RegionsUnusable, dledger_dir, read_epochs, read_regions
 
 _NAME = re.compile(r"^\d{20}$")
 INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term (dledger index unit)
@@ -84,6 +90,25 @@ class StoreLayout:
     dledger: DLedgerLayout | None
     queues: tuple[QueueFiles, ...] = field(default_factory=tuple)
     frozen: bool = False  # no DLedger dir yet, but the last old file is closed by a blank
+    regions: Regions | None = None  # commitlogRegions.json: a store migrated to Controller mode
+    new: tuple[FileRef, ...] = ()  # the writable classic region (files from classicFrom on)
+    epochs: EpochRead | None = None  # epochFileCheckpoint, when the store has one
+
+    @property
+    def migrated(self) -> bool:
+        return self.regions is not None
+
+    @property
+    def classic_from(self) -> int | None:
+        return self.regions.classic_from if self.regions is not None else None
+
+    @property
+    def region_end(self) -> int | None:
+        """A migrated store's DLedger region end (the walk's bound), else None."""
+        if self.regions is None:
+            return None
+        dls = self.regions.of_kind("dledger")
+        return dls[0].end if dls else None
 
     @property
     def divided_offset(self) -> int | None:
@@ -140,8 +165,13 @@ def read_index_unit(index_files: tuple[FileRef, ...], entry_index: int) -> tuple
     return None
 
 
-def _dledger(root: Path) -> DLedgerLayout | None:
-    dirs = sorted(p for p in root.glob("dledger-*") if p.is_dir())
+def _dledger(root: Path, named: str | None = None) -> DLedgerLayout | None:
+    if named is not None:  # a migrated store: the regions file names the DLedger store dir
+        if not Path(named).is_dir():
+            raise UnusableInput(f"{root}: {REGIONS_FILE_NAME} names the DLedger region {named}, which is not a directory")
+        dirs = [Path(named)]
+    else:
+        dirs = sorted(p for p in root.glob("dledger-*") if p.is_dir())
     if not dirs:
         return None
     if len(dirs) > 1:
@@ -184,10 +214,18 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     if not path.is_dir():
         raise UnusableInput(f"{root}: not a directory")
     has_old = (path / "commitlog").is_dir()
-    dl = _dledger(path)
+    try:
+        regions = read_regions(path)
+    except RegionsUnusable as e:
+        raise UnusableInput(str(e)) from None
+    dl = _dledger(path, dledger_dir(regions) if regions is not None else None)
     if not has_old and dl is None:
         raise UnusableInput(f"{root}: not a RocketMQ store (no commitlog/ and no dledger-*/ directory)")
     old = _numbered_files(path / "commitlog")
+    new: tuple[FileRef, ...] = ()
+    if regions is not None:
+        new = tuple(f for f in old if f.start >= regions.classic_from)
+        old = tuple(f for f in old if f.start < regions.classic_from)
     sizes = Counter(f.size for f in old)
     old_size = sizes.most_common(1)[0][0] if sizes else 0
     if dl is not None and not dl.data and old:  # frozen, DLedger not started yet: nothing committed
@@ -196,7 +234,8 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     frozen = dl is None and _ends_in_blank(old)
     if frozen and len(_numbered_files(path / "commitlog")) > len(old):
         frozen = False  # a running broker closed that file with a blank and rolled to a new one
-    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path), frozen)
+    return StoreLayout(str(path.resolve()), label, old, old_size, dl, _queues(path), frozen, regions, new,
+                       read_epochs(path))
 
 
 def _ends_in_blank(old: tuple[FileRef, ...]) -> bool:

@@ -1,7 +1,8 @@
 """A PNG picture of the physical offset space per node (matplotlib, Agg backend).
 
-Rules: one horizontal lane per node; old region (blue), blank fill up to the divide (grey),
-DLedger committed region (green), gaps (red band); a dashed line at each divided offset; every
+Rules: one horizontal lane per node; old region (blue), blank fill up to the divide and a migrated
+store's gap below classicFrom (grey), DLedger committed region (green), the writable classic
+region (purple), gaps (red band); a dashed line at each divided offset, a dotted one at classicFrom; every
 located violation a red tick with its check's number. Axis in MiB. Nothing here decides
 anything: it draws the report.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from upgrade.validate.checks import CHECKS
 
-COLORS = {"old": "#4C72B0", "blank": "#BBBBBB", "dledger": "#55A868", "gap": "#C44E52"}
+COLORS = {"old": "#4C72B0", "blank": "#BBBBBB", "dledger": "#55A868", "new": "#8172B2", "gap": "#C44E52"}
 
 
 def render_png(report: dict, path: str) -> None:
@@ -34,6 +35,10 @@ def render_png(report: dict, path: str) -> None:
         if div is not None:
             ax.axvline(div / mib, ymin=0, ymax=1, color="black", linestyle="--", linewidth=0.8)
             ax.text(div / mib, y + 8.5, f" divide {div:,}", fontsize=7)
+        cf = info.get("new", {}).get("classic_from")
+        if cf is not None:  # a migrated store's second divide
+            ax.axvline(cf / mib, ymin=0, ymax=1, color="black", linestyle=":", linewidth=0.8)
+            ax.text(cf / mib, y + 8.5, f" classicFrom {cf:,}", fontsize=7)
         for name, c in report["checks"].items():
             for row in c["violations"]:
                 if row["node"] != node or row["offset"] is None or row.get("space", "physical") != "physical":

@@ -18,6 +18,13 @@ Rules:
   ``vouched``, the ConsumeQueues' dispatch frontier (:func:`cq_frontier`, clamped to the end of
   the files listed) and ``live_tail``, the last old file. Records before ``vouched`` were whole
   when dispatched; what follows is checked with the unfinished-write rule (``tasks``).
+- A store migrated to Controller mode: the writable classic region's files are ``new`` ranges
+  (scanned like old ones; they are the live part: ``vouched`` and ``live_tail`` come from them),
+  DLedger data ranges stop at the DLedger region's ``end`` (the regions file's, not the
+  checkpoint's), and the context carries ``classic_from`` and ``gap_start`` (the last region's end)
+  so that ConsumeQueue units are routed by region (``cq``). ``epoch_offsets`` (the epoch file's
+  start offsets) go to the classic ranges of the writable region, which report the ones that are
+  record starts (``tasks``).
 - A ScanRange is a small frozen record: it is pickled to executors; the files stay where they are.
 
 Theory of operation: ``plan(layouts, range_size)`` is pure metadata work on the driver (file
@@ -57,22 +64,28 @@ class NodeContext:
     # file's path; see ``tasks`` (unfinished writes) and ``cq`` (units past the frontier)
     vouched: int | None = None
     live_tail: str | None = None
+    # a store migrated to Controller mode (``regions``): the writable classic region's files,
+    # where it starts, where the gap below it starts; the epoch file's start offsets
+    new: tuple[FileRef, ...] = ()
+    classic_from: int | None = None
+    gap_start: int | None = None
+    epoch_offsets: tuple[int, ...] = ()
 
 
-def _live_tail(lay: StoreLayout) -> str:
-    """The old file a running broker writes: the last one holding a record. A file the broker
+def _live_tail(files: tuple[FileRef, ...]) -> str:
+    """The classic file a running broker writes: the last one holding a record. A file the broker
     pre-created for its next roll (AllocateMappedFileService) starts with zeros."""
-    for f in reversed(lay.old):
+    for f in reversed(files):
         with open(f.path, "rb") as fh:
             if any(fh.read(8)):
                 return f.path
-    return lay.old[-1].path
+    return files[-1].path
 
 
 @dataclass(frozen=True)
 class ScanRange:
     rid: int
-    kind: str  # "old" | "dl" | "idx" | "cq"
+    kind: str  # "old" | "new" (writable classic region of a migrated store) | "dl" | "idx" | "cq"
     node: str
     path: str
     file_start: int  # absolute offset of the file's byte 0 (physical, index-space or CQ-space)
@@ -110,6 +123,7 @@ class Plan:
     ranges: list[ScanRange] = field(default_factory=list)
     contexts: dict[str, NodeContext] = field(default_factory=dict)
     old_limit: int | None = None  # common hash limit of the old region
+    new_limit: int | None = None  # ... of the writable classic region of migrated stores
     dl_limit: int | None = None
     idx_limit: int | None = None
     range_size: int = DEFAULT_RANGE_SIZE
@@ -140,11 +154,13 @@ def data_extent_end(path: str, size: int) -> int:
         os.close(fd)
 
 
-def classic_write_end(layout: StoreLayout) -> int | None:
-    """Absolute end of the records in the last old file (its blank or first zero byte)."""
-    if not layout.old:
+def classic_write_end(layout: StoreLayout, files: tuple[FileRef, ...] | None = None) -> int | None:
+    """Absolute end of the records in the last old file (or of ``files``): its blank or first
+    zero byte."""
+    files = layout.old if files is None else files
+    if not files:
         return None
-    last = layout.old[-1]
+    last = files[-1]
     if last.size == 0:
         return last.start
     with open(last.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -189,11 +205,11 @@ def cq_frontier(layout: StoreLayout) -> int | None:
     return best
 
 
-def _vouched(layout: StoreLayout) -> int | None:
-    """The dispatch frontier, clamped to the end of the files discovered (a broker may have
+def _vouched(layout: StoreLayout, files: tuple[FileRef, ...]) -> int | None:
+    """The dispatch frontier, clamped to the end of the live files discovered (a broker may have
     rolled to a new file and dispatched into it since the listing)."""
     front = cq_frontier(layout)
-    return None if front is None else min(front, layout.old[-1].end)
+    return None if front is None else min(front, files[-1].end)
 
 
 def _grid(f: FileRef, limit: int, step: int) -> list[tuple[int, int]]:
@@ -210,6 +226,8 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
         for lay in layouts:
             ends.append(lay.divided_offset if lay.divided_offset is not None and lay.old else classic_write_end(lay))
         out.old_limit = min((e for e in ends if e is not None), default=None)
+        if all(lay.new for lay in layouts):
+            out.new_limit = min(classic_write_end(lay, lay.new) or 0 for lay in layouts)
         dls = [lay.dledger for lay in layouts if lay.dledger is not None]
         if len(dls) > 1:
             out.dl_limit = min(d.committed_pos for d in dls)
@@ -217,18 +235,23 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
     rid = 0
     for lay in layouts:
         dl = lay.dledger
-        live = dl is None and not lay.frozen and bool(lay.old)
+        live_files = lay.new if lay.migrated else (lay.old if dl is None and not lay.frozen else ())
+        committed_pos = lay.region_end if lay.region_end is not None else (dl.committed_pos if dl else None)
         ctx = NodeContext(lay.node, lay.old, dl.data if dl else (), dl.index if dl else (), lay.divided_offset,
-                          dl.committed_pos if dl else None, dl.committed_index if dl else -1, check_crc,
-                          _vouched(lay) if live else None, _live_tail(lay) if live else None)
+                          committed_pos, dl.committed_index if dl else -1, check_crc,
+                          _vouched(lay, live_files) if live_files else None,
+                          _live_tail(live_files) if live_files else None, lay.new, lay.classic_from,
+                          lay.regions.last_end if lay.regions is not None else None,
+                          tuple(sorted({o for _e, o in lay.epochs.entries})) if lay.epochs is not None else ())
         out.contexts[lay.node] = ctx
-        for f in lay.old:
-            for s, e in _grid(f, f.size, range_size):
-                out.ranges.append(ScanRange(rid, "old", lay.node, f.path, f.start, f.size, s, e, ctx, out.old_limit))
-                rid += 1
-        if dl is not None:
+        for kind, files, limit_all in (("old", lay.old, out.old_limit), ("new", lay.new, out.new_limit)):
+            for f in files:
+                for s, e in _grid(f, f.size, range_size):
+                    out.ranges.append(ScanRange(rid, kind, lay.node, f.path, f.start, f.size, s, e, ctx, limit_all))
+                    rid += 1
+        if dl is not None and committed_pos is not None:
             for f in dl.data:
-                limit = min(f.size, dl.committed_pos - f.start)
+                limit = min(f.size, committed_pos - f.start)
                 for s, e in _grid(f, max(limit, 0), range_size):
                     out.ranges.append(ScanRange(rid, "dl", lay.node, f.path, f.start, f.size, s, e, ctx, out.dl_limit))
                     rid += 1

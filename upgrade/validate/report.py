@@ -8,7 +8,10 @@ Rules:
   sorted by node and offset, capped per check (the count is exact).
 - ``nodes`` holds the numbers: messages per region and per queue, divided offset, max offsets,
   committed index, transactional and barrier counts (not in ConsumeQueues, counted apart).
-- ``segments`` per node (for the picture): ``old``, ``blank``, ``dledger`` spans and gaps.
+- ``segments`` per node (for the picture): ``old``, ``blank``, ``dledger``, ``new`` (a migrated
+  store's writable classic region; the gap below classicFrom is ``blank``) spans and gaps.
+- Optional checks (``checks.OPTIONAL_CHECKS``: the epoch file) appear only when a node has
+  something for them; a node's ``epochs`` numbers say when there is no file to check.
 
 Theory of operation: pure formatting over ``checks.evaluate``'s output.
 """
@@ -16,16 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from upgrade.validate.checks import CHECKS, Findings
+from upgrade.validate.checks import CHECKS, OPTIONAL_CHECKS, Findings
 from upgrade.validate.layout import StoreLayout
 
 TITLES = {
     "structure": "1 structure (magic, sizes, CRCs, file-end blanks)",
-    "old_continuity": "2 old-region continuity (tiling, PHY_POS)",
-    "divide": "3 the divide (divided_commitlog_offset)",
+    "old_continuity": "2 classic-region continuity (tiling, PHY_POS)",
+    "divide": "3 the divides (divided_commitlog_offset; classicFrom of a migrated store)",
     "dledger_continuity": "4 DLedger-region continuity (pos, index, term, index units)",
     "consumequeue": "5 ConsumeQueues (units, queue offsets across the divide)",
     "replicas": "6 replicas (byte-identical ranges, committed indexes)",
+    "epochs": "7 the epoch file (epochFileCheckpoint) against the commitlog",
 }
 
 
@@ -42,6 +46,13 @@ def _segments(lay: StoreLayout, info: dict) -> list[dict]:
         segs.append({"kind": "dledger", "start": lay.dledger.data[0].start, "end": end})
         if end < lay.dledger.committed_pos:  # committed bytes that are not there
             segs.append({"kind": "gap", "start": end, "end": lay.dledger.committed_pos})
+    if lay.regions is not None:  # a migrated store: the gap below classicFrom, the writable region
+        cf = lay.regions.classic_from
+        if lay.regions.last_end < cf:
+            segs.append({"kind": "blank", "start": lay.regions.last_end, "end": cf})
+        we = info.get("new", {}).get("write_end")
+        if we is not None and we > cf:
+            segs.append({"kind": "new", "start": cf, "end": we})
     for a, b in zip(lay.old, lay.old[1:]):  # gaps last: drawn on top
         if b.start > a.end:
             segs.append({"kind": "gap", "start": a.end, "end": b.start})
@@ -52,6 +63,8 @@ def build_report(layouts: list[StoreLayout], findings: Findings, nodes: dict[str
                  summaries: dict[int, dict] | None = None) -> dict:
     checks: dict[str, Any] = {}
     for name in CHECKS:
+        if name in OPTIONAL_CHECKS and name not in findings.shown:
+            continue
         rows = sorted(findings.rows[name], key=lambda r: (r["node"] or "", r.get("space", "physical") != "physical",
                                                           r["offset"] if r["offset"] is not None else -1))
         if name in findings.not_applicable and not rows:
@@ -93,6 +106,16 @@ def summary_text(report: dict, max_rows: int = 10) -> str:
             lines.append(f"  divided_commitlog_offset {_fmt(info['divided_offset'])}; DLedger: {dl['data_files']} files, "
                          f"{_fmt(dl['entries'])} entries, {_fmt(dl['messages'])} messages, committedIndex "
                          f"{_fmt(dl['committed_index'])}, committed pos {_fmt(dl['committed_pos'])}")
+        if "new" in info:
+            new = info["new"]
+            lines.append(f"  migrated to Controller mode: classicFrom {_fmt(new['classic_from'])}; writable classic "
+                         f"region: {new['files']} files, {_fmt(new['messages'])} messages, write end "
+                         f"{_fmt(new.get('write_end'))}")
+        if "epochs" in info:
+            ep = info["epochs"]
+            lines.append(f"  epoch file: {ep['note']}" if ep.get("file") is None else
+                         f"  epoch file: {ep['entry_count']} entries {ep['entries'][:3]}"
+                         + (f" ({ep['note']})" if ep.get("note") else ""))
         lines.append(f"  total {_fmt(info['messages'])} messages ({_fmt(info['dispatchable'])} in ConsumeQueues, "
                      f"{_fmt(info['tx_skipped'])} PREPARED/ROLLBACK, {_fmt(info['barriers'])} barriers), "
                      f"max offset {_fmt(info['max_offset'])}")

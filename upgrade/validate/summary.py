@@ -25,9 +25,9 @@ MAX_VIOLATIONS = 50
 BARRIER_TOPIC = b"RMQ_SYS_DLEDGER_BARRIER"
 TX_SKIP = (codec.TRANSACTION_PREPARED_TYPE, codec.TRANSACTION_ROLLBACK_TYPE)
 IDX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
-CHECK_FOR_KIND = {"old": "old_continuity", "dl": "dledger_continuity"}
+CHECK_FOR_KIND = {"old": "old_continuity", "new": "old_continuity", "dl": "dledger_continuity"}
 # what a violation's ``offset`` measures: physical commitlog offsets, DLedger index bytes, CQ bytes
-SPACE = {"old": "physical", "dl": "physical", "idx": "index", "cq": "consumequeue"}
+SPACE = {"old": "physical", "new": "physical", "dl": "physical", "idx": "index", "cq": "consumequeue"}
 
 
 class Summary(dict):
@@ -52,7 +52,7 @@ def new_summary(r: ScanRange) -> Summary:
                    dispatchable=0, tx_skipped=0, barriers=0, bytes=0, runs=[], violations=[],
                    violation_count=0, by_check={}, hash=None, first_index=None, last_index=None, first_term=None,
                    last_term=None, screen_disagreements=0, cq_digest=[], idx_digest=[], digest=None,
-                   detail=r.detail, undispatched=0, tail=None)
+                   detail=r.detail, undispatched=0, tail=None, epoch_starts=[])
 
 
 class Mapped:

@@ -15,6 +15,9 @@ Rules:
   while one that more data follows stays a violation. A range of the last file that found any
   violation is scanned once more after ``LIVE_RETRY_SECONDS`` (the writer may have been inside
   that very record) and the second result counts.
+- Classic ranges (old, and ``new``: the writable classic region of a migrated store) report which
+  of the epoch file's start offsets (``ctx.epoch_offsets``) are record starts they own
+  (``epoch_starts``): the driver checks the epoch file with them, never reading records itself.
 - Data ranges also emit the digests of ``digest`` (CQ tuples of every dispatchable message,
   index tuples of every entry); CQ and index ranges run their detailed per-unit check only when
   sent back with ``detail=True``.
@@ -202,6 +205,9 @@ def _scan_old(r: ScanRange) -> Summary:
         s["first"] = None if p is None else abs0 + p
         starts = np.array(_walk(m, r, s, p, hi, dledger=False), dtype=np.int64)
         s["records"] = len(starts)
+        if r.ctx.epoch_offsets and len(starts):  # which epoch start offsets are record starts here
+            wanted = np.array(r.ctx.epoch_offsets, dtype=np.int64)
+            s["epoch_starts"] = wanted[np.isin(wanted, abs0 + starts)].tolist()
         if len(starts):
             s["bytes"] = int(starts[-1] - starts[0])
             _messages(m, r, s, starts, m.limit, abs0 + starts, "old_continuity", lambda x: abs0 + x)
@@ -360,7 +366,7 @@ def _begin_index(r: ScanRange) -> int:
     return index if magic == rec.DL_MAGIC else 0
 
 
-SCANNERS = {"old": scan_old, "dl": scan_dl, "idx": scan_idx, "cq": scan_cq}
+SCANNERS = {"old": scan_old, "new": scan_old, "dl": scan_dl, "idx": scan_idx, "cq": scan_cq}
 
 
 def run_range(r: ScanRange) -> Summary:
