@@ -1,0 +1,196 @@
+"""The validator across every divide of a store migrated to Controller mode (issue 27.4), on local Spark.
+
+Each fixture set's upgraded (mixed) store is migrated by hand as the shared spec says: a
+``commitlogRegions.json`` naming the old classic region and the DLedger region, new classic
+records written from ``classicFrom`` on (the codec's own encoder, file named ``classicFrom``)
+that continue two queues' offsets, their units added by our ConsumeQueue, and an epoch file
+written by the broker's own ``EpochFileCache``. That store validates clean; then one corruption
+per check fails with its finding: a ConsumeQueue unit into the gap, a queue offset skipped
+across the second divide, an epoch entry off a message boundary, one above the max offset.
+
+One store per fixture set (module scope), each corruption undone after its run.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from broker.ha.autoswitch.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache
+from broker.store import message as codec
+from broker.store.consume_queue import ConsumeQueue
+from broker.store.java_hash import java_string_hash
+from tests.support import rmqfixtures as rf
+from tests.upgrade.validate.helpers import assert_located, failing, patch, read
+from upgrade.validate.job import run_validation
+
+pytestmark = pytest.mark.spark
+
+NEW_PER_QUEUE = 3
+RANGE = 1 << 20  # one range per file: the fixture stores are small, Spark's per-task cost is not
+TAG = "ctl"
+
+
+@dataclass
+class Migrated:
+    root: Path
+    fs: rf.FixtureSet
+    classic_from: int
+    gap_start: int
+    new_file: Path
+    records: list[tuple[str, int, int, int, int]]  # topic, queueId, queueOffset, offset, size
+    max_offset: int
+    cq_probe: tuple[Path, int, int]  # a DLedger-region unit: CQ file, unit offset in it, its queue offset
+
+    def epochs(self, *entries: tuple[int, int]) -> None:
+        """Replace the epoch file with ``entries`` (written by the broker's EpochFileCache)."""
+        for p in (self.root / EPOCH_FILE_NAME, self.root / (EPOCH_FILE_NAME + ".bak")):
+            p.unlink(missing_ok=True)
+        cache = EpochFileCache(self.root / EPOCH_FILE_NAME)
+        for epoch, start in entries:
+            assert cache.append_entry(EpochEntry(epoch, start)), (epoch, start)
+
+    def validate(self, spark: object) -> dict:
+        return run_validation([str(self.root)], spark=spark, range_size=RANGE, progress=False)
+
+
+def _queues_to_extend(manifest: list[dict], divided: int) -> list[tuple[str, int, int]]:
+    """Two ordinary queues whose last message lies in the DLedger region: (topic, qid, next offset)."""
+    last: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in manifest:
+        if r.get("inConsumeQueue", 1) != 1 or r["topic"].startswith(("%", "SCHEDULE", "RMQ_SYS")):
+            continue
+        key = (r["topic"], r["queueId"])
+        last[key] = max(last.get(key, (-1, -1)), (r["queueOffset"], r["commitLogOffset"]))
+    picked = sorted((k for k, (_q, off) in last.items() if off >= divided), key=lambda k: -last[k][1])[:2]
+    assert len(picked) == 2, last
+    return [(t, q, last[(t, q)][0] + 1) for t, q in picked]
+
+
+def migrate(root: Path, fs: rf.FixtureSet, manifest: list[dict]) -> Migrated:
+    """Turn a copy of ``fs.mixed`` into a store migrated to Controller mode (see the module doc)."""
+    size = fs.file_size
+    end = fs.mixed_max_offset
+    classic_from = -(-end // size) * size
+    (root / "commitlogRegions.json").write_text(json.dumps({
+        "version": 1, "writtenBy": "mqupgrade", "mappedFileSizeCommitLog": size, "classicFrom": classic_from,
+        "regions": [{"kind": "classic", "path": "commitlog", "start": 0, "end": fs.divided_offset},
+                    {"kind": "dledger", "path": "dledger-n0", "start": fs.divided_offset, "end": end}]}))
+    queues = _queues_to_extend(manifest, fs.divided_offset)
+    buf = bytearray()
+    records = []
+    for i in range(NEW_PER_QUEUE * len(queues)):
+        topic, qid, first = queues[i % len(queues)]
+        qo = first + i // len(queues)
+        msg = codec.MessageExt(topic, body=b"after-the-migration-%03d" % i, queue_id=qid,
+                               properties={"TAGS": TAG, "KEYS": f"ctl-{i}"}, born_timestamp=1_700_000_000_000 + i,
+                               store_timestamp=1_700_000_000_000 + i)
+        rec = codec.encode_message(msg, qo, classic_from + len(buf))
+        records.append((topic, qid, qo, classic_from + len(buf), len(rec)))
+        buf += rec
+    new_file = root / "commitlog" / f"{classic_from:020d}"
+    with open(new_file, "wb") as fh:  # a live classic file: records, then zeros (sparse)
+        fh.write(buf)
+        fh.truncate(size)
+    by_queue: dict[tuple[str, int], ConsumeQueue] = {}
+    for topic, qid, qo, off, n in records:
+        cq = by_queue.get((topic, qid))
+        if cq is None:
+            cq = by_queue[(topic, qid)] = ConsumeQueue(topic, qid, root / "consumequeue")
+            cq.load()
+            cq.recover()
+        assert cq.put_message_position_info(off, n, java_string_hash(TAG), qo)
+    for cq in by_queue.values():
+        cq.close()
+    topic, qid, first = queues[0]
+    probe = next(r for r in manifest if (r["topic"], r["queueId"]) == (topic, qid)
+                 and r["commitLogOffset"] >= fs.divided_offset and r["queueOffset"] < first - 1)
+    cq_file = root / "consumequeue" / topic / str(qid) / f"{0:020d}"
+    return Migrated(root, fs, classic_from, end, new_file, records, classic_from + len(buf),
+                    (cq_file, probe["queueOffset"] * 20, probe["queueOffset"]))
+
+
+@pytest.fixture(scope="module", params=["plain", "variety"])
+def migrated(request: pytest.FixtureRequest, fixture_root: Path, tmp_path_factory: pytest.TempPathFactory,
+             manifests) -> Iterator[Migrated]:
+    fs = rf.SETS[request.param]
+    root = rf.copy_store(fixture_root / fs.mixed, tmp_path_factory.mktemp("controller") / fs.mixed)
+    m = migrate(root, fs, manifests(fs.mixed))
+    yield m
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_migrated_store_validates_clean_across_every_divide(spark, migrated, manifests):
+    m = migrated
+    second = m.records[len(m.records) // 2][3]  # a record start inside the writable region
+    m.epochs((1, m.classic_from), (2, second), (3, m.max_offset))  # the last: elected with nothing written since
+    report = m.validate(spark)
+    assert report["ok"], {k: v for k, v in report["checks"].items() if v["status"] == "fail"}
+    assert {n: c["status"] for n, c in report["checks"].items()} == {
+        "structure": "pass", "old_continuity": "pass", "divide": "pass", "dledger_continuity": "pass",
+        "consumequeue": "pass", "replicas": "n/a", "epochs": "pass"}
+    (node,) = report["nodes"].values()
+    assert node["mode"] == "migrated" and node["divided_offset"] == m.fs.divided_offset
+    assert node["max_offset"] == m.max_offset
+    assert node["new"]["messages"] == len(m.records) and node["new"]["write_end"] == m.max_offset
+    assert node["messages"] == len(manifests(m.fs.mixed)) + len(m.records)
+    assert node["regions"]["gap"] == [m.gap_start, m.classic_from]
+    assert node["epochs"]["entries"] == [[1, m.classic_from], [2, second], [3, m.max_offset]]
+    for topic, qid, qo, _off, _n in m.records:  # the queues run on, one +1 run across both divides
+        q = node["per_queue"][f"{topic}:{qid}"]
+        assert q["max_queue_offset"] >= qo and q["cq_units"] == q["messages"]
+
+
+def test_a_consumequeue_unit_into_the_gap(spark, migrated):
+    m = migrated
+    path, at, qo = m.cq_probe
+    saved = read(path, at, 8)
+    into_gap = m.gap_start + (m.classic_from - m.gap_start) // 2
+    patch(path, at, struct.pack(">q", into_gap))
+    try:
+        m.epochs((1, m.classic_from))
+        report = m.validate(spark)
+    finally:
+        patch(path, at, saved)
+    assert failing(report) == {"consumequeue"}
+    assert_located(report, "consumequeue", "n0", path.name, at, contains=f"points at {into_gap}, into the gap "
+                                                                          f"[{m.gap_start}, {m.classic_from})")
+    assert report["checks"]["consumequeue"]["violation_count"] == 1
+
+
+def test_a_queue_offset_skipped_across_the_second_divide(spark, migrated):
+    m = migrated
+    topic, qid, qo, off, _n = m.records[0]  # the queue's first message after the migration
+    saved = read(m.new_file, 20, 8)
+    patch(m.new_file, 20, struct.pack(">q", qo + 1))  # QUEUEOFFSET: one skipped
+    try:
+        m.epochs((1, m.classic_from))
+        report = m.validate(spark)
+    finally:
+        patch(m.new_file, 20, saved)
+    assert failing(report) == {"consumequeue"}
+    row = assert_located(report, "consumequeue", "n0", m.new_file.name, off, queue=f"{topic}:{qid}",
+                         contains=f"queue offset skip: message at {off} has queue offset {qo + 1}")
+    assert "(DLedger region -> writable classic region)" in row["message"]
+
+
+def test_epoch_entries_off_a_message_boundary_and_above_the_max_offset(spark, migrated):
+    """Two entries, two rows of their own (one run: each row is located exactly)."""
+    m = migrated
+    inside = m.records[1][3] + 7  # 7 bytes into a record
+    above = m.max_offset + 4096
+    m.epochs((1, m.classic_from), (2, inside), (3, above))
+    report = m.validate(spark)
+    assert failing(report) == {"epochs"}
+    assert_located(report, "epochs", "n0", EPOCH_FILE_NAME, inside,
+                   contains=f"epoch 2 starts at {inside} (writable classic region, {m.new_file.name}+"
+                            f"{inside - m.classic_from}), which is not a message boundary")
+    assert_located(report, "epochs", "n0", EPOCH_FILE_NAME, above,
+                   contains=f"epoch 3 starts at {above} (writable classic region, {m.new_file.name}+"
+                            f"{above - m.classic_from}), above the max offset {m.max_offset}")
+    assert report["checks"]["epochs"]["violation_count"] == 2
