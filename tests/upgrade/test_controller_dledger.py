@@ -159,6 +159,11 @@ def test_refusals_in_use_dirty_and_mixed(fixture_root: Path, tmp_path: Path) -> 
     mixed, _ = write_plan([n0, classic], tmp_path)
     assert mixed.refusals == [f"the stores mix DLedger mode ({n0}) and master/slave ({classic}): plan one group at "
                               "a time"]
+    dl, cl = inspect_store(n0), inspect_store(classic)  # inspect says what each is and what to do next
+    assert (dl.kind, cl.kind) == ("dledger", "classic")
+    assert dl.kind_detail == (f"DLedger mode, member n0: committed entry 1999 ends at {fs.mixed_max_offset}; old "
+                              f"classic region [0, {fs.divided_offset})")
+    assert "mqupgrade plan --to controller" in dl.next_step and "mqupgrade plan --to controller" in cl.next_step
 
 
 def test_refusals_divergence_and_missing_entries(fixture_root: Path, tmp_path: Path) -> None:
