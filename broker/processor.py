@@ -36,13 +36,14 @@ from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.offset_commit import check_commit
 from broker.refusals import (BadRequest, LeadershipTransferFailed, MessageNotFound, NoPermission, NotDurable, NotMaster,
                              StoreNotOpen, TopicNotFound)
-from broker.send_service import SendMessageService
+from broker.send_service import SendMessageService, StatsSource
 from broker.store.message import MessageFormatError, decode_message_id
 from broker.store.put_result import PutMessageStatus
 from broker.store_access import PutOutcome, StoreAccess
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
+    from broker.config.broker_config import BrokerConfig
     from broker.metadata_access import MetadataAccessor
     from broker.role import DLedgerRoleChangeHandler
 
@@ -56,7 +57,7 @@ class ProcessorHost(Protocol):
     broker_ip: str
     cluster_name: str
     store_host: tuple[str, int]
-    broker_config: Any  # broker.config.config.BrokerConfig (brokerPermission)
+    broker_config: BrokerConfig  # brokerPermission
     max_message_size: int
     default_topic_queue_nums: int
     auto_create_topic_enable: bool
@@ -65,7 +66,9 @@ class ProcessorHost(Protocol):
     metadata: "MetadataAccessor"
     metrics: "BrokerMetrics"
     role_handler: Optional["DLedgerRoleChangeHandler"]
-    remoting: Any  # broker.remoting.broker_remoting.BrokerRemoting once started (broker stats)
+
+    @property
+    def remoting(self) -> Optional[StatsSource]: ...  # BrokerRemoting once started (broker stats)
 
     def check_writable(self) -> None: ...
 

@@ -24,13 +24,14 @@ by ``BrokerProcessor`` and handed to the remoting processors through their conte
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from broker.refusals import MessageIllegal, NoPermission, StoreNotOpen, TopicNotFound
 from broker.store.put_result import PutMessageStatus, PutRefused
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
+    from broker.config.broker_config import BrokerConfig
     from broker.metadata_access import MetadataAccessor, TopicView
     from broker.store.message import MessageExt
     from broker.store_access import PutOutcome, StoreAccess
@@ -38,18 +39,40 @@ if TYPE_CHECKING:  # pragma: no cover
 PERM_WRITE = 2
 
 
+class StatsCounts(Protocol):
+    """Running totals per (name, key): ``processors.broker_stats.KeyedCounts``."""
+
+    def add(self, name: str, key: str, n: int) -> None: ...
+
+
+class BrokerStats(Protocol):
+    """The remoting side's ``broker_stats`` (VIEW_BROKER_STATS_DATA, ``mqadmin statsAll``)."""
+
+    @property
+    def counts(self) -> StatsCounts: ...
+
+
+class StatsSource(Protocol):
+    """What the send path needs of the broker's remoting side: where ``TOPIC_PUT_NUMS`` is counted."""
+
+    @property
+    def broker_stats(self) -> BrokerStats: ...
+
+
 class SendHost(Protocol):
     """What the send path asks of its broker (``BrokerController`` is one)."""
 
     broker_ip: str
-    broker_config: Any  # broker.config.broker_config.BrokerConfig (brokerPermission)
+    broker_config: BrokerConfig  # brokerPermission
     default_topic_queue_nums: int
     auto_create_topic_enable: bool
     dledger_enabled: bool
     store_access: Optional[StoreAccess]
     metadata: MetadataAccessor
     metrics: BrokerMetrics
-    remoting: Any  # broker.remoting.broker_remoting.BrokerRemoting once started (broker stats)
+
+    @property
+    def remoting(self) -> Optional[StatsSource]: ...  # BrokerRemoting once started (broker stats)
 
     def check_writable(self) -> None: ...
 

@@ -39,7 +39,8 @@ from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.client_manage import RETRY_PREFIX, ClientInfo
+from broker.remoting.processors.client_manage import RETRY_PREFIX
+from broker.remoting.processors.consumer_manager import ClientInfo
 from broker.remoting.processors.common import Processor, raw_message_at
 from broker.remoting.server import ClientCallError, RemotingConnection
 from broker.store.message import decode_message, decode_message_id

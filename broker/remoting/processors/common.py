@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
     from broker.config.broker_config import BrokerConfig, MessageStoreConfig
     from broker.metadata_access import MetadataAccessor
-    from broker.send_service import SendMessageService
+    from broker.remoting.processors.consumer_manager import ConsumerManager
+    from broker.send_service import BrokerStats, SendMessageService
     from broker.store_access import StoreAccess
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -76,17 +77,38 @@ class BrokerHost(Protocol):
     def check_writable(self) -> None: ...
 
 
+class TopicRules(Protocol):
+    """What the processors share with the HTTP door's ``broker.processor.BrokerProcessor``."""
+
+    def create_topic(self, topic: str, read_q: int, write_q: int, perm: int, *, order: bool = False) -> object: ...
+
+    def is_offset_reset(self, group: str, topic: str, queue_id: int, offset: int) -> bool: ...
+
+
+class OffsetByTime(Protocol):
+    """``admin.AdminBrokerProcessor``'s SEARCH_OFFSET_BY_TIMESTAMP lookup, shared with topic admin."""
+
+    def offset_by_time(self, topic: str, q: int, timestamp: int) -> int: ...
+
+
 class RemotingContext(Protocol):
     """What a processor may use of the broker's remoting side (``BrokerRemoting`` provides it):
-    a narrow contract instead of the object, so no processor imports the module that builds it."""
+    a narrow contract instead of the object, so no processor imports the module that builds it.
+    Read-only members are properties: a narrow view of a wider object (issue 26.3)."""
 
     controller: BrokerHost
-    broker_processor: Any  # broker.processor.BrokerProcessor: topic creation, offset-reset checks shared with HTTP
     send_service: SendMessageService  # the send path both doors share (broker.send_service)
-    consumers: Any  # client_manage.ConsumerManager: the live clients by group
-    broker_stats: Any  # broker_stats.BrokerStatsProcessor: per-topic/group counters
-    admin: Any  # admin.AdminBrokerProcessor: offset-by-time lookups
+    consumers: ConsumerManager  # the live clients by group (processors.consumer_manager)
     stopping: bool
+
+    @property
+    def broker_processor(self) -> TopicRules: ...  # topic creation, offset-reset checks shared with HTTP
+
+    @property
+    def broker_stats(self) -> BrokerStats: ...  # per-topic/group counters (mqadmin statsAll)
+
+    @property
+    def admin(self) -> OffsetByTime: ...  # offset-by-time lookups
 
     def registrar_wakeup(self) -> None: ...
 
