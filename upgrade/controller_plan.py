@@ -150,7 +150,7 @@ def _plan_classic(w: _Work, master: Optional[str]) -> Plan:
     refusals = [msg for check in _CLASSIC_REFUSALS for msg in check.refusals(Draft(req, insp, m, w.nodes))]
     if m is not None and not refusals:
         _classic_steps(w, insp, m)
-    return Plan(w.group or "", w.controllers, m.file_size if m else 0, insp.master, m.max_offset if m else 0, -1,
+    return Plan(w.broker_name(), w.controllers, m.file_size if m else 0, insp.master, m.max_offset if m else 0, -1,
                 w.nodes, [] if refusals else w.actions, refusals, w.warnings, insp.to_dict(), target=TARGET)
 
 
@@ -312,7 +312,7 @@ def _plan_dledger(w: _Work) -> Plan:
         file_size = int(w.nodes[0].store_settings["mapped_file_size_commit_log"])
         refusals = _dledger_steps(w, g, file_size)
     classic_from = regions_file.class_from(g.end, file_size) if g is not None and file_size else -1
-    return Plan(w.group or "", w.controllers, file_size, g.ref.root if g else None, g.end if g else 0, classic_from,
+    return Plan(w.broker_name(), w.controllers, file_size, g.ref.root if g else None, g.end if g else 0, classic_from,
                 w.nodes, [] if refusals else w.actions, refusals, w.warnings,
                 {"stores": [], "members": [m.to_dict() for m in ms],
                  "committed_index": g.committed_index if g else None}, target=TARGET)

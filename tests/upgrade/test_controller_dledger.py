@@ -362,3 +362,16 @@ def test_cli_plan_apply_inspect_rollback(fixture_root: Path, tmp_path: Path, cap
     assert capsys.readouterr().err.startswith("mqupgrade rollback: nothing to roll back")
     assert cli_main(["plan", "--to", "controller", "--group", "g0", "--out", str(out), str(n0)]) == 1
     assert "--controllers is required with --to controller" in capsys.readouterr().err
+
+
+def test_pure_dledger_store_has_only_its_dledger_region(fixture_root: Path, tmp_path: Path) -> None:
+    """A store that was in DLedger mode from the start (no classic commitlog: here, its files removed)."""
+    fs = rf.SETS["plain"]
+    n0 = member(fixture_root, fs, tmp_path, "n0")
+    for f in (n0 / "commitlog").iterdir():
+        f.unlink()
+    plan, path = write_plan([n0], tmp_path)
+    assert plan.ok, plan.refusals
+    apply_plan(path, echo=quiet)
+    assert json.loads((n0 / "commitlogRegions.json").read_text())["regions"] == [
+        {"kind": "dledger", "path": "dledger-n0", "start": fs.divided_offset, "end": fs.mixed_max_offset}]
