@@ -217,17 +217,22 @@ def _read_consume_queues(m: Member, root: Path, log: _Log, cq_file_size: int) ->
     lo = max(0, m.first_index)
     i = lo if cq_max <= m.region_start else log.entry_at(cq_max - 1, lo, m.committed_index) + 1  # after the last unit's
     missing = 0
-    for idx in range(i, m.committed_index + 1):
-        u = log.unit(idx)
-        if u is None:
-            break
-        f = log.data.file_at(u[1])
-        if f is None:
-            break
-        with open(log.data.d / f.name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            req = check_message_and_return_size(view, u[1] - f.from_offset + BODY_OFFSET, False)
-        if req.success and req.msg_size > 0 and is_consume_queue_dispatchable(req):
-            missing += 1
+    views: dict[str, mmap.mmap] = {}  # one read-only mapping per data file the gap touches
+    try:
+        for idx in range(i, m.committed_index + 1):
+            u = log.unit(idx)
+            f = log.data.file_at(u[1]) if u is not None else None
+            if u is None or f is None:
+                break
+            if f.name not in views:
+                with open(log.data.d / f.name, "rb") as fh:
+                    views[f.name] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            req = check_message_and_return_size(views[f.name], u[1] - f.from_offset + BODY_OFFSET, False)
+            if req.success and req.msg_size > 0 and is_consume_queue_dispatchable(req):
+                missing += 1
+    finally:
+        for v in views.values():
+            v.close()
     if missing:
         m.cq_state = "behind"
         m.cq_detail = (f"ConsumeQueues end at {cq_max}; {missing} committed message(s) after it belong in "
