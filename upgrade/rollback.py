@@ -43,7 +43,7 @@ from broker.store.lockfile import StoreLock, StoreLockedError
 from dledger.store.safefile import fsync_dir
 from upgrade import regions_file
 from upgrade.controller_apply import CONTROLLER_FILES, SHAPE_FILES, files_from
-from upgrade.fileops import atomic_write_text
+from upgrade.fileops import TMP_SUFFIX, atomic_write_text
 from upgrade.inspect import inspect_store
 from upgrade.journal import Journal, plan_digest
 from upgrade.plan_model import Action, Plan
@@ -160,6 +160,7 @@ class _Undo:
         if new:
             fsync_dir(Path(p["commit_log_dir"]))
         gone = self._remove_controller_files(a, p["root"])
+        rf.with_name(rf.name + TMP_SUFFIX).unlink(missing_ok=True)  # left by an apply killed mid-write
         if rf.exists():
             rf.unlink()
             fsync_dir(rf.parent)
