@@ -9,8 +9,9 @@ Rules (the shared spec; ``mqupgrade apply`` writes the file, the broker never do
   dir with ``data/`` and ``index/``), ``path`` relative to the store root or absolute. Every
   defect is a :class:`RegionsFileError` with one sentence naming it and the fix: not JSON, an
   unknown version, another file size, an unknown kind, an empty or inverted region, an overlap,
-  a misaligned or wrong ``classicFrom``, a missing directory or file, a commitlog file below
-  ``classicFrom`` that no classic region holds.
+  a misaligned or wrong ``classicFrom``, a missing directory or file (files may be missing only
+  as retention deletes them: oldest first), a commitlog file below ``classicFrom`` that no classic
+  region holds.
 - DLedger mode on a store with the file is refused (:func:`refuse_dledger_mode`): the DLedger log
   is frozen, DLedger would write past it. Classic mode (with or without the controller) opens
   it: the classic :class:`~broker.store.commitlog.CommitLog` is given the router
@@ -177,12 +178,31 @@ def open_regions(root: str | Path, commitlog_dir: str | Path, mapped_file_size: 
                     views.append(FrozenDLedgerRegion(spec.path, spec.start, spec.end, mapped_file_size, delay_levels))
             except StoreLayoutError as exc:
                 raise RegionsFileError(f"{manifest.path}: regions[{i}] ({spec.kind}): {exc}") from None
+        _check_retention_order(manifest, views)
         _check_stray_files(manifest, Path(commitlog_dir))
     except BaseException:
         for v in views:
             v.close()
         raise
     return CommitLogRegions(manifest, views)
+
+
+def _check_retention_order(manifest: RegionsManifest, views: Sequence[FrozenRegion]) -> None:
+    """Frozen files may be missing only as retention deletes them: oldest first, so below the
+    first file held, and every region after a held one holds its files from its start."""
+    held = -1
+    for i, v in enumerate(views):
+        if not v.files:
+            if held >= 0:
+                raise RegionsFileError(f"{manifest.path}: regions[{i}] ({v.kind}) holds no file although the older "
+                                       f"regions[{held}] does (retention deletes oldest first); restore its files "
+                                       "(or `mqupgrade reseed` from a healthy replica)")
+            continue
+        if held >= 0 and v.min_offset > v.start:
+            raise RegionsFileError(f"{manifest.path}: regions[{i}] ({v.kind}) misses its files from {v.start} to "
+                                   f"{v.min_offset} although the older regions[{held}] is held; restore them "
+                                   "(or `mqupgrade reseed` from a healthy replica)")
+        held = i
 
 
 def _check_stray_files(manifest: RegionsManifest, commitlog_dir: Path) -> None:

@@ -17,7 +17,8 @@ Rules (the shared spec, layout A "a second divide"; ``commitlog_regions`` routes
   re-dispatch after a crash), ``first_store_timestamp`` of each file (the crash rule), ``verify``
   (a CRC scan), ``files`` + ``drop_oldest`` (retention), ``close``.
 - Present files must be contiguous and reach the region's end; files missing below them are the
-  ones retention deleted. Anything else is a :class:`~broker.store.errors.StoreLayoutError` naming
+  ones retention deleted (a view may hold none: ``commitlog_regions`` checks that retention's
+  order explains it). Anything else is a :class:`~broker.store.errors.StoreLayoutError` naming
   the file and the fix.
 
 Theory of operation: thin adapters over the two modes' existing read code; ``commitlog_regions``
@@ -123,13 +124,14 @@ class FrozenClassicRegion:
             mfq.shutdown()
             raise StoreLayoutError(f"{bad}: a commitlog file below the classic region's start {start}; "
                                    "move it away (it is not part of the migrated store)")
-        if not files or files[-1].file_from_offset + file_size < end:
+        if files and files[-1].file_from_offset + file_size < end:
             mfq.shutdown()
             raise StoreLayoutError(
                 f"{directory}: the classic region [{start}, {end}) has no file holding offset {end - 1}; "
                 "restore the frozen commitlog files (or `mqupgrade reseed` from a healthy replica)")
-        last = files[-1]
-        last.set_positions(end - last.file_from_offset)
+        if files:  # none: retention deleted them all (commitlog_regions checks that only older ones went)
+            last = files[-1]
+            last.set_positions(end - last.file_from_offset)
         mfq.flushed_where = mfq.committed_where = end
         self.log.flush_service.recovered = True
 
@@ -245,7 +247,7 @@ class FrozenDLedgerRegion:
         except BaseException:
             self.close()
             raise
-        if end > start and (not offsets or offsets[-1] + file_size < end):
+        if offsets and offsets[-1] + file_size < end:  # none: retention deleted them all
             self.close()
             raise StoreLayoutError(f"{data}: the DLedger region [{start}, {end}) has no data file holding offset "
                                    f"{end - 1}; restore it (or `mqupgrade reseed` from a healthy replica)")

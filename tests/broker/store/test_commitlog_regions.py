@@ -201,6 +201,14 @@ def test_migrated_store_reads_continues_restarts_and_retains(name: str, store_co
         assert [p.name for p in (root / "commitlog").iterdir()] == [f"{start:020d}"]
         check_new(store, new)
     finally:
+        assert store.shutdown()
+    store = classic_store(root)  # every frozen file gone by retention: still a valid migrated store
+    store.load()
+    try:
+        assert (store.commitlog.min_offset, store.commitlog.max_offset) == (start, end)
+        store.start()
+        check_new(store, new)
+    finally:
         store.shutdown()
 
 
@@ -238,6 +246,11 @@ def test_refusals_each_name_their_defect(store_copy) -> None:
     last.rename(root / "aside")
     assert "no data file holding offset 5757789" in _refusal(root)
     (root / "aside").rename(last)
+    for name in ("00000000000004194304", "00000000000005242880"):  # the whole newer region, older one held
+        (root / "dledger-n0" / "data" / name).rename(root / name)
+    assert "regions[1] (dledger) holds no file although the older regions[0] does" in _refusal(root)
+    for name in ("00000000000004194304", "00000000000005242880"):
+        (root / name).rename(root / "dledger-n0" / "data" / name)
     stray = root / "commitlog" / f"{5 * MIB:020d}"
     stray.write_bytes(b"\0" * MIB)
     assert "lies below classicFrom 6291456 but in no classic region" in _refusal(root)
@@ -296,7 +309,8 @@ def test_kill9_of_a_migrated_store_recovers_like_a_classic_one(store_copy, manif
             if line.startswith("ack"):
                 acks.append([int(x) for x in line.split()[1:]])
         os.kill(proc.pid, signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=10)
+        proc.wait(10)
+        rest = proc.stdout.read()  # through the text buffer readline filled (communicate reads the fd)
         acks += [[int(x) for x in ln.split()[1:]] for ln in rest.splitlines() if ln.startswith("ack")]
     finally:
         if proc.poll() is None:
