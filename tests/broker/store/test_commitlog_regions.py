@@ -335,3 +335,30 @@ def test_kill9_of_a_migrated_store_recovers_like_a_classic_one(store_copy, manif
         assert nxt.ok and nxt.append_result.queue_offsets == [have]
     finally:
         store.shutdown()
+
+
+def test_consume_queues_behind_the_regions_end_are_dispatched_at_start(store_copy, manifests) -> None:
+    """The dispatch gap (a kill -9 in DLedger mode before the migration): the ConsumeQueues stop
+    inside the DLedger region and the crash left abort; the first start dispatches the rest."""
+    fs = SETS["plain"]
+    root = store_copy(fs.mixed)
+    write_regions(root, regions_doc(fs))
+    rows = manifests(fs.mixed)
+    cut = next(r["commitLogOffset"] for r in rows if r["commitLogOffset"] > fs.divided_offset + 300_000)
+    store = classic_store(root)
+    store.load()
+    try:
+        store.consume_queue_store.truncate_dirty(cut)
+        assert store.consume_queue_store.max_physical_offset() < cut
+    finally:
+        store.shutdown()  # never started: no abort written, the cut ConsumeQueues flushed
+    (root / "abort").write_text("1")
+    store = classic_store(root)
+    store.load()
+    try:
+        assert not store.last_exit_ok and store.consume_queue_store.max_physical_offset() == fs.mixed_max_offset
+        store.start()
+        check_manifest(store, rows, True, decode=False)
+        assert store.put_message(MessageExt("TopicB", b"x", queue_id=3)).append_result.queue_offsets == [875]
+    finally:
+        store.shutdown()
