@@ -1,11 +1,12 @@
 """Controller mode with real processes: three ``mqcontroller`` processes and two ``mqbroker``
 processes of one broker set (confs from conf/controller/broker/, free ports, temp dirs).
 
-One module-scoped world, three tests in order: a master is elected and the other broker follows
+One module-scoped world, four tests in order: a master is elected and the other broker follows
 it; acknowledged sends (HTTP API, ``allAckInSyncStateSet=true``) reach the slave once it is in the
 SyncStateSet; kill -9 of the master -> the slave is elected and serves every acknowledged message
 (0 lost; the failover time is printed, not asserted); the old master restarted comes back as a
-slave of the new epoch and catches up.
+slave of the new epoch and catches up; a master killed with a tail no slave acknowledged comes
+back as a slave and truncates that tail (handshake), its queues equal to the new master's.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class World:
                 "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000,
                 "syncBrokerMetadataPeriod": 500, "checkSyncStateSetPeriod": 500,
                 "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
-                "slaveSyncIntervalMs": 500, "syncFlushTimeout": 3000})
+                "slaveSyncIntervalMs": 500, "syncFlushTimeout": 1000})
             self.brokers[name] = BrokerProc(conf, port, f"broker-{name}", base)
 
     def status(self, name: str) -> Optional[dict[str, Any]]:
@@ -169,3 +170,42 @@ def test_kill9_of_the_master_elects_the_slave_with_nothing_lost_and_the_old_mast
     wait_until(lambda: (world.max_offset(old) or 0) >= end or None, 30,
                "the old master caught up")
     assert world.ha(old)["epochs"] == world.ha(new)["epochs"]
+
+
+def test_a_master_killed_with_an_unacknowledged_tail_truncates_it_when_it_comes_back(world: World) -> None:
+    """The slave is paused (SIGSTOP) while the master stores a message no slave acknowledges; both
+    are killed (the slave's socket buffer with that frame dies with it); the slave restarts and is
+    elected from the SyncStateSet without it; the old master restarts as a slave, and the AutoSwitch
+    handshake truncates its tail to the common epoch boundary."""
+    master = world.master()
+    slave = next(n for n in world.brokers if n != master)
+    sid = world.ha(slave)["brokerControllerId"]
+    wait_until(lambda: sid in world.ha(master).get("syncStateSet", []) or None, 30, "both in the SyncStateSet")
+    acked_end = world.max_offset(master) or 0
+    wait_until(lambda: (world.max_offset(slave) or 0) >= acked_end or None, 20, "the slave caught up")
+    world.brokers[slave].pause()  # SIGSTOP: the slave acks nothing
+    with world.brokers[master].client() as c:
+        try:
+            status = c.send(TOPIC, "never-acknowledged")["status"]
+        except BrokerClientError as exc:
+            status = exc.code
+    assert status == "FLUSH_SLAVE_TIMEOUT", status  # stored on the master only
+    diverged_end = world.max_offset(master) or 0
+    assert diverged_end > acked_end
+    world.brokers[master].kill9()
+    world.brokers[slave].kill9()
+    world.brokers[slave].start(wait=True, timeout=60)
+    assert world.master(40, skip=(master,)) == slave
+    world.brokers[master].start(wait=True, timeout=60)
+    wait_until(lambda: world.ha(master).get("role") == "SLAVE" or None, 30, "the killed master is a slave")
+    with world.brokers[slave].client() as c:
+        assert c.send(TOPIC, "after-truncation")["status"] == "SEND_OK"
+    end = world.max_offset(slave)
+    assert end is not None
+    wait_until(lambda: world.max_offset(master) == end or None, 30, "the killed master truncated and caught up")
+    assert world.ha(master)["epochs"] == world.ha(slave)["epochs"]
+    on_new, on_old = read_all(world, slave), read_all(world, master)
+    assert "never-acknowledged" not in on_new and sorted(on_old) == sorted(on_new)
+    assert {b for b, _ in ACKED} <= set(on_new) and "after-truncation" in on_new
+    log = world.brokers[master].log(200_000)
+    assert f"truncating the commitlog to {acked_end} (was {diverged_end})" in log, log[-3000:]
