@@ -62,8 +62,8 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.codes import request_name
 from broker.refusals import Refusal
-from broker.remoting.processors.common import (HeaderError, Processor, refusal_response, field_bool, field_int,
-                                               field_str, raw_message_at)
+from broker.remoting.processors.common import (HandlerRegistry, HeaderError, Processor, field_bool, field_int,
+                                               field_str, raw_message_at, refusal_response)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import decode_message, record_store_timestamp
@@ -176,7 +176,7 @@ def _record_topic(raw: bytes) -> str:
 
 
 class AdminBrokerProcessor(Processor):
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.GET_MAX_OFFSET, self.get_max_offset)
         server.register(RC.GET_MIN_OFFSET, self.get_min_offset)
         server.register(RC.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset_by_timestamp)

@@ -66,7 +66,7 @@ from typing import Any, Optional
 from broker.remoting.acl import require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC, ResponseCode as R
-from broker.remoting.processors.common import HeaderError, Processor, field_str
+from broker.remoting.processors.common import HandlerRegistry, HeaderError, Processor, RemotingContext, field_str
 from broker.remoting.server import RemotingConnection
 
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
@@ -225,7 +225,7 @@ def _dledger_entry_size(cl: Any, offset: int) -> int:
 
 
 class AdminStatsProcessor(Processor):
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: RemotingContext) -> None:
         super().__init__(ctx)
         m = self.c.metrics
         self.stats = RuntimeStats({
@@ -234,7 +234,7 @@ class AdminStatsProcessor(Processor):
         })
         self.put_times = PutTimes(m.put_latency)
 
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.GET_BROKER_CONFIG, self.get_broker_config)
         server.register(RC.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
         server.register(RC.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
@@ -41,7 +41,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.client_manage import RETRY_PREFIX
 from broker.remoting.processors.consumer_manager import ClientInfo
-from broker.remoting.processors.common import Processor, raw_message_at
+from broker.remoting.processors.common import HandlerRegistry, Processor, raw_message_at
 from broker.remoting.server import ClientCallError, RemotingConnection
 from broker.store.message import decode_message, decode_message_id
 
@@ -84,7 +84,7 @@ def raw_json_field(body: bytes, name: str) -> Optional[bytes]:
 
 
 class Broker2ClientProcessor(Processor):
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.GET_CONSUMER_RUNNING_INFO, self.get_consumer_running_info)
         server.register(RC.CONSUME_MESSAGE_DIRECTLY, self.consume_message_directly)
         server.register(RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, self.get_consumer_status)

@@ -17,11 +17,10 @@ from __future__ import annotations
 import collections
 import json
 import time
-from typing import Any
 
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC, ResponseCode as R
-from broker.remoting.processors.common import HeaderError, Processor, field_str
+from broker.remoting.processors.common import HandlerRegistry, HeaderError, Processor, RemotingContext, field_str
 from broker.remoting.server import RemotingConnection
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -66,11 +65,11 @@ class KeyedCounts:
 
 
 class BrokerStatsProcessor(Processor):
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: RemotingContext) -> None:
         super().__init__(ctx)
         self.counts = KeyedCounts()
 
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.VIEW_BROKER_STATS_DATA, self.view_broker_stats_data)
 
     async def view_broker_stats_data(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

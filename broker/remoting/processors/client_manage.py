@@ -39,7 +39,8 @@ from broker.remoting.codes import ResponseCode as R
 from broker.refusals import Refusal
 from broker.remoting.processors.consumer_manager import ClientInfo as ClientInfo
 from broker.remoting.processors.consumer_manager import ConsumerManager as ConsumerManager
-from broker.remoting.processors.common import HeaderError, Processor, field_int, field_str, refusal_response
+from broker.remoting.processors.common import (HandlerRegistry, HeaderError, Processor, field_int, field_str,
+                                               refusal_response)
 from broker.remoting.server import RemotingConnection
 
 RETRY_PREFIX = "%RETRY%"
@@ -52,7 +53,7 @@ def _dicts(v: Any) -> list[dict[str, Any]]:
 
 
 class ClientManageProcessor(Processor):
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.HEART_BEAT, self.heart_beat)
         server.register(RC.UNREGISTER_CLIENT, self.unregister_client)
         server.register(RC.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list)

@@ -19,7 +19,7 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from broker import refusals
 from broker.refusals import Refusal, StoreNotOpen
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.config.broker_config import BrokerConfig, MessageStoreConfig
     from broker.metadata_access import MetadataAccessor
     from broker.remoting.processors.consumer_manager import ConsumerManager
+    from broker.remoting.server import Handler, RemotingConnection
     from broker.send_service import BrokerStats, SendMessageService
     from broker.store_access import StoreAccess
 
@@ -111,6 +112,15 @@ class RemotingContext(Protocol):
     def admin(self) -> OffsetByTime: ...  # offset-by-time lookups
 
     def registrar_wakeup(self) -> None: ...
+
+
+class HandlerRegistry(Protocol):
+    """Where a processor registers its request handlers and the listeners called when a connection
+    closes (``broker.remoting.server.RemotingServer``)."""
+
+    close_listeners: list[Callable[[RemotingConnection], None]]
+
+    def register(self, code: int, handler: Handler) -> None: ...
 
 
 class Processor:

@@ -41,7 +41,8 @@ from typing import Any, Callable, Optional
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import FAQ, HeaderError, Processor, RemotingContext, field_int, field_str
+from broker.remoting.processors.common import (FAQ, HandlerRegistry, HeaderError, Processor, RemotingContext, field_int,
+                                               field_str)
 from broker.remoting.processors.pull_hold import PullRequestHoldService, request_bytes
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
@@ -77,7 +78,7 @@ class PullMessageProcessor(Processor):
         self.hold = PullRequestHoldService.from_config(bc)
         self.limits = TransferLimits.remoting(bc)
 
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.PULL_MESSAGE, self.pull_message)
         server.close_listeners.append(self.hold.on_close)
 

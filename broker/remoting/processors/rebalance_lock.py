@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import Processor
+from broker.remoting.processors.common import HandlerRegistry, Processor, RemotingContext
 from broker.remoting.server import RemotingConnection
 from dledger.ratelog import RateLimitedLog
 
@@ -160,11 +160,11 @@ def queue_json(q: Queue) -> dict[str, Any]:
 
 
 class RebalanceLockProcessor(Processor):
-    def __init__(self, ctx: Any, locks: RebalanceLockManager | None = None) -> None:
+    def __init__(self, ctx: RemotingContext, locks: RebalanceLockManager | None = None) -> None:
         super().__init__(ctx)
         self.locks = locks or RebalanceLockManager()
 
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.LOCK_BATCH_MQ, self.lock_batch_mq)
         server.register(RC.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
 

@@ -78,7 +78,7 @@ from broker.remoting.acl import SUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import HeaderError, Processor, field_bool, field_int, field_str
+from broker.remoting.processors.common import HandlerRegistry, HeaderError, Processor, field_bool, field_int, field_str
 from broker.remoting.server import RemotingConnection
 
 log = logging.getLogger("broker.remoting.admin")
@@ -138,7 +138,7 @@ def drop_topic_queues(store: Any, topic: str) -> int:
 
 
 class TopicGroupAdminProcessor(Processor):
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.DELETE_TOPIC_IN_BROKER, self.delete_topic)
         server.register(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_subscription_group)
         server.register(RC.DELETE_SUBSCRIPTIONGROUP, self.delete_subscription_group)

@@ -8,18 +8,16 @@ checks nothing: see ``broker.remoting.permissions``). Producers send it oneway, 
 """
 from __future__ import annotations
 
-from typing import Any
-
 from broker.remoting.acl import PUB, require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC, ResponseCode as R
-from broker.remoting.processors.common import HeaderError, Processor, field_bool, field_int, field_str
+from broker.remoting.processors.common import HandlerRegistry, HeaderError, Processor, field_bool, field_int, field_str
 from broker.remoting.server import RemotingConnection
 from broker.transaction import EndTransactionError
 
 
 class EndTransactionProcessor(Processor):
-    def register(self, server: Any) -> None:
+    def register(self, server: HandlerRegistry) -> None:
         server.register(RC.END_TRANSACTION, self.end_transaction)
 
     async def end_transaction(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
