@@ -10,6 +10,7 @@ back as a slave and truncates that tail (handshake), its queues equal to the new
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -18,7 +19,10 @@ import pytest
 
 from broker.api.client import BrokerClientError
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
+from broker.remoting.codes import RequestCode as RC
+from broker.remoting.codes import ResponseCode as R
 from tests.controller.proc_util import Group, free_ports
+from tests.remoting.procs import NamesrvProc, request
 from tools.procs import write_conf
 
 pytestmark = pytest.mark.multiprocess
@@ -33,6 +37,7 @@ class World:
         self.group = Group(base, 3, "controllerAllowInsecure=true\nscanNotActiveBrokerInterval=300\n"
                                     "scanInactiveMasterInterval=1000\n")
         doors = ";".join(f"127.0.0.1:{self.group.door[p]}" for p in self.group.ids)
+        self.namesrv = NamesrvProc(base)
         ports = free_ports(4)
         self.brokers: dict[str, BrokerProc] = {}
         for i, name in enumerate(("n0", "n1")):
@@ -42,6 +47,7 @@ class World:
                 "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
                 "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
                 "controllerAddr": doors, "controllerAccessKey": "", "controllerSecretKey": "",
+                "namesrvAddr": self.namesrv.address,
                 "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000,
                 "syncBrokerMetadataPeriod": 500, "checkSyncStateSetPeriod": 500,
                 "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
@@ -73,9 +79,18 @@ class World:
             return found[0] if len(found) == 1 else None
         return wait_until(one, timeout, "exactly one Controller-mode master", interval=0.05)
 
+    def route_master(self) -> Optional[str]:
+        """The name server's brokerId-0 address of broker-a for the test topic."""
+        r = request(self.namesrv.port, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        if r.code != R.SUCCESS or not r.body:
+            return None
+        datas = json.loads(r.body).get("brokerDatas", [])
+        return next((d["brokerAddrs"].get("0") for d in datas if d.get("brokerName") == "broker-a"), None)
+
     def stop(self) -> None:
         kill_all(self.brokers.values())
         self.group.stop_all()
+        self.namesrv.kill9()
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +98,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(tmp_path_factory.mktemp("ctlmode"))
     try:
         w.group.start_all()
+        w.namesrv.start()
         for p in w.brokers.values():
             p.start(wait=False)
         for p in w.brokers.values():
@@ -125,6 +141,8 @@ def test_acknowledged_sends_reach_the_slave_in_the_sync_state_set(world: World) 
             ans = c.send(TOPIC, body)
             assert ans["status"] == "SEND_OK", ans
             ACKED.append((body, ans))
+    wait_until(lambda: world.route_master() == world.brokers[master].address or None, 15,
+               "the name server routes the topic to the master as brokerId 0")
     end = world.max_offset(master)
     assert end is not None
     wait_until(lambda: (world.max_offset(slave) or 0) >= end or None, 20,
@@ -156,6 +174,9 @@ def test_kill9_of_the_master_elects_the_slave_with_nothing_lost_and_the_old_mast
     world.brokers[old].kill9()
     assert world.master(30, skip=(old,)) == new
     print(f"\nController-mode failover (kill -9 of the master to a writable new master): {time.monotonic() - t0:.2f}s")
+    wait_until(lambda: world.route_master() == world.brokers[new].address or None, 15,
+               "the name server routes broker-a's brokerId 0 to the new master")
+    print(f"... and to the name server's route naming it brokerId 0: {time.monotonic() - t0:.2f}s")
     assert world.ha(new)["masterEpoch"] >= 2
     bodies = read_all(world, new)
     assert sorted(bodies) == sorted(b for b, _ in ACKED), "an acknowledged message is missing on the new master"
