@@ -493,13 +493,16 @@ def _not_applicable(f: Findings, g: GroupView) -> None:
 
 
 def _replica_divides(f: Findings, g: GroupView) -> None:
-    if len(g.layouts) < 2 or len({lay.divided_offset for lay in g.layouts}) <= 1:
+    if len(g.layouts) < 2:
         return
     ref = g.layouts[0]
     for lay in g.layouts[1:]:
         if lay.divided_offset != ref.divided_offset:
             f.add("replicas", lay.node, None, lay.divided_offset,
                   f"divided offset {lay.divided_offset} differs from {ref.node}'s {ref.divided_offset}")
+        if lay.classic_from != ref.classic_from:  # the second divide: every replica converts at the same point
+            f.add("replicas", lay.node, None, lay.classic_from,
+                  f"classicFrom {lay.classic_from} differs from {ref.node}'s {ref.classic_from}")
 
 
 def _replica_bytes(f: Findings, g: GroupView) -> None:
@@ -517,7 +520,7 @@ GROUP_CHECKS: tuple[GroupCheck, ...] = (
     GroupCheck("the executors' violation rows and counts (structure, old/dledger continuity, consumequeue)",
                _task_rows),
     GroupCheck("checks with nothing to check are n/a (divide, dledger_continuity, replicas)", _not_applicable),
-    GroupCheck("every replica has the first node's divided offset (replicas)", _replica_divides),
+    GroupCheck("every replica has the first node's divided offset and classicFrom (replicas)", _replica_divides),
     GroupCheck("every replica's ranges hash as the majority's (replicas)", _replica_bytes),
 )
 

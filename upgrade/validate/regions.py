@@ -108,6 +108,8 @@ def read_regions(root: Path) -> Regions | None:
         p = Path(r["path"])
         regions.append(Region(str(kind), str(p if p.is_absolute() else root / p), _int(r, "start", where),
                               _int(r, "end", where)))
+    if not regions:
+        problems.append("the regions list is empty (a migrated store keeps at least its DLedger region)")
     for i, r in enumerate(regions):
         if r.end < r.start:
             problems.append(f"region {i} ({r.kind}) ends at {r.end}, before its start {r.start}")

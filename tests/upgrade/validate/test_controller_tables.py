@@ -135,3 +135,26 @@ def test_the_epoch_file_is_read_with_the_brokers_reader(tmp_path: Path) -> None:
     (tmp_path / EPOCH_FILE_NAME).write_text("2\n1\n1-6291456\n")  # torn: its .bak is read, as the broker does
     bak = read_epochs(tmp_path)
     assert bak is not None and bak.source == "bak" and bak.entries == ((1, 6 * MB),)
+
+
+def test_the_dledger_region_end_against_its_checkpoint() -> None:
+    from upgrade.validate.layout import DLedgerLayout
+
+    dl = DLedgerLayout("n0", "/s/dledger-n0", _files(4 * MB, d="/s/dledger-n0/data"), (), 41, 41, 5 * MB + 99, True,
+                       "checkpoint")
+    sink = Rows()
+    check_regions(sink, _migrated(dledger=dl, new=_files(6 * MB)), {})
+    assert sink.rows == [("divide", None, 5 * MB + 7, f"the DLedger region of commitlogRegions.json ends at {5 * MB + 7} "
+                          f"but the DLedger checkpoint's committed prefix (committedIndex 41) ends at {5 * MB + 99}")]
+
+
+def test_replicas_that_converted_at_different_points() -> None:
+    from upgrade.validate.checks import evaluate
+    from upgrade.validate.plan import Plan
+
+    a = _migrated(new=_files(6 * MB))
+    b = replace(_migrated(new=_files(7 * MB)), node="n1", regions=_regions(classic_from=7 * MB))
+    findings, nodes = evaluate(Plan(), [a, b], {})
+    assert [r["message"] for r in findings.rows["replicas"]] == [f"classicFrom {7 * MB} differs from n0's {6 * MB}"]
+    assert "epochs" in findings.shown and "epochs" in findings.not_applicable  # migrated, no epoch file: n/a
+    assert nodes["n0"]["mode"] == "migrated" and nodes["n0"]["epochs"]["file"] is None

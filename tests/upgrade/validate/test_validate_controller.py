@@ -28,6 +28,7 @@ from broker.store.java_hash import java_string_hash
 from tests.support import rmqfixtures as rf
 from tests.upgrade.validate.helpers import assert_located, failing, patch, read
 from upgrade.validate.job import run_validation
+from upgrade.validate.report import summary_text
 
 pytestmark = pytest.mark.spark
 
@@ -144,6 +145,9 @@ def test_a_migrated_store_validates_clean_across_every_divide(spark, migrated, m
     for topic, qid, qo, _off, _n in m.records:  # the queues run on, one +1 run across both divides
         q = node["per_queue"][f"{topic}:{qid}"]
         assert q["max_queue_offset"] >= qo and q["cq_units"] == q["messages"]
+    text = summary_text(report)
+    assert f"migrated to Controller mode: classicFrom {m.classic_from:,}; writable classic region: 1 files, " \
+           f"{len(m.records)} messages" in text and "[PASS] 7 the epoch file" in text
 
 
 def test_a_consumequeue_unit_into_the_gap(spark, migrated):
@@ -194,3 +198,20 @@ def test_epoch_entries_off_a_message_boundary_and_above_the_max_offset(spark, mi
                    contains=f"epoch 3 starts at {above} (writable classic region, {m.new_file.name}+"
                             f"{above - m.classic_from}), above the max offset {m.max_offset}")
     assert report["checks"]["epochs"]["violation_count"] == 2
+
+
+def test_a_classic_store_with_an_epoch_file(spark, store_copy, fixture_set, manifests):
+    """master/slave -> Controller mode keeps the classic log: its epochs are checked against it."""
+    root = store_copy(fixture_set.classic)
+    rows = manifests(fixture_set.classic)
+    inside = rows[len(rows) // 2]["commitLogOffset"]
+    above = fixture_set.classic_max_offset + 1
+    cache = EpochFileCache(root / EPOCH_FILE_NAME)
+    for epoch, start in ((1, 0), (2, inside), (3, fixture_set.classic_max_offset), (4, above)):
+        assert cache.append_entry(EpochEntry(epoch, start))
+    report = run_validation([str(root)], spark=spark, range_size=RANGE, progress=False)
+    assert failing(report) == {"epochs"} and report["checks"]["epochs"]["violation_count"] == 1
+    row = assert_located(report, "epochs", root.name, EPOCH_FILE_NAME, above,
+                         contains=f"above the max offset {fixture_set.classic_max_offset}")
+    last = f"{above - above % fixture_set.file_size:020d}"
+    assert row["message"].startswith(f"epoch 4 starts at {above} (commitlog, {last}+{above % fixture_set.file_size})")
