@@ -228,7 +228,6 @@ class CommitLogRegions:
         self.views = list(views)
         self.classic_from = manifest.classic_from
         self.end = manifest.regions[-1].end
-        self.written_at = manifest.path.stat().st_mtime
         # where the store's index stops (the store sets it once its IndexService is loaded): a crash
         # drops every index file newer than the checkpoint's index time, frozen keys with it
         self.index_end: Callable[[], int] | None = None
