@@ -183,7 +183,10 @@ class ControllerModeHA:
 
         self.store_access = store_access
         self._loop = asyncio.get_running_loop()
-        self.epochs.init_cache_from_file()
+        try:
+            self.epochs.init_cache_from_file()
+        except (OSError, ValueError) as exc:  # CheckpointFileError names the file and the fix
+            raise HAStartError(f"Controller mode: the epoch file cannot be read: {exc}") from None
         ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
         self.service = AutoSwitchHAService(store_access.commitlog, self.epochs, self.sync, self.settings,
                                            host=ha_host, port=self.listen_port,
@@ -195,7 +198,10 @@ class ControllerModeHA:
             raise HAStartError(f"cannot listen on HA port {ha_host}:{self.listen_port} (haListenPort): "
                                f"{exc.strerror}") from None
         store_access.on_put(lambda _offset: self.service.notify_put() if self.service is not None else None)
-        await self.driver.start()
+        try:
+            await self.driver.start()  # reads brokerIdentity / brokerIdentity-temp
+        except (OSError, ValueError) as exc:  # MetadataFileError names the file
+            raise HAStartError(f"Controller mode: {exc}") from None
 
     def summary(self) -> str:
         port = self.service.port if self.service is not None else self.listen_port

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+import pytest
+
 from broker.controller_mode import ControllerModeHA
 from broker.ha.autoswitch.replicas_messages import ChangeSyncStateSet
 from broker.store.put_result import PutMessageStatus
@@ -105,3 +107,15 @@ def test_health_says_fenced_until_the_controller_gives_a_role(tmp_path: Path) ->
     assert problem is not None and "no role from the controller" in problem and "127.0.0.1:1" in problem
     m.role = "SLAVE"
     assert m.health_problem() is None
+
+
+def test_an_unreadable_epoch_file_is_a_start_error_naming_it(tmp_path: Path) -> None:
+    from broker.classic_ha import HAStartError
+
+    (tmp_path / "epochFileCheckpoint").write_text("garbage\n")
+    (tmp_path / "epochFileCheckpoint.bak").write_text("garbage\n")
+    m = mode(tmp_path)
+    store = SimpleNamespace(commitlog=None)
+    with pytest.raises(HAStartError) as err:
+        asyncio.run(m.start(store, False))  # type: ignore[arg-type]
+    assert "epochFileCheckpoint" in str(err.value)
