@@ -490,9 +490,9 @@ class CommitLog:
     def _refuse_below(self, offset: int) -> None:
         if self._refused_logged != offset:
             self._refused_logged = offset
-            log.warning("read of commitlog bytes at %d refused: below classicFrom %d, the frozen regions of this "
-                        "migrated store are never shipped by HA (a replica gets them from its own copy or "
-                        "`mqupgrade reseed`)", offset, self.classic_from)
+            log.warning("get_data(%d) refused: below classicFrom %d, in the frozen regions of this migrated store, "
+                        "which are read by message (get_message, lookups) and never shipped raw (HA: a replica gets "
+                        "them from its own copy or `mqupgrade reseed`)", offset, self.classic_from)
 
     def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
                     ) -> memoryview | None:
