@@ -36,6 +36,7 @@ from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_con
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.java.lines import ProcessLines
 from tests.remoting.procs import NamesrvProc
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.test_mqadmin_compat import apache
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))

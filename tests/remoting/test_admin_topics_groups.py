@@ -30,6 +30,8 @@ import pytest
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
+from tests.remoting import mqadmin_jvm
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.procs import REPO, NamesrvProc
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
@@ -40,9 +42,8 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
 
 def mqadmin(home: Path, *args: str) -> str:
-    env = dict(os.environ, JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
-    r = subprocess.run([str(APACHE / "bin" / "mqadmin"), *args], capture_output=True, text=True, env=env, timeout=90)
-    return r.stdout + r.stderr
+    """``bin/mqadmin ARGS`` (stdout then stderr), run in the test's one warm JVM (tests/remoting/mqadmin_jvm.py)."""
+    return mqadmin_jvm.run(home, *args, rocketmq_home=APACHE, timeout=90)
 
 
 def call(port: int, code: int, fields: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:

@@ -26,6 +26,8 @@ from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting.procs import NamesrvProc
+from tests.remoting import mqadmin_jvm
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
@@ -50,9 +52,8 @@ startAcceptSendRequestTimeStamp
 
 
 def apache(home: Path, *args: str) -> str:
-    env = dict(os.environ, ROCKETMQ_HOME=str(APACHE), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
-    r = subprocess.run([str(APACHE / "bin" / "mqadmin"), *args], capture_output=True, text=True, env=env, timeout=90)
-    return r.stdout + r.stderr
+    """``bin/mqadmin ARGS`` (stdout then stderr), run in the test's one warm JVM (tests/remoting/mqadmin_jvm.py)."""
+    return mqadmin_jvm.run(home, *args, rocketmq_home=APACHE, timeout=90)
 
 
 def ours(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,8 @@ Before: our mqadmin refused (argparse exit 2) ``clusterList -m/-i``, ``topicList
 -g/-d/-s/-u``; updateTopic went through HTTP POST /topics, which has no ``order``.
 
 Rules: one name server and one broker (real processes) for the whole check, Apache's mqadmin run
-against the same broker where its output can be compared (two JVMs at a time), an in-process
+against the same broker where its output can be compared (one warm JVM per test,
+tests/remoting/mqadmin_jvm.py, its commands one at a time beside ours), an in-process
 consumer (test_broker2client's FakeConsumer) answering CONSUME_MESSAGE_DIRECTLY; everything
 stopped in ``finally``.
 """
@@ -33,6 +34,7 @@ from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
 from tests.remoting.procs import NamesrvProc
 from tests.remoting.test_broker2client import FakeConsumer, _encode
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.test_mqadmin_compat import HAVE_APACHE, apache, ours
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]

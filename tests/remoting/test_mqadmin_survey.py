@@ -9,18 +9,17 @@ name server to wipeWritePerm (205), addWritePerm (327), getNamesrvConfig (319) a
 updateNamesrvConfig (318); our
 mqadmin refused Apache's ``sendMessage -n NAMESRV -b BROKERNAME``.
 
-Rules: real processes (our brokers and name server, Apache's mqadmin from ../shared); the
-Apache commands of one group run three at a time (a JVM start is the cost); every process is
-stopped in ``finally``.
+Rules: real processes (our brokers and name server, Apache's mqadmin from ../shared); a test's
+Apache commands run one after the other in one warm JVM (tests/remoting/mqadmin_jvm.py: a JVM
+start per command was most of these tests' time); every process is stopped in ``finally``, the
+JVMs after each test.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,8 @@ from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
+from tests.remoting import mqadmin_jvm
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.procs import NamesrvProc
 from tests.remoting.test_mqadmin_compat import APACHE, HAVE_APACHE, apache, config_table, ours
 
@@ -43,10 +44,8 @@ TOPIC, GROUP, PRODUCER, CLIENT = "SvTopic", "SvGroup", "SvProducer", "127.0.0.1@
 
 
 def batch(home: Path, cmds: dict[str, list[str]]) -> dict[str, str]:
-    """Apache's mqadmin for each named command line, three JVMs at a time."""
-    with ThreadPoolExecutor(3) as pool:
-        futures = {k: pool.submit(apache, home, *v) for k, v in cmds.items()}
-        return {k: f.result() for k, f in futures.items()}
+    """Apache's mqadmin for each named command line, in order, in the test's warm JVM."""
+    return {k: apache(home, *v) for k, v in cmds.items()}
 
 
 class Client:
@@ -276,11 +275,8 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
     shutil.copy(APACHE / "conf" / "logback_tools.xml", home / "conf")
     (home / "conf" / "tools.yml").write_text("accessKey: rocketmq2\nsecretKey: 12345678-admin\n")
 
-    def signed(*args: str) -> str:
-        env = dict(os.environ, ROCKETMQ_HOME=str(home), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
-        r = subprocess.run([str(APACHE / "bin" / "mqadmin"), *args], capture_output=True, text=True, env=env,
-                           timeout=90)
-        return r.stdout + r.stderr
+    def signed(*args: str) -> str:  # ROCKETMQ_HOME=home and -Duser.home=home, as bin/mqadmin was given
+        return mqadmin_jvm.run(home, *args, rocketmq_home=home, timeout=90)
 
     try:
         b.start()

@@ -31,6 +31,8 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf
+from tests.remoting import mqadmin_jvm
+from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.procs import NamesrvProc
 from tests.security._listen_support import listening_hosts, proc_status_kb
 
@@ -332,9 +334,8 @@ APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache
 
 
 def _mqadmin(home: Path, *args: str) -> str:
-    env = dict(os.environ, ROCKETMQ_HOME=str(home), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
-    r = subprocess.run([str(APACHE / "bin" / "mqadmin"), *args], capture_output=True, text=True, env=env, timeout=60)
-    return r.stdout + r.stderr
+    """``bin/mqadmin`` with ROCKETMQ_HOME=home (its conf/tools.yml signs) and -Duser.home=home, in a warm JVM."""
+    return mqadmin_jvm.run(home, *args, rocketmq_home=home, timeout=60)
 
 
 @pytest.mark.multiprocess
@@ -352,6 +353,7 @@ def test_apache_mqadmin_signs_kv_writes_as_the_name_server_checks_them(tmp_path:
         if creds:
             (conf / "tools.yml").write_text(f"accessKey: {creds[0]}\nsecretKey: {creds[1]}\n")
         homes[name] = tmp_path / name
+        mqadmin_jvm.start(homes[name], homes[name])  # the three JVMs boot while the name server starts
     ns = start_acl_namesrv(tmp_path)
     try:
         kv = ["updateKvConfig", "-n", ns.address, "-s", "ORDER_TOPIC_CONFIG", "-k", TOPIC, "-v"]
