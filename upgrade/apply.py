@@ -3,7 +3,8 @@
 Rules:
 - A refused plan is not applied. Before the first step every node's root is locked with the
   store's own ``lock`` (as a broker would), so no broker can start on a store being upgraded;
-  a lock held elsewhere stops apply with one line. On a first run (no journal yet) every store
+  a lock held elsewhere stops apply with one line. Until a step is done (a first run, or a rerun
+  after the check stopped it) every store
   that held data is re-inspected (O(1)) and must still match the plan (end offset, clean flag,
   files), else "plan again".
 - Steps run in plan order; each is idempotent and is journaled only once its effects are durable.
@@ -326,7 +327,7 @@ def apply_plan(plan_path: str | os.PathLike[str], *, freeze: bool = False, journ
     applier = _Applier(plan, journal, freeze, echo, progress)
     applier.lock_all()
     try:
-        if not journal.resumed:
+        if not journal.data["steps"]:  # no step done yet (a first run, or one whose preflight stopped it)
             applier.preflight()
         skipped = applier.run()
     finally:
