@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 from broker.config.conf_file import ParsedConf
 from broker.config.broker_config import BrokerRole
 from broker.store.shape import DLEDGER, StoreShapeError, read_shape, shape_path
-from upgrade import fileops
+from upgrade import fileops, regions_file
 from upgrade.inspect_dledger import count_messages, inspect_dledger
 from upgrade.inspect_model import (DEFAULT_CQ_FILE_SIZE, DEFAULT_FILE_SIZE, Comparison, Inspection,  # noqa: F401 - API
                                    InspectError, StoreInspection)
@@ -162,8 +162,14 @@ def _upgraded_dirs(root: Path, dirs: list[str]) -> list[str]:
 
 
 def _read_dledger(s: StoreInspection, p: _Probe) -> None:
-    """``dledger-*`` directories; those holding DLedger data mean the store is already upgraded."""
+    """``dledger-*`` directories; those holding DLedger data mean the store is already upgraded. A
+    ``commitlogRegions.json`` says more: the store was migrated to Controller mode (one problem line
+    naming the file, instead of one per DLedger directory)."""
     s.dledger_dirs = sorted(x.name for x in p.root.glob("dledger-*") if x.is_dir())
+    if regions_file.path_of(p.root).exists():
+        s.problems.append(f"already upgraded: migrated to Controller mode ({regions_file.path_of(p.root)}); "
+                          "`mqupgrade rollback PLAN` undoes it until the first write in the new mode")
+        return
     s.problems.extend(f"already upgraded: {d}/data holds DLedger files" for d in _upgraded_dirs(p.root, s.dledger_dirs))
 
 
@@ -209,9 +215,21 @@ def _sizes_equal(s: StoreInspection) -> Optional[str]:
     return f"mismatched file sizes: {', '.join(odd)} != mappedFileSizeCommitLog {s.file_size}" if odd else None
 
 
+def _declared_gap(s: StoreInspection) -> int:
+    """A migrated store's ``classicFrom`` (its new classic files start there, after a gap the regions
+    file declares), else -1. An unreadable regions file declares nothing (the kind line says why)."""
+    try:
+        r = regions_file.read(s.root)
+    except (OSError, regions_file.RegionsError):
+        return -1
+    return -1 if r is None else r.classic_from
+
+
 def _no_gap(s: StoreInspection) -> Optional[str]:
+    declared = _declared_gap(s)
     return next((f"gap in the commitlog: {b.name} does not follow {a.name}" for a, b in zip(s.files, s.files[1:])
-                 if b.from_offset != a.from_offset + s.file_size), None)
+                 if b.from_offset != a.from_offset + s.file_size
+                 and not (a.from_offset < declared == b.from_offset)), None)
 
 
 def _first_file_aligned(s: StoreInspection) -> Optional[str]:

@@ -127,6 +127,11 @@ def test_group_plan_apply_rollback(fixture_root: Path, fixture_set: rf.FixtureSe
     (roots[0] / "epochFileCheckpoint").write_text(f"1\n1-{cf}\n")
     (roots[0] / "brokerIdentity").write_text("DefaultCluster#broker-a#1")
     (roots[0] / "storeshape").write_text("mode=classic\nbrokerName=broker-a\n")  # the broker's record of its mode
+    s = inspect_store(roots[0])  # the declared gap below classicFrom is not "a gap in the commitlog"
+    assert [x for x in s.problems if "gap" in x or "does not follow" in x] == [], s.problems
+    assert [x for x in s.problems if x.startswith("already upgraded")] == [
+        f"already upgraded: migrated to Controller mode ({roots[0] / 'commitlogRegions.json'}); "
+        "`mqupgrade rollback PLAN` undoes it until the first write in the new mode"]
     rollback_plan(path, echo=quiet)
     for r in roots:
         assert snapshot(r) == before[r]
