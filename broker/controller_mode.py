@@ -27,6 +27,8 @@ Rules:
   ``minInSyncReplicas``, ``allAckInSyncStateSet``) and ``wait_for_ack`` within
   ``syncFlushTimeout``: ``PUT_OK`` or ``FLUSH_SLAVE_TIMEOUT``; below ``minInSyncReplicas``
   ``SLAVE_NOT_AVAILABLE``.
+- Reads (Apache's ``getReputEndOffset``): a slave (or a broker still fenced) dispatches, so
+  consumers see, only up to the confirm offset its master sent; a master dispatches all of its log.
 - ``status()`` is ``/status``'s ``ha`` object: mode ``controller``, role, epoch, SyncStateSet,
   confirm offset, the controller leader and the driver's state; :meth:`health_problem` says why
   the broker cannot serve yet (no role from the controller).
@@ -36,8 +38,9 @@ Named divergences: Apache refuses a put below ``minInSyncReplicas`` before writi
 ``SLAVE_NOT_AVAILABLE`` (stored, not confirmed: the client treats it as maybe stored). Apache's
 slave learns the master's HA address from the name server's register answer; ours asks the
 master (``GET_BROKER_CONFIG``), falling back to ``masterHost:masterPort+1`` (our haListenPort
-default) when the master does not answer. Reads on a slave are not limited to the confirm offset
-yet.
+default) when the master does not answer. A master serves its whole log (Apache limits a master
+with ``allAckInSyncStateSet`` to its confirm offset too); recovery at start dispatches the whole
+log before the limit is installed (Apache starts from the checkpoint's confirm offset).
 
 Theory of operation: a composed object owned by the BrokerController; it sees the broker through
 :class:`RoleHost` and runs on the broker's loop. It imports nothing that leads back to
@@ -168,6 +171,7 @@ class ControllerModeHA:
         self.role = "FENCED"  # FENCED, MASTER, SLAVE
         self.master_ha_address: Optional[str] = None
         self.slave_confirm_offset = -1
+        self._master_reads = False  # dispatch to the max offset (a master, and while becoming one)
         self.last_role_change_ms: Optional[float] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._ack_tasks: set[asyncio.Task[None]] = set()
@@ -198,6 +202,9 @@ class ControllerModeHA:
             raise HAStartError(f"cannot listen on HA port {ha_host}:{self.listen_port} (haListenPort): "
                                f"{exc.strerror}") from None
         store_access.on_put(lambda _offset: self.service.notify_put() if self.service is not None else None)
+        reput = getattr(store_access.store, "reput", None)
+        if reput is not None:  # Apache's getReputEndOffset: a replica dispatches up to its confirm offset
+            reput.limit_offset = self._reput_limit
         try:
             await self.driver.start()  # reads brokerIdentity / brokerIdentity-temp
         except (OSError, ValueError) as exc:  # MetadataFileError names the file
@@ -320,6 +327,7 @@ class ControllerModeHA:
         if isinstance(begun, Refused):
             log.error("broker %s: change to master refused: %s", self.broker_name, begun.reason)
             return
+        self._master_reads = True  # its log is the truth of the new epoch: dispatch all of it
         if self.service is not None:
             for conn in list(self.service.connections):
                 conn.close("the broker changes role")
@@ -343,6 +351,7 @@ class ControllerModeHA:
             log.error("broker %s: change to slave refused: %s", self.broker_name, refused.reason)
             return
         self._uninstall_hook()
+        self._master_reads = False
         if self.service is not None and (self.role == "MASTER" or not action.master_unchanged):
             for conn in list(self.service.connections):
                 conn.close("the broker is a slave now")
@@ -416,6 +425,20 @@ class ControllerModeHA:
 
     def _on_confirm(self, offset: int) -> None:
         self.slave_confirm_offset = offset
+
+    def _reput_limit(self) -> int:
+        """How far dispatch (hence consumers) may go: a master all of its log; a slave or a fenced
+        broker up to the confirm offset the master sent (nothing new before the first one)."""
+        sa = self.store_access
+        if sa is None:
+            return 0
+        max_offset = sa.commitlog.max_offset
+        if self._master_reads:
+            return max_offset
+        if self.slave_confirm_offset < 0:
+            reput = getattr(sa.store, "reput", None)
+            return min(max_offset, int(getattr(reput, "reput_from_offset", max_offset)))
+        return min(max_offset, self.slave_confirm_offset)
 
     async def _master_ha_address(self, master_address: str) -> str:
         """The master's ``brokerIP2:haListenPort`` (asked over remoting), else ``host:port+1``."""

@@ -119,3 +119,17 @@ def test_an_unreadable_epoch_file_is_a_start_error_naming_it(tmp_path: Path) -> 
     with pytest.raises(HAStartError) as err:
         asyncio.run(m.start(store, False))  # type: ignore[arg-type]
     assert "epochFileCheckpoint" in str(err.value)
+
+
+def test_a_replica_dispatches_only_up_to_the_confirm_offset_a_master_all(tmp_path: Path) -> None:
+    m = mode(tmp_path)
+    reput = SimpleNamespace(reput_from_offset=300)
+    m.store_access = SimpleNamespace(commitlog=SimpleNamespace(max_offset=1000),  # type: ignore[assignment]
+                                     store=SimpleNamespace(reput=reput))
+    assert m._reput_limit() == 300  # fenced, no confirm offset yet: nothing new
+    m._on_confirm(700)
+    assert m._reput_limit() == 700  # a slave: what its master confirmed
+    m._on_confirm(5000)
+    assert m._reput_limit() == 1000  # never past its own log
+    m._master_reads = True
+    assert m._reput_limit() == 1000  # a master (and one becoming master): all of it
