@@ -4,11 +4,12 @@ Rules (issue 27's shared spec; the rows go to the named checks of ``checks``):
 - ``divide`` (check 3, "the divides"), for a store with ``commitlogRegions.json``: every rule of
   the spec the file breaks (``regions.Regions.problems``); the classic region ends where its last
   file ends (the old ``dividedCommitlogOffset``) and no old file reaches past it; the DLedger
-  region starts at its first data file and ends where the DLedger checkpoint's committed prefix
+  region starts at its first data file (retention, which deletes whole frozen files oldest first,
+  may move that up once no classic file is left) and ends where the DLedger checkpoint's committed prefix
   ends (a region end above it claims uncommitted bytes, one below it hides committed ones); no
   commitlog file lies in the gap ``[last region end, classicFrom)``; the writable classic
-  region's first file starts exactly at ``classicFrom`` and every file there has the file's
-  ``mappedFileSizeCommitLog``.
+  region's first file starts exactly at ``classicFrom`` (or above it once retention has deleted
+  every frozen file) and every file there has the file's ``mappedFileSizeCommitLog``.
 - Queue offsets continue across every divide: ``checks`` merges the queue-offset runs of the
   old, DLedger and writable regions in offset order; :func:`region_of` words where a run sits.
   ConsumeQueue units are routed by region in ``cq`` (a unit into the gap is a violation there).
@@ -83,7 +84,9 @@ def check_regions(sink: Sink, lay: StoreLayout, info: dict) -> None:
     for r in rg.of_kind("dledger"):
         if dl is None:
             continue
-        if dl.data and dl.data[0].start != r.start:
+        # retention deletes whole frozen files oldest first: DLedger files may start above the
+        # region only once no classic file is left below them
+        if dl.data and (dl.data[0].start < r.start or dl.data[0].start > r.start and lay.old):
             sink.add("divide", node, dl.data[0].name, dl.data[0].start,
                      f"the DLedger region of {name} starts at {r.start} but its first data file starts at "
                      f"{dl.data[0].start}", 0)
@@ -103,7 +106,8 @@ def check_regions(sink: Sink, lay: StoreLayout, info: dict) -> None:
         sink.add("divide", node, f.name, at, f"commitlog file {f.name} {where}", at - f.start)
     if lay.new:
         first = lay.new[0]
-        if first.start != rg.classic_from:
+        frozen_left = bool(lay.old) or bool(dl is not None and dl.data)  # else retention took them all
+        if first.start < rg.classic_from or first.start > rg.classic_from and frozen_left:
             sink.add("divide", node, first.name, first.start,
                      f"the writable classic region starts with {first.name}, not at classicFrom {rg.classic_from}", 0)
         for f in lay.new:

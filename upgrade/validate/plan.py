@@ -230,7 +230,8 @@ def plan(layouts: list[StoreLayout], range_size: int = DEFAULT_RANGE_SIZE, check
             out.new_limit = min(classic_write_end(lay, lay.new) or 0 for lay in layouts)
         dls = [lay.dledger for lay in layouts if lay.dledger is not None]
         if len(dls) > 1:
-            out.dl_limit = min(d.committed_pos for d in dls)
+            out.dl_limit = min(lay.region_end if lay.region_end is not None else lay.dledger.committed_pos
+                               for lay in layouts if lay.dledger is not None)
             out.idx_limit = (min(d.committed_index for d in dls) + 1) * 32
     rid = 0
     for lay in layouts:

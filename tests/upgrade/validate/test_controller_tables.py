@@ -158,3 +158,26 @@ def test_replicas_that_converted_at_different_points() -> None:
     assert [r["message"] for r in findings.rows["replicas"]] == [f"classicFrom {7 * MB} differs from n0's {6 * MB}"]
     assert "epochs" in findings.shown and "epochs" in findings.not_applicable  # migrated, no epoch file: n/a
     assert nodes["n0"]["mode"] == "migrated" and nodes["n0"]["epochs"]["file"] is None
+
+
+def test_retention_may_move_the_frozen_regions_start_up_oldest_first() -> None:
+    from upgrade.validate.layout import DLedgerLayout
+
+    def dl(*starts: int) -> DLedgerLayout:
+        return DLedgerLayout("n0", "/s/dledger-n0", _files(*starts, d="/s/dledger-n0/data"), (), -1, -1, 5 * MB + 7,
+                             True, "checkpoint")
+
+    gone = Rows()  # every classic file deleted, then the first DLedger one: allowed
+    check_regions(gone, _migrated(old=(), dledger=dl(5 * MB), new=_files(6 * MB)), {})
+    assert gone.rows == []
+    early = Rows()  # a DLedger file deleted while classic files are left: not retention's order
+    check_regions(early, _migrated(dledger=dl(5 * MB), new=_files(6 * MB)), {})
+    assert early.rows == [("divide", f"{5 * MB:020d}", 5 * MB, f"the DLedger region of commitlogRegions.json starts "
+                           f"at {4 * MB} but its first data file starts at {5 * MB}")]
+    all_frozen_gone = Rows()  # then the writable region's first file too
+    check_regions(all_frozen_gone, _migrated(old=(), new=_files(7 * MB)), {})
+    assert all_frozen_gone.rows == []
+    missing = Rows()
+    check_regions(missing, _migrated(dledger=dl(4 * MB), new=_files(7 * MB)), {})
+    assert [r[3] for r in missing.rows] == [f"the writable classic region starts with {7 * MB:020d}, not at classicFrom "
+                                            f"{6 * MB}"]
