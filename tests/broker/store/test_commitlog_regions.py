@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from broker.store.commitlog_regions import REGIONS_FILE, RegionsFileError
-from broker.store.message import MessageExt, decode_message_id
+from broker.store.message import MessageExt, decode_message_id, encode_message
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus, iter_messages
 from broker.store.put_result import PutMessageStatus
 from broker.store.shape import read_shape
@@ -360,5 +360,30 @@ def test_consume_queues_behind_the_regions_end_are_dispatched_at_start(store_cop
         store.start()
         check_manifest(store, rows, True, decode=False)
         assert store.put_message(MessageExt("TopicB", b"x", queue_id=3)).append_result.queue_offsets == [875]
+    finally:
+        store.shutdown()
+
+
+def test_a_replica_appends_from_classic_from_only(store_copy) -> None:
+    """The HA slave path of a migrated replica: nothing below classicFrom; its first bytes land at
+    classicFrom (the first file is created there) and dispatch continues the queue (875)."""
+    fs = SETS["plain"]
+    root = store_copy(fs.mixed)
+    write_regions(root, regions_doc(fs))
+    start = classic_from(fs)
+    store = classic_store(root, broker_role="SLAVE")
+    store.load()
+    try:
+        store.start()
+        rec = encode_message(MessageExt("TopicA", b"from-master", queue_id=2, store_timestamp=1_800_000_000_000),
+                             875, start)
+        assert not store.append_to_commitlog(fs.mixed_max_offset, rec)
+        assert not store.append_to_commitlog(start - len(rec), rec)
+        assert store.append_to_commitlog(start, rec)
+        assert (root / "commitlog" / f"{start:020d}").exists() and store.commitlog.max_offset == start + len(rec)
+        assert store.wait_dispatched(5)
+        got = store.get_message("TopicA", 2, 875, 1)
+        assert got.status is GetMessageStatus.FOUND and got.physical_offsets == [start]
+        assert got.messages[0].body == b"from-master"
     finally:
         store.shutdown()
