@@ -1,10 +1,10 @@
 """The validator across every divide of a store migrated to Controller mode (issue 27.4), on local Spark.
 
 Each fixture set's upgraded (mixed) store is migrated by hand as the shared spec says: a
-``commitlogRegions.json`` naming the old classic region and the DLedger region, new classic
-records written from ``classicFrom`` on (the codec's own encoder, file named ``classicFrom``)
-that continue two queues' offsets, their units added by our ConsumeQueue, and an epoch file
-written by the broker's own ``EpochFileCache``. That store validates clean; then one corruption
+``commitlogRegions.json`` naming the old classic region and the DLedger region; then the store
+itself, opened in classic mode on it, puts new messages that land from ``classicFrom`` on and
+continue two queues' offsets (its own writer, dispatch and ConsumeQueues); an epoch file written
+by the broker's own ``EpochFileCache``. That store validates clean; then one corruption
 per check fails with its finding: a ConsumeQueue unit into the gap, a queue offset skipped
 across the second divide, an epoch entry off a message boundary, one above the max offset.
 
@@ -23,8 +23,8 @@ import pytest
 
 from broker.ha.autoswitch.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache
 from broker.store import message as codec
-from broker.store.consume_queue import ConsumeQueue
-from broker.store.java_hash import java_string_hash
+from broker.store.message_store import DefaultMessageStore
+from broker.store.put_result import PutMessageStatus
 from tests.support import rmqfixtures as rf
 from tests.upgrade.validate.helpers import assert_located, failing, patch, read
 from upgrade.validate.job import run_validation
@@ -83,37 +83,30 @@ def migrate(root: Path, fs: rf.FixtureSet, manifest: list[dict]) -> Migrated:
         "regions": [{"kind": "classic", "path": "commitlog", "start": 0, "end": fs.divided_offset},
                     {"kind": "dledger", "path": "dledger-n0", "start": fs.divided_offset, "end": end}]}))
     queues = _queues_to_extend(manifest, fs.divided_offset)
-    buf = bytearray()
+    store = DefaultMessageStore(store_path_root_dir=str(root), mapped_file_size_commit_log=size,
+                                max_hash_slot_num=10000, max_index_num=40000, warm_mapped_file_enable=False)
+    store.load()
     records = []
-    for i in range(NEW_PER_QUEUE * len(queues)):
-        topic, qid, first = queues[i % len(queues)]
-        qo = first + i // len(queues)
-        msg = codec.MessageExt(topic, body=b"after-the-migration-%03d" % i, queue_id=qid,
-                               properties={"TAGS": TAG, "KEYS": f"ctl-{i}"}, born_timestamp=1_700_000_000_000 + i,
-                               store_timestamp=1_700_000_000_000 + i)
-        rec = codec.encode_message(msg, qo, classic_from + len(buf))
-        records.append((topic, qid, qo, classic_from + len(buf), len(rec)))
-        buf += rec
-    new_file = root / "commitlog" / f"{classic_from:020d}"
-    with open(new_file, "wb") as fh:  # a live classic file: records, then zeros (sparse)
-        fh.write(buf)
-        fh.truncate(size)
-    by_queue: dict[tuple[str, int], ConsumeQueue] = {}
-    for topic, qid, qo, off, n in records:
-        cq = by_queue.get((topic, qid))
-        if cq is None:
-            cq = by_queue[(topic, qid)] = ConsumeQueue(topic, qid, root / "consumequeue")
-            cq.load()
-            cq.recover()
-        assert cq.put_message_position_info(off, n, java_string_hash(TAG), qo)
-    for cq in by_queue.values():
-        cq.close()
+    try:
+        store.start()
+        for i in range(NEW_PER_QUEUE * len(queues)):
+            topic, qid, first = queues[i % len(queues)]
+            res = store.put_message(codec.MessageExt(topic, body=b"after-the-migration-%03d" % i, queue_id=qid,
+                                                     properties={"TAGS": TAG, "KEYS": f"ctl-{i}"}))
+            assert res.status is PutMessageStatus.PUT_OK, res
+            ar = res.append_result
+            assert ar is not None and list(ar.queue_offsets) == [first + i // len(queues)]  # offsets continue
+            records.append((topic, qid, ar.queue_offsets[0], ar.wrote_offset, ar.wrote_bytes))
+        assert store.wait_dispatched(10)
+    finally:
+        assert store.shutdown()
+    assert records[0][3] == classic_from
     topic, qid, first = queues[0]
     probe = next(r for r in manifest if (r["topic"], r["queueId"]) == (topic, qid)
                  and r["commitLogOffset"] >= fs.divided_offset and r["queueOffset"] < first - 1)
     cq_file = root / "consumequeue" / topic / str(qid) / f"{0:020d}"
-    return Migrated(root, fs, classic_from, end, new_file, records, classic_from + len(buf),
-                    (cq_file, probe["queueOffset"] * 20, probe["queueOffset"]))
+    return Migrated(root, fs, classic_from, end, root / "commitlog" / f"{classic_from:020d}", records,
+                    records[-1][3] + records[-1][4], (cq_file, probe["queueOffset"] * 20, probe["queueOffset"]))
 
 
 @pytest.fixture(scope="module", params=["plain", "variety"])
