@@ -27,7 +27,7 @@ TITLES = {
     "old_continuity": "2 classic-region continuity (tiling, PHY_POS)",
     "divide": "3 the divides (divided_commitlog_offset; classicFrom of a migrated store)",
     "dledger_continuity": "4 DLedger-region continuity (pos, index, term, index units)",
-    "consumequeue": "5 ConsumeQueues (units, queue offsets across the divide)",
+    "consumequeue": "5 ConsumeQueues (units, queue offsets across the divides)",
     "replicas": "6 replicas (byte-identical ranges, committed indexes)",
     "epochs": "7 the epoch file (epochFileCheckpoint) against the commitlog",
 }

@@ -208,3 +208,22 @@ def test_a_classic_store_with_an_epoch_file(spark, store_copy, fixture_set, mani
                          contains=f"above the max offset {fixture_set.classic_max_offset}")
     last = f"{above - above % fixture_set.file_size:020d}"
     assert row["message"].startswith(f"epoch 4 starts at {above} (commitlog, {last}+{above % fixture_set.file_size})")
+
+
+def test_a_half_written_record_after_the_write_end_is_a_note(migrated):
+    """The writable region is the live part of a migrated store: a record the broker is still
+    writing (past the ConsumeQueues' frontier, only zeros after it) is its write end, not a
+    violation (single process: the rule is the tasks', not Spark's)."""
+    m = migrated
+    first = read(m.new_file, 0, m.records[0][4])
+    at = m.max_offset - m.classic_from
+    patch(m.new_file, at, first[:len(first) // 2])
+    try:
+        m.epochs((1, m.classic_from))
+        report = run_validation([str(m.root)], local=True, range_size=RANGE, progress=False)
+    finally:
+        patch(m.new_file, at, bytes(len(first) // 2))
+    assert report["ok"], failing(report)
+    new = report["nodes"]["n0"]["new"]
+    assert new["write_end"] == m.max_offset and new["messages"] == len(m.records)
+    assert new["unfinished_tail"]["offset"] == m.max_offset and new["dispatch_frontier"] == m.max_offset
