@@ -171,6 +171,14 @@ class HAConnection:
     def wake(self) -> None:
         self._wake.set()
 
+    def behind(self, offset: int) -> bool:
+        """True unless this connection has already sent the commitlog up to ``offset``."""
+        machine = self.machine
+        if machine is None:
+            return True
+        nxt = machine.transfer_from
+        return nxt is None or nxt < offset
+
     def close(self, reason: str) -> None:
         if self.close_reason is None:
             self.close_reason = reason

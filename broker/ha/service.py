@@ -44,7 +44,12 @@ Rules:
 Theory of operation: ``_handle`` (one task per accepted socket) makes room among the pending
 sockets, then runs an ``HAConnection`` (:mod:`broker.ha.connection`: admission, then the read,
 write and watchdog loops). Reports reach :meth:`HAService.on_slave_progress`, which raises
-``push2slave_max_offset`` and resolves the GroupTransferService waiters (a heap by offset).
+``push2slave_max_offset`` and resolves the GroupTransferService waiters (a heap by offset). A
+put costs one future and two heap entries: its timeout is a second heap (by deadline) under one
+shared timer armed at the earliest pending deadline, as Apache's GroupTransferService checks its
+requests per wake-up instead of a timer each; the replica hook wakes the connections once, and
+the broker's after-put :meth:`HAService.notify_put` wakes only a connection that has not yet
+sent the put's bytes.
 """
 from __future__ import annotations
 
@@ -107,7 +112,10 @@ class HAService:
         self._refusal_log = RateLimitedLog(log, REFUSAL_LOG_BURST, REFUSAL_LOG_WINDOW_MS / 1000.0,
                                            clock=lambda: self.clock() / 1000.0, prefix="HA port: ")
         self._push2slave_max_offset = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[PutMessageStatus]]] = []
+        self._waiters: list[tuple[int, int, asyncio.Future[PutMessageStatus]]] = []  # heap by offset
+        self._deadlines: list[tuple[float, int, asyncio.Future[PutMessageStatus]]] = []  # heap by loop time
+        self._timer: asyncio.TimerHandle | None = None  # one timer, at the earliest pending deadline
+        self._timer_at = 0.0
         self._seq = itertools.count()
         self._stale = 0
         self._server: asyncio.base_events.Server | None = None
@@ -140,6 +148,7 @@ class HAService:
             if not fut.done():
                 fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
         self._waiters.clear()
+        self._clear_deadlines()
         log.info("HAService stopped")
 
     @property
@@ -218,13 +227,17 @@ class HAService:
 
     # ---------------------------------------------------------------- data path
     def notify_put(self, next_offset: int | None = None) -> None:
-        """New committed bytes exist: wake every connection. Safe from other threads."""
+        """New committed bytes exist: wake every connection that has not sent up to ``next_offset``
+        yet (every connection when it is None). Safe from other threads. The broker calls it after
+        each put has completed (``StoreAccess.on_put``), by when the replica hook's wake-up has
+        usually sent those bytes already: no write-loop turn for nothing then."""
         loop = self._loop
         if loop is None:
             return
         if _on_loop(loop):
             for conn in self.connections:
-                conn.wake()
+                if next_offset is None or conn.behind(next_offset):
+                    conn.wake()
         else:
             loop.call_soon_threadsafe(self.notify_put, next_offset)
 
@@ -237,6 +250,9 @@ class HAService:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(PutMessageStatus.PUT_OK)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][2].done():  # acked in order, so these are the oldest
+            heapq.heappop(deadlines)
 
     def request_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> "asyncio.Future[PutMessageStatus]":
         """GroupTransferService request (call on the loop): a future resolved with the outcome."""
@@ -251,12 +267,61 @@ class HAService:
         if self._stopped_waiting:
             fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
             return fut
-        timeout = self.settings.sync_flush_timeout if timeout_ms is None else timeout_ms
-        heapq.heappush(self._waiters, (next_offset, next(self._seq), fut))
+        self._wait(loop, fut, next_offset, timeout_ms)
         self.notify_put(next_offset)  # RocketMQ: getWaitNotifyObject().wakeupAll()
-        handle = loop.call_later(timeout / 1000.0, self._expire, fut)
-        fut.add_done_callback(lambda _f: handle.cancel())
         return fut
+
+    def _request(self, loop: asyncio.AbstractEventLoop, next_offset: int) -> "asyncio.Future[PutMessageStatus]":
+        """:meth:`request_slave_ack` for the replica hook, which has already woken the connections."""
+        fut: asyncio.Future[PutMessageStatus] = loop.create_future()
+        if not self.is_slave_ok(next_offset):
+            fut.set_result(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        elif self._push2slave_max_offset >= next_offset:
+            fut.set_result(PutMessageStatus.PUT_OK)
+        elif self._stopped_waiting:
+            fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        else:
+            self._wait(loop, fut, next_offset, None)
+        return fut
+
+    def _wait(self, loop: asyncio.AbstractEventLoop, fut: "asyncio.Future[PutMessageStatus]", next_offset: int,
+              timeout_ms: float | None) -> None:
+        """Queue ``fut`` for an ack >= ``next_offset``; one shared timer answers it at its deadline
+        (GroupTransferService checks its requests once per wake-up, not with a timer each)."""
+        timeout = self.settings.sync_flush_timeout if timeout_ms is None else timeout_ms
+        seq = next(self._seq)
+        heapq.heappush(self._waiters, (next_offset, seq, fut))
+        deadline = loop.time() + timeout / 1000.0
+        heapq.heappush(self._deadlines, (deadline, seq, fut))
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(loop, deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """The shared timer: every waiter past its deadline is answered FLUSH_SLAVE_TIMEOUT."""
+        self._timer = None
+        loop = self._loop
+        if loop is None:
+            return
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][2].done()):
+            _, _, fut = heapq.heappop(deadlines)
+            if not fut.done():
+                self._expire(fut)
+        if deadlines:
+            self._arm(loop, deadlines[0][0])
+
+    def _clear_deadlines(self) -> None:
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def stop_waiting(self) -> int:
         """Shutdown, first step: every put waiting for a slave ack is answered FLUSH_SLAVE_TIMEOUT
@@ -269,6 +334,7 @@ class HAService:
                 fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
                 released += 1
         self._waiters.clear()
+        self._clear_deadlines()
         return released
 
     async def wait_for_slave_ack(self, next_offset: int, timeout_ms: float | None = None) -> PutMessageStatus:
@@ -301,14 +367,15 @@ class HAService:
                 conn.wake()
             if self.settings.broker_role != "SYNC_MASTER":
                 return None
-            return self.request_slave_ack(end)
+            return self._request(loop, end)
         self.notify_put(end)
         if self.settings.broker_role != "SYNC_MASTER":
             return None
         out: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
 
         def submit() -> None:
-            fut = self.request_slave_ack(end)
+            assert loop is not None
+            fut = self._request(loop, end)
             fut.add_done_callback(lambda f: out.set_result(f.result()) if not f.cancelled() else out.cancel())
 
         loop.call_soon_threadsafe(submit)
