@@ -510,8 +510,9 @@ def _replica_bytes(f: Findings, g: GroupView) -> None:
         return
     for m in g.mismatches:
         at = m.get("at", m["lo"])
-        what = (f"{m['kind']} range {m['lo']}..{m['hi']} missing ({m['ref_node']} has it)" if m.get("missing")
-                else f"{m['kind']} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})")
+        kind = "writable classic region" if m["kind"] == "new" else m["kind"]
+        what = (f"{kind} range {m['lo']}..{m['hi']} missing ({m['ref_node']} has it)" if m.get("missing")
+                else f"{kind} bytes differ from {m['ref_node']} at {at} (range {m['lo']}..{m['hi']})")
         f.add("replicas", m["node"], m["file"], at, what, at - m["file_start"],
               space="index" if m["kind"] == "idx" else "physical")
 
