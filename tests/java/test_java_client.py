@@ -36,6 +36,7 @@ from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_con
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.java.lines import ProcessLines
 from tests.remoting.procs import NamesrvProc
+from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.test_mqadmin_compat import apache
 
@@ -91,6 +92,7 @@ def ask_about_a_live_consumer(classes: Path, home: Path, namesrv: str, b: Broker
     the broker hands the stored message to that client, which consumes it again)."""
     with b.client() as c:
         msg_id = c.send(TOPIC, "direct", keys=["direct-1"])["msgId"]
+    mqadmin_jvm.start(home, APACHE)  # boots beside ConsumerHold
     env = dict(os.environ, EXTRA_CP=str(classes), JAVA_OPT=f"-Xms64m -Xmx128m -Duser.home={home}")
     p = subprocess.Popen([str(APACHE / "bin" / "jrun"), "ConsumerHold", namesrv, TOPIC, HOLD_GROUP], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

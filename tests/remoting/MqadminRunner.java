@@ -51,5 +51,6 @@ public class MqadminRunner {
             proto.println("done");
             proto.flush();
         }
+        System.exit(0);  // stdin closed: the test is done (a command's leftover threads must not hold the JVM)
     }
 }

@@ -86,6 +86,7 @@ def test_mqadmin_delete_topic_sub_groups_reset_offset_stats_all(tmp_path: Path) 
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "home"
     home.mkdir()
+    mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
     addr = f"127.0.0.1:{port}"
     try:
         b.start()
@@ -248,6 +249,7 @@ def test_mqadmin_reset_offset_with_a_java_consumer_online(tmp_path: Path) -> Non
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "home"
     home.mkdir()
+    mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
     consumer = None
     try:
         b.start()

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +26,8 @@ from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_con
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting.procs import NamesrvProc
 from tests.remoting import mqadmin_jvm
+from tests.remoting import py_zygote
+from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the zygote stops after the module
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
@@ -57,8 +58,9 @@ def apache(home: Path, *args: str) -> str:
 
 
 def ours(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker.cli.mqadmin", *args], capture_output=True, text=True,
-                          cwd=str(REPO), timeout=timeout)
+    """``python -m broker.cli.mqadmin ARGS`` (cwd REPO, captured): a fresh process forked from a warm
+    interpreter (tests/remoting/py_zygote.py), the same result as subprocess.run gave."""
+    return py_zygote.run("broker.cli.mqadmin", *args, timeout=timeout)
 
 
 def status_table(text: str) -> dict[str, str]:
@@ -78,6 +80,7 @@ def config_table(text: str) -> dict[str, str]:
 
 @needs_apache
 def test_dledger_earliest_time_live_role_and_sends_that_follow_the_leader(tmp_path: Path) -> None:
+    mqadmin_jvm.start(tmp_path / "java")  # boots while the group starts
     ns = NamesrvProc(tmp_path).start()
     g = DLedgerGroup(tmp_path, namesrvAddr=ns.address)
     try:
@@ -137,6 +140,7 @@ def test_dledger_earliest_time_live_role_and_sends_that_follow_the_leader(tmp_pa
 def test_broker_status_has_apache_keys_with_measured_put_stats(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")
     b = BrokerProc(conf, port, "m", tmp_path)
+    mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
     try:
         b.start()
         with b.client() as c:
@@ -183,6 +187,7 @@ def test_our_consumer_commands_print_what_apache_prints(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
+    mqadmin_jvm.start(home)  # boots while the broker starts
     try:
         b.start()
         with b.client() as c:

@@ -34,7 +34,9 @@ from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
 from tests.remoting.procs import NamesrvProc
 from tests.remoting.test_broker2client import FakeConsumer, _encode
+from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
+from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the zygote stops after the module
 from tests.remoting.test_mqadmin_compat import HAVE_APACHE, apache, ours
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]
@@ -131,6 +133,8 @@ def test_apache_flags(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
+    if HAVE_APACHE:
+        mqadmin_jvm.start(home)  # boots while the broker starts
     try:
         b.start()
         addr = b.address

@@ -34,6 +34,7 @@ from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wai
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
+from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the zygote stops after the module
 from tests.remoting.procs import NamesrvProc
 from tests.remoting.test_mqadmin_compat import APACHE, HAVE_APACHE, apache, config_table, ours
 
@@ -198,6 +199,7 @@ def test_classic_group(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
+    mqadmin_jvm.start(home)  # boots while the broker starts
     try:
         b.start()
         with b.client() as c:
@@ -218,6 +220,7 @@ def test_dledger_group(tmp_path: Path) -> None:
     ns = NamesrvProc(tmp_path).start()
     g = DLedgerGroup(tmp_path, namesrvAddr=ns.address)
     home = tmp_path / "java"
+    mqadmin_jvm.start(home)  # boots while the group starts
     try:
         g.start()
         leader = g.wait_master(60)
@@ -278,6 +281,7 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
     def signed(*args: str) -> str:  # ROCKETMQ_HOME=home and -Duser.home=home, as bin/mqadmin was given
         return mqadmin_jvm.run(home, *args, rocketmq_home=home, timeout=90)
 
+    mqadmin_jvm.start(home, home)  # boots while the broker starts
     try:
         b.start()
         assert refused_to_non_admin(port) == dict.fromkeys((50, 51, 53, 317, 328, 306, 316, 329, 314), 16)
@@ -304,6 +308,7 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
 def test_without_acl_the_acl_commands_say_why(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER")
     b = BrokerProc(conf, port, "noacl", tmp_path)
+    mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
     try:
         b.start()
         t0 = time.monotonic()
