@@ -1,5 +1,6 @@
 """Controller mode with real processes: three ``mqcontroller`` processes and two ``mqbroker``
-processes of one broker set (confs from conf/controller/broker/, free ports, temp dirs).
+processes of one broker set (confs from conf/controller/broker/, free ports, temp dirs; the
+harness is tools/controller_cluster.py).
 
 One module-scoped world, four tests in order: a master is elected and the other broker follows
 it; acknowledged sends (HTTP API, ``allAckInSyncStateSet=true``) reach the slave once it is in the
@@ -10,102 +11,32 @@ back as a slave and truncates that tail (handshake), its queues equal to the new
 """
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import pytest
 
 from broker.api.client import BrokerClientError
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
-from broker.remoting.codes import RequestCode as RC
-from broker.remoting.codes import ResponseCode as R
-from tests.controller.proc_util import Group, free_ports
-from tests.remoting.procs import NamesrvProc, request
-from tools.procs import write_conf
+from tools.controller_cluster import ControllerCluster
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
-CONF_DIR = REPO / "conf" / "controller" / "broker"
 TOPIC = "TopicCtl"
 
 
-class World:
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.group = Group(base, 3, "controllerAllowInsecure=true\nscanNotActiveBrokerInterval=300\n"
-                                    "scanInactiveMasterInterval=1000\n")
-        doors = ";".join(f"127.0.0.1:{self.group.door[p]}" for p in self.group.ids)
-        self.namesrv = NamesrvProc(base)
-        ports = free_ports(4)
-        self.brokers: dict[str, BrokerProc] = {}
-        for i, name in enumerate(("n0", "n1")):
-            port, ha = ports[2 * i], ports[2 * i + 1]
-            root = base / f"broker-{name}"
-            conf = write_conf(CONF_DIR / f"broker-a-{name}.conf", base / f"broker-a-{name}.conf", {
-                "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
-                "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
-                "controllerAddr": doors, "controllerAccessKey": "", "controllerSecretKey": "",
-                "namesrvAddr": self.namesrv.address,
-                "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000,
-                "syncBrokerMetadataPeriod": 500, "checkSyncStateSetPeriod": 500,
-                "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
-                "slaveSyncIntervalMs": 500, "syncFlushTimeout": 1000})
-            self.brokers[name] = BrokerProc(conf, port, f"broker-{name}", base)
-
-    def status(self, name: str) -> Optional[dict[str, Any]]:
-        p = self.brokers[name]
-        if not p.alive():
-            return None
-        try:
-            with p.client(timeout=2.0) as c:
-                return c.status()
-        except BrokerClientError:
-            return None
-
-    def max_offset(self, name: str) -> Optional[int]:
-        st = self.status(name)
-        return st["commitLog"]["maxOffset"] if st is not None else None
-
-    def ha(self, name: str) -> dict[str, Any]:
-        st = self.status(name)
-        return st["ha"] if st is not None else {}
-
-    def master(self, timeout: float = 30.0, skip: tuple[str, ...] = ()) -> str:
-        def one() -> Optional[str]:
-            found = [n for n in self.brokers if n not in skip and (st := self.status(n)) is not None
-                     and st["isMaster"] and st["brokerId"] == 0]
-            return found[0] if len(found) == 1 else None
-        return wait_until(one, timeout, "exactly one Controller-mode master", interval=0.05)
-
-    def route_master(self) -> Optional[str]:
-        """The name server's brokerId-0 address of broker-a for the test topic."""
-        r = request(self.namesrv.port, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
-        if r.code != R.SUCCESS or not r.body:
-            return None
-        datas = json.loads(r.body).get("brokerDatas", [])
-        return next((d["brokerAddrs"].get("0") for d in datas if d.get("brokerName") == "broker-a"), None)
-
-    def stop(self) -> None:
-        kill_all(self.brokers.values())
-        self.group.stop_all()
-        self.namesrv.kill9()
+#: three controllers, a name server and brokers n0, n1 of broker-a (tools/controller_cluster.py)
+World = ControllerCluster
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = World(tmp_path_factory.mktemp("ctlmode"))
+    w = World(tmp_path_factory.mktemp("ctlmode"), 3, 2)
     try:
-        w.group.start_all()
-        w.namesrv.start()
-        for p in w.brokers.values():
-            p.start(wait=False)
-        for p in w.brokers.values():
-            p.wait_ready(60)
+        w.start(60)
         yield w
     finally:
-        w.stop()
+        w.close()
 
 
 ACKED: list[tuple[str, dict[str, Any]]] = []  # (body, send answer) of every acknowledged send
@@ -141,7 +72,7 @@ def test_acknowledged_sends_reach_the_slave_in_the_sync_state_set(world: World) 
             ans = c.send(TOPIC, body)
             assert ans["status"] == "SEND_OK", ans
             ACKED.append((body, ans))
-    wait_until(lambda: world.route_master() == world.brokers[master].address or None, 15,
+    wait_until(lambda: world.route_master(TOPIC) == world.brokers[master].address or None, 15,
                "the name server routes the topic to the master as brokerId 0")
     end = world.max_offset(master)
     assert end is not None
@@ -155,18 +86,7 @@ def test_acknowledged_sends_reach_the_slave_in_the_sync_state_set(world: World) 
 
 
 def read_all(world: World, name: str) -> list[str]:
-    bodies: list[str] = []
-    with world.brokers[name].client() as c:
-        for q in range(4):
-            offset = 0
-            while True:
-                got = c.pull(TOPIC, q, offset, 32)
-                msgs = got.get("messages", [])
-                if not msgs:
-                    break
-                bodies += [m["bodyText"] for m in msgs]
-                offset = got["nextBeginOffset"]
-    return bodies
+    return world.read_all(name, TOPIC)
 
 
 def test_kill9_of_the_master_elects_the_slave_with_nothing_lost_and_the_old_master_rejoins(world: World) -> None:
@@ -177,7 +97,7 @@ def test_kill9_of_the_master_elects_the_slave_with_nothing_lost_and_the_old_mast
     world.brokers[old].kill9()
     assert world.master(30, skip=(old,)) == new
     print(f"\nController-mode failover (kill -9 of the master to a writable new master): {time.monotonic() - t0:.2f}s")
-    wait_until(lambda: world.route_master() == world.brokers[new].address or None, 15,
+    wait_until(lambda: world.route_master(TOPIC) == world.brokers[new].address or None, 15,
                "the name server routes broker-a's brokerId 0 to the new master")
     print(f"... and to the name server's route naming it brokerId 0: {time.monotonic() - t0:.2f}s")
     assert world.ha(new)["masterEpoch"] >= 2

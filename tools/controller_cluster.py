@@ -1,0 +1,442 @@
+"""A Controller-mode cluster of real processes: N ``mqcontroller``, one ``mqnamesrv`` and M
+Controller-mode ``mqbroker`` of one broker set, on free 127.0.0.1 ports, confs and stores in a
+work dir.
+
+Used by the tests (``tests/broker/test_controller_mode.py``, ``tests/faults/``), the benchmark
+``bench/controller_failover.py`` and the migration tests; in ``tools/`` (not the test tree)
+because bench must run without the tests.
+
+Rules:
+- Every conf is generated under the work dir: the controllers' from scratch (DLedger peers,
+  remoting doors, ``controllerHttpPort``, no ACL), the brokers' from
+  ``conf/controller/broker/broker-a-n<i>.conf`` (n0's for i >= 2, ``brokerElectionPriority``
+  i + 1) with ports, store root, ``controllerAddr`` and ``namesrvAddr`` replaced and the fast
+  timings of :data:`FAST_BROKER` (heartbeat 200 ms, controller heartbeat timeout 2 s, ...);
+  ``broker_extra`` / ``controller_extra`` override them. :meth:`ControllerCluster.add_broker`
+  adds a broker later, from a given template and store root (a migrated store).
+- Every wait is bounded and says what it waited for; a child that exits while it is waited for
+  raises with its log tail.
+- :meth:`ControllerCluster.close` is ``finally``-safe and idempotent: brokers and name server
+  are SIGKILLed (a SIGSTOPped one too), controllers get SIGTERM then SIGKILL. Nothing outlives it.
+- Who is master is read from the brokers' HTTP ``/status`` (``isMaster`` and ``brokerId`` 0,
+  exactly one); who leads the controllers from the controllers' HTTP ``/status`` (``isLeader``).
+
+Theory of operation: three small process wrappers (:class:`ControllerGroup`,
+:class:`NamesrvProc`, :class:`BrokerProc`), each composing a :class:`Child` (one
+``subprocess.Popen`` with its log file), and :class:`ControllerCluster` composing them; all
+polling goes through :func:`tools.procs.wait_until`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from broker.api.client import BrokerClientError, SyncBrokerClient
+from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, wait_exit, wait_until, write_conf
+
+CONF_DIR = REPO / "conf" / "controller" / "broker"
+#: the controllers' extra conf lines: no ACL on loopback, fast scans of dead brokers / masters
+FAST_CONTROLLER: dict[str, Any] = {"controllerAllowInsecure": "true", "scanNotActiveBrokerInterval": 300,
+                                   "scanInactiveMasterInterval": 1000}
+#: the brokers' timings: a dead master is noticed within ~2 s, metadata synced every 0.5 s
+FAST_BROKER: dict[str, Any] = {
+    "mappedFileSizeCommitLog": 1 << 20, "controllerAccessKey": "", "controllerSecretKey": "",
+    "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000, "syncBrokerMetadataPeriod": 500,
+    "checkSyncStateSetPeriod": 500, "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
+    "slaveSyncIntervalMs": 500, "syncFlushTimeout": 1000}
+
+
+class Child:
+    """One child process (``python -m <module> <args>``) with its output in ``log_path``."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name, self.argv, self.log_path = name, argv, log_path
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, cwd=str(REPO),
+                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        """Raise when the process was started and has exited (its log tail in the message)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self, bound: float = SHUTDOWN_BOUND_S) -> Optional[int]:
+        """SIGTERM and the exit code within ``bound`` (past it: stacks, SIGKILL, ShutdownTooSlow)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
+            self.proc.send_signal(signal.SIGTERM)
+            wait_exit(self.proc, self.name, bound, lambda: self.log(20_000))
+        return self.proc.returncode
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None, f"{self.name} was never started"
+        self.proc.send_signal(sig)
+
+    def log(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return ""
+
+
+def http_json(port: int, path: str = "/status", timeout: float = 2.0) -> Optional[dict[str, Any]]:
+    """``GET http://127.0.0.1:<port><path>`` as JSON, or None when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            out = json.loads(r.read())
+            return out if isinstance(out, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+# ---- controllers --------------------------------------------------------------------------------
+class ControllerGroup:
+    """``n`` controller processes ``n0..`` (DLedger group ``g``), confs and stores under ``base``."""
+
+    def __init__(self, base: Path, n: int = 3, extra: Optional[Mapping[str, Any]] = None) -> None:
+        self.base = base
+        ports = free_ports(3 * n)
+        self.ids = [f"n{i}" for i in range(n)]
+        self.raft = {pid: ports[3 * i] for i, pid in enumerate(self.ids)}
+        self.door = {pid: ports[3 * i + 1] for i, pid in enumerate(self.ids)}
+        self.http = {pid: ports[3 * i + 2] for i, pid in enumerate(self.ids)}
+        peers = ";".join(f"{p}-127.0.0.1:{self.raft[p]}" for p in self.ids)
+        doors = ";".join(f"{p}-127.0.0.1:{self.door[p]}" for p in self.ids)
+        lines = {**FAST_CONTROLLER, **(extra or {})}
+        self.children: dict[str, Child] = {}
+        for pid in self.ids:
+            conf = base / f"controller-{pid}.conf"
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(
+                f"controllerDLegerGroup=g\ncontrollerDLegerPeers={peers}\ncontrollerDLegerSelfId={pid}\n"
+                f"controllerRemotingPeers={doors}\nlistenPort={self.door[pid]}\nbindAddress=127.0.0.1\n"
+                f"controllerHttpPort={self.http[pid]}\ncontrollerStorePath={base / ('controller-' + pid)}\n"
+                "mappedFileSize=4194304\ncontrollerDLegerAuthToken=test-controller-secret-0123456789\n"
+                + "".join(f"{k}={v}\n" for k, v in lines.items()))
+            self.children[pid] = Child(f"controller-{pid}", ["controller", "-c", str(conf)],
+                                       base / f"controller-{pid}.log")
+
+    @property
+    def addresses(self) -> str:
+        """``controllerAddr`` of the brokers: every door, ``;``-separated."""
+        return ";".join(f"127.0.0.1:{self.door[p]}" for p in self.ids)
+
+    def start(self, pid: str) -> None:
+        self.children[pid].start()
+
+    def start_all(self) -> None:
+        for pid in self.ids:
+            self.start(pid)
+
+    def kill9(self, pid: str) -> None:
+        self.children[pid].kill9()
+
+    def stop(self, pid: str) -> None:
+        self.children[pid].terminate(15.0)
+
+    def pause(self, pid: str) -> None:
+        self.children[pid].signal(signal.SIGSTOP)
+
+    def resume(self, pid: str) -> None:
+        self.children[pid].signal(signal.SIGCONT)
+
+    def alive(self, pid: str) -> bool:
+        return self.children[pid].alive()
+
+    def stop_all(self) -> None:
+        for pid in self.ids:
+            try:
+                self.stop(pid)
+            except Exception:  # noqa: BLE001 - best effort; the stop's own error names the process
+                self.children[pid].kill9()
+
+    def status(self, pid: str) -> Optional[dict[str, Any]]:
+        return http_json(self.http[pid]) if self.children[pid].alive() else None
+
+    def leader(self, timeout: float = 30.0, skip: Iterable[str] = ()) -> str:
+        """The one controller whose ``/status`` says ``isLeader`` (leader and ready)."""
+        skipped = set(skip)
+
+        def one() -> Optional[str]:
+            found = [p for p in self.ids if p not in skipped and (st := self.status(p)) is not None
+                     and st.get("isLeader")]
+            return found[0] if len(found) == 1 else None
+        return wait_until(one, timeout, "exactly one controller leader", interval=0.1)
+
+    def log_tail(self, pid: str, n: int = 4000) -> str:
+        return self.children[pid].log(n)
+
+
+# ---- name server --------------------------------------------------------------------------------
+class NamesrvProc:
+    """One ``mqnamesrv`` on a free port."""
+
+    def __init__(self, base: Path, port: Optional[int] = None) -> None:
+        self.port = port or free_ports(1)[0]
+        self.child = Child("namesrv", ["namesrv", "-p", str(self.port), "--host", "127.0.0.1"],
+                           base / f"namesrv-{self.port}.log")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> "NamesrvProc":
+        self.child.start()
+
+        def listening() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), 0.5):
+                    return True
+            except OSError:
+                return False
+        wait_until(listening, timeout, f"mqnamesrv listening on {self.port}", check=self.child.check)
+        return self
+
+    def kill9(self) -> None:
+        self.child.kill9()
+
+    def route(self, topic: str, timeout: float = 5.0) -> Optional[dict[str, Any]]:
+        """The name server's route of ``topic`` (GET_ROUTEINFO_BY_TOPIC), or None."""
+        from broker.remoting.client import RemotingClient
+        from broker.remoting.codes import RequestCode, ResponseCode
+
+        async def run() -> Optional[dict[str, Any]]:
+            cl = await RemotingClient.connect("127.0.0.1", self.port)
+            try:
+                r = await cl.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, b"", timeout=timeout)
+            finally:
+                await cl.close()
+            return json.loads(r.body) if r.code == ResponseCode.SUCCESS and r.body else None
+        try:
+            return asyncio.run(run())
+        except (OSError, asyncio.TimeoutError, ValueError):
+            return None
+
+
+# ---- brokers ------------------------------------------------------------------------------------
+class BrokerProc:
+    """One Controller-mode ``mqbroker -c conf``; its HTTP API and remoting share ``api_port``."""
+
+    def __init__(self, name: str, conf: Path, api_port: int, ha_port: int, store_root: Path, base: Path) -> None:
+        self.name, self.conf, self.api_port, self.ha_port, self.store_root = name, conf, api_port, ha_port, store_root
+        self.child = Child(f"broker-{name}", ["broker.cli.mqbroker", "-c", str(conf)], base / f"broker-{name}.log")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.api_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.child.log_path
+
+    def client(self, timeout: float = 15.0) -> SyncBrokerClient:
+        return SyncBrokerClient(self.address, timeout=timeout)
+
+    def start(self, wait: bool = True, timeout: float = 60.0) -> "BrokerProc":
+        self.child.start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def status(self, timeout: float = 2.0) -> Optional[dict[str, Any]]:
+        """``GET /status`` of this process, or None (not running, not answering)."""
+        if not self.child.alive():
+            return None
+        try:
+            with self.client(timeout=timeout) as c:
+                return c.status()
+        except (BrokerClientError, OSError):
+            return None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until this process (not a leftover on the port) answers ``/status`` (fenced or not)."""
+        wait_until(lambda: (st := self.status()) is not None and st.get("pid") == self.child.pid
+                   and st.get("writable") is not None, timeout, f"{self.child.name} ready on {self.address}",
+                   interval=0.1, check=self.child.check)
+
+    def alive(self) -> bool:
+        return self.child.alive()
+
+    def kill9(self) -> None:
+        self.child.kill9()
+
+    def stop(self, timeout: float = SHUTDOWN_BOUND_S) -> Optional[int]:
+        return self.child.terminate(timeout)
+
+    def pause(self) -> None:
+        self.child.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.child.signal(signal.SIGCONT)
+
+    def log(self, chars: int = 6000) -> str:
+        return self.child.log(chars)
+
+
+# ---- the cluster --------------------------------------------------------------------------------
+class ControllerCluster:
+    """``controllers`` controllers, a name server and ``brokers`` brokers ``n0..`` of ``broker-a``.
+
+    ``with ControllerCluster(base, 3, 3) as c: c.start(); ...`` or ``try/finally: c.close()``."""
+
+    def __init__(self, base: Path, controllers: int = 3, brokers: int = 2, *,
+                 controller_extra: Optional[Mapping[str, Any]] = None,
+                 broker_extra: Optional[Mapping[str, Any]] = None) -> None:
+        self.base = base
+        base.mkdir(parents=True, exist_ok=True)
+        self.group = ControllerGroup(base, controllers, controller_extra)
+        self.namesrv = NamesrvProc(base)
+        self.broker_extra = dict(broker_extra or {})
+        self.brokers: dict[str, BrokerProc] = {}
+        for i in range(brokers):
+            self.add_broker(f"n{i}")
+
+    # -- building
+    def add_broker(self, name: str, *, template: Optional[Path] = None, store_root: Optional[Path] = None,
+                   overrides: Optional[Mapping[str, Any]] = None) -> BrokerProc:
+        """A broker ``name`` of the set (not started): conf from ``template`` (default: the
+        sample of the same index) with free ports, ``store_root`` (default ``<base>/broker-<name>``,
+        an existing store is used as it is) and this cluster's addresses; ``overrides`` last."""
+        idx = int(name[1:]) if name[1:].isdigit() else len(self.brokers)
+        extra: dict[str, Any] = {}
+        if template is None:
+            sample = CONF_DIR / f"broker-a-{name}.conf"
+            template = sample if sample.exists() else CONF_DIR / "broker-a-n0.conf"
+            if not sample.exists():
+                extra["brokerElectionPriority"] = idx + 1
+        port, ha = free_ports(2)
+        root = store_root or self.base / f"broker-{name}"
+        conf = write_conf(template, self.base / f"broker-a-{name}.conf", {
+            "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
+            "storePathCommitLog": root / "commitlog", "controllerAddr": self.group.addresses,
+            "namesrvAddr": self.namesrv.address, **FAST_BROKER, **extra, **self.broker_extra, **(overrides or {})})
+        self.brokers[name] = BrokerProc(name, conf, port, ha, root, self.base)
+        return self.brokers[name]
+
+    def start(self, timeout: float = 60.0, wait_master: bool = False) -> "ControllerCluster":
+        """Controllers, name server, then every broker (at once); until each answers."""
+        self.group.start_all()
+        self.namesrv.start()
+        for p in self.brokers.values():
+            p.start(wait=False)
+        for p in self.brokers.values():
+            p.wait_ready(timeout)
+        if wait_master:
+            self.master(timeout)
+        return self
+
+    # -- looking
+    def status(self, name: str) -> Optional[dict[str, Any]]:
+        return self.brokers[name].status()
+
+    def max_offset(self, name: str) -> Optional[int]:
+        st = self.status(name)
+        return st["commitLog"]["maxOffset"] if st is not None else None
+
+    def ha(self, name: str) -> dict[str, Any]:
+        st = self.status(name)
+        return st["ha"] if st is not None else {}
+
+    def master(self, timeout: float = 30.0, skip: Iterable[str] = ()) -> str:
+        """The one broker (not in ``skip``) whose ``/status`` says master with brokerId 0."""
+        skipped = set(skip)
+
+        def one() -> Optional[str]:
+            found = [n for n in self.brokers if n not in skipped and (st := self.status(n)) is not None
+                     and st["isMaster"] and st["brokerId"] == 0]
+            return found[0] if len(found) == 1 else None
+        return wait_until(one, timeout, "exactly one Controller-mode master", interval=0.05)
+
+    def slaves(self, master: str) -> list[str]:
+        return [n for n in self.brokers if n != master]
+
+    def wait_role(self, name: str, role: str = "SLAVE", timeout: float = 30.0) -> None:
+        wait_until(lambda: self.ha(name).get("role") == role or None, timeout, f"{name} is {role}")
+
+    def wait_in_sync(self, master: str, names: Iterable[str], timeout: float = 30.0) -> None:
+        """Until every broker of ``names`` is in ``master``'s SyncStateSet."""
+        ids = {n: self.ha(n).get("brokerControllerId") for n in names}
+        wait_until(lambda: all(i is not None and i in self.ha(master).get("syncStateSet", []) for i in ids.values())
+                   or None, timeout, f"{sorted(ids)} in {master}'s SyncStateSet")
+
+    def route_master(self, topic: str, broker_name: str = "broker-a") -> Optional[str]:
+        """The name server's brokerId-0 address of ``broker_name`` for ``topic``."""
+        route = self.namesrv.route(topic)
+        datas = route.get("brokerDatas", []) if route else []
+        return next((d["brokerAddrs"].get("0") for d in datas if d.get("brokerName") == broker_name), None)
+
+    def read_all(self, name: str, topic: str, queues: int = 4) -> list[str]:
+        """Every message body (text) ``name`` serves on ``topic``'s queues, in queue order."""
+        bodies: list[str] = []
+        with self.brokers[name].client() as c:
+            for q in range(queues):
+                offset = 0
+                while True:
+                    got = c.pull(topic, q, offset, 32)
+                    msgs = got.get("messages", [])
+                    if not msgs:
+                        break
+                    bodies += [m["bodyText"] for m in msgs]
+                    offset = got["nextBeginOffset"]
+        return bodies
+
+    # -- acting
+    def kill9(self, name: str) -> None:
+        self.brokers[name].kill9()
+
+    def stop(self, name: str, timeout: float = SHUTDOWN_BOUND_S) -> Optional[int]:
+        return self.brokers[name].stop(timeout)
+
+    def restart(self, name: str, wait: bool = True, timeout: float = 60.0) -> BrokerProc:
+        """Start ``name`` again on its conf and store (after a kill9 or a stop)."""
+        p = self.brokers[name]
+        if p.alive():
+            p.stop()
+        return p.start(wait=wait, timeout=timeout)
+
+    def close(self) -> None:
+        """Everything this cluster started is ended (idempotent, never raises)."""
+        for p in self.brokers.values():
+            _quietly(p.kill9)
+        _quietly(self.group.stop_all)
+        _quietly(self.namesrv.kill9)
+
+    def __enter__(self) -> "ControllerCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - cleanup must not mask the error that led here
+        pass
