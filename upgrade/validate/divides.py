@@ -5,8 +5,9 @@ Rules (issue 27's shared spec; the rows go to the named checks of ``checks``):
   the spec the file breaks (``regions.Regions.problems``); the classic region ends where its last
   file ends (the old ``dividedCommitlogOffset``) and no old file reaches past it; the DLedger
   region starts at its first data file (retention, which deletes whole frozen files oldest first,
-  may move that up once no classic file is left) and ends where the DLedger checkpoint's committed prefix
-  ends (a region end above it claims uncommitted bytes, one below it hides committed ones); no
+  may move that up once no classic file is left) and ends at the end of an entry (the layout
+  walks up to it: ``mqupgrade`` writes the group's committed end, so a member's own checkpoint may
+  lag behind it - a note - but never lie ahead of it: that region would hide committed entries); no
   commitlog file lies in the gap ``[last region end, classicFrom)``; the writable classic
   region's first file starts exactly at ``classicFrom`` (or above it once retention has deleted
   every frozen file) and every file there has the file's ``mappedFileSizeCommitLog``.
@@ -90,11 +91,22 @@ def check_regions(sink: Sink, lay: StoreLayout, info: dict) -> None:
             sink.add("divide", node, dl.data[0].name, dl.data[0].start,
                      f"the DLedger region of {name} starts at {r.start} but its first data file starts at "
                      f"{dl.data[0].start}", 0)
-        if dl.committed_index >= 0 and dl.committed_unit_ok and dl.committed_pos != r.end:
-            fname, fo = _file_of(dl.data, min(r.end, dl.committed_pos))
+        if not dl.region_end_entry:
+            fname, fo = _file_of(dl.data, r.end)
             sink.add("divide", node, fname, r.end,
-                     f"the DLedger region of {name} ends at {r.end} but the DLedger checkpoint's committed prefix "
-                     f"(committedIndex {dl.committed_index}) ends at {dl.committed_pos}", fo)
+                     f"the DLedger region of {name} ends at {r.end}, which is not the end of a DLedger entry in its "
+                     f"index", fo)
+        elif dl.own_checkpoint is not None:
+            ci, cp = dl.own_checkpoint
+            if cp > r.end and ci >= 0:  # the region hides entries this member's checkpoint calls committed
+                fname, fo = _file_of(dl.data, r.end)
+                sink.add("divide", node, fname, r.end,
+                         f"the DLedger region of {name} ends at {r.end} but this member's DLedger checkpoint "
+                         f"(committedIndex {ci}) says the committed entries end at {cp}", fo)
+            else:
+                info["regions"]["own_checkpoint"] = {"committed_index": ci, "committed_pos": cp,
+                                                     "note": "behind the region's end (a follower's checkpoint "
+                                                             "lags; the group's committed end counts)"}
     classic_end = max((r.end for r in rg.of_kind("classic")), default=None)
     div = lay.divided_offset
     for f in lay.old:  # a file past the classic region that the divide check (``checks``) does not name

@@ -79,6 +79,11 @@ class DLedgerLayout:
     committed_pos: int  # absolute end of the committed prefix (divided offset when empty)
     committed_unit_ok: bool  # the checkpoint's committed index has a sane index unit
     checkpoint_source: str  # "checkpoint", "checkpoint.bak" or "missing"
+    # a migrated store: the regions file's end is the committed end (mqupgrade takes the group's);
+    # the member's own checkpoint (committedIndex, its end) is kept here, and ``region_end_entry``
+    # says whether an index unit ends exactly at the region's end
+    own_checkpoint: tuple[int, int] | None = None
+    region_end_entry: bool = True
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,33 @@ def _dledger(root: Path, named: str | None = None) -> DLedgerLayout | None:
                          committed_pos, ok, source)
 
 
+def _entry_ending_at(index: tuple[FileRef, ...], end: int, units: int) -> int | None:
+    """The index of the entry whose ``pos + size == end`` among the first ``units`` (binary
+    search by pos: written units ascend and are followed by zeros), or None."""
+    lo, hi = (index[0].start // INDEX_UNIT_SIZE if index else 0), units  # retention may have deleted the first files
+    while lo < hi:
+        mid = (lo + hi) // 2
+        u = read_index_unit(index, mid)
+        if u is not None and u[0] == 1 and u[1] + u[2] < end:  # written units first, then zeros
+            lo = mid + 1
+        else:
+            hi = mid
+    u = read_index_unit(index, lo) if lo < units else None
+    return lo if u is not None and u[0] == 1 and u[3] == lo and u[1] + u[2] == end else None
+
+
+def _bounded_by_region(dl: DLedgerLayout, end: int) -> DLedgerLayout:
+    """A migrated store's DLedger layout up to its region's end (see ``own_checkpoint``)."""
+    if dl.committed_unit_ok and dl.committed_pos == end:
+        return dl
+    units = max(f.end for f in dl.index) // INDEX_UNIT_SIZE if dl.index else 0
+    found = _entry_ending_at(dl.index, end, units)
+    own = (dl.committed_index, dl.committed_pos)
+    if found is None:
+        return replace(dl, own_checkpoint=own, region_end_entry=False)
+    return replace(dl, committed_index=found, committed_pos=end, committed_unit_ok=True, own_checkpoint=own)
+
+
 def _queues(root: Path) -> tuple[QueueFiles, ...]:
     cq = root / "consumequeue"
     out: list[QueueFiles] = []
@@ -230,6 +262,8 @@ def discover(root: str | os.PathLike[str], node: str | None = None) -> StoreLayo
     old_size = sizes.most_common(1)[0][0] if sizes else 0
     if dl is not None and not dl.data and old:  # frozen, DLedger not started yet: nothing committed
         dl = replace(dl, committed_pos=old[-1].end)
+    if dl is not None and regions is not None and regions.of_kind("dledger"):
+        dl = _bounded_by_region(dl, regions.of_kind("dledger")[0].end)
     label = node or (dl.self_id if dl else path.name)
     frozen = dl is None and _ends_in_blank(old)
     if frozen and len(_numbered_files(path / "commitlog")) > len(old):

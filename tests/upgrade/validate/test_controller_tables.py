@@ -137,15 +137,25 @@ def test_the_epoch_file_is_read_with_the_brokers_reader(tmp_path: Path) -> None:
     assert bak is not None and bak.source == "bak" and bak.entries == ((1, 6 * MB),)
 
 
-def test_the_dledger_region_end_against_its_checkpoint() -> None:
+def test_the_dledger_region_end_against_the_members_checkpoint() -> None:
+    """mqupgrade writes the group's committed end: a member's checkpoint may lag (a note), never
+    lead (that region would hide committed entries), and the end must be an entry's end."""
     from upgrade.validate.layout import DLedgerLayout
 
-    dl = DLedgerLayout("n0", "/s/dledger-n0", _files(4 * MB, d="/s/dledger-n0/data"), (), 41, 41, 5 * MB + 99, True,
-                       "checkpoint")
-    sink = Rows()
-    check_regions(sink, _migrated(dledger=dl, new=_files(6 * MB)), {})
-    assert sink.rows == [("divide", None, 5 * MB + 7, f"the DLedger region of commitlogRegions.json ends at {5 * MB + 7} "
-                          f"but the DLedger checkpoint's committed prefix (committedIndex 41) ends at {5 * MB + 99}")]
+    def dl(own: tuple[int, int] | None, entry: bool = True) -> DLedgerLayout:
+        return DLedgerLayout("n0", "/s/dledger-n0", _files(4 * MB, 5 * MB, d="/s/dledger-n0/data"), (), 41, 41,
+                             5 * MB + 7, True, "checkpoint", own, entry)
+
+    ahead, behind, off, info = Rows(), Rows(), Rows(), {}
+    check_regions(ahead, _migrated(dledger=dl((44, 5 * MB + 99)), new=_files(6 * MB)), {})
+    assert ahead.rows == [("divide", f"{5 * MB:020d}", 5 * MB + 7, f"the DLedger region of commitlogRegions.json ends "
+                           f"at {5 * MB + 7} but this member's DLedger checkpoint (committedIndex 44) says the "
+                           f"committed entries end at {5 * MB + 99}")]
+    check_regions(behind, _migrated(dledger=dl((38, 5 * MB - 300)), new=_files(6 * MB)), info)
+    assert behind.rows == [] and info["regions"]["own_checkpoint"]["committed_index"] == 38
+    check_regions(off, _migrated(dledger=dl((41, 5 * MB + 99), entry=False), new=_files(6 * MB)), {})
+    assert [r[3] for r in off.rows] == [f"the DLedger region of commitlogRegions.json ends at {5 * MB + 7}, which is "
+                                        f"not the end of a DLedger entry in its index"]
 
 
 def test_replicas_that_converted_at_different_points() -> None:

@@ -250,3 +250,31 @@ def test_two_migrated_replicas_compare_their_writable_regions(migrated, tmp_path
     assert "replicas" in failing(report)
     assert_located(report, "replicas", "n1", m.new_file.name, at,
                    contains=f"writable classic region bytes differ from n0 at {at}")
+
+
+def test_a_followers_lagging_checkpoint_is_not_a_broken_divide(migrated):
+    """mqupgrade writes the group's committed end into every member's regions file: a member
+    whose own DLedger checkpoint lags still validates (its region is walked to the file's end);
+    a region end that is not an entry's end is a divide row (single process)."""
+    m = migrated
+    cp = m.root / "dledger-n0" / "checkpoint"
+    saved = cp.read_text()
+    committed = int(saved.split("committedIndex=")[1].split()[0])
+    regions = m.root / "commitlogRegions.json"
+    doc = regions.read_text()
+    try:
+        cp.write_text(f"committedIndex={committed - 3}\nendIndex={committed - 3}\n")
+        m.epochs((1, m.classic_from))
+        lag = run_validation([str(m.root)], local=True, range_size=RANGE, progress=False)
+        assert lag["ok"], failing(lag)
+        node = lag["nodes"]["n0"]
+        assert node["dledger"]["committed_index"] == committed and node["dledger"]["entries"] == committed + 1
+        assert node["regions"]["own_checkpoint"]["committed_index"] == committed - 3
+        regions.write_text(doc.replace(f'"end": {m.gap_start}', f'"end": {m.gap_start - 1}'))
+        off = run_validation([str(m.root)], local=True, range_size=RANGE, progress=False)
+    finally:
+        cp.write_text(saved)
+        regions.write_text(doc)
+    assert "divide" in failing(off)
+    assert any(f"ends at {m.gap_start - 1}, which is not the end of a DLedger entry" in r["message"]
+               for r in off["checks"]["divide"]["violations"])
