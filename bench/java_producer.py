@@ -22,7 +22,8 @@ One JSON row per (impl, mode, threads), keys: ``impl, mode, threads, msgs_per_s`
 stored during the run, from ``mqadmin topicStatus`` offsets, per second of wall time), ``tool_tps``
 (mean of the tool's steady lines), ``avg_rt_ms``, ``max_rt_ms``, ``failed_sends`` (the tool's
 send + response failures), ``cpu_us_per_msg`` (utime + stime of every broker process, /proc;
-``cpu_us_per_msg_by_broker`` splits it per broker: master and slave, or each DLedger member),
+``cpu_us_per_msg_by_broker`` splits it per broker: master and slave, or each DLedger member, and
+``cpu_us_per_msg_by_thread`` (ours) per thread of each broker, named by ``py-spy dump``),
 ``leader_changes`` (elections won during the run, counted in the brokers' logs; 0 for a classic
 pair by construction). Run, not asserted: targets live in the issue, not in tests.
 
@@ -76,6 +77,32 @@ class Proc:
         except OSError:
             return 0.0
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def threads_cpu_s(self, names: dict[str, str]) -> dict[str, float]:
+        """CPU seconds per thread, by the Python names in ``names`` (native id -> name), else "other"."""
+        out: dict[str, float] = {}
+        try:
+            tasks = list(Path(f"/proc/{self.p.pid}/task").iterdir())
+        except OSError:
+            return out
+        for task in tasks:
+            try:
+                f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            name = names.get(task.name, "other")
+            out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
+    def thread_names(self) -> dict[str, str]:
+        """Native thread id -> Python thread name, from ``py-spy dump`` ({} without py-spy)."""
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        try:
+            text = subprocess.run([spy, "dump", "--pid", str(self.p.pid)], capture_output=True, text=True,
+                                  timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        return dict(re.findall(r'^Thread (\d+) \(\w+\): "([^"]*)"', text, re.M))
 
     def stop(self) -> int:
         if self.alive():
@@ -277,6 +304,8 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
     env = dict(os.environ, JAVA_OPT=f"-Xms1g -Xmx1g -Duser.home={setup.work / 'producer-home'}")
     o0, c0, e0, t0 = setup.stored(topic), setup.cpu_s(), setup.elections(), time.monotonic()
     each0 = [b.cpu_s() for b in setup.brokers]
+    names = [b.thread_names() if setup.impl == "ours" else {} for b in setup.brokers]
+    threads0 = [b.threads_cpu_s(n) for b, n in zip(setup.brokers, names)]
     spies = _profilers(setup, topic, seconds, profile, native)
     transfers = Transfers(setup, transfer_every) if transfer_every > 0 and setup.impl == "ours" \
         and setup.mode == "dledger" else None
@@ -299,6 +328,8 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
         transfers.join(60)
     wall, c1, e1 = time.monotonic() - t0, setup.cpu_s(), setup.elections()
     each = {b.name: round(b.cpu_s() - c, 2) for b, c in zip(setup.brokers, each0)}
+    by_thread = {b.name: {k: v - t0.get(k, 0.0) for k, v in b.threads_cpu_s(n).items()}
+                 for b, n, t0 in zip(setup.brokers, names, threads0) if n}
     for spy in spies:
         try:
             spy.wait(30)
@@ -312,7 +343,14 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             "failed_sends": tool["failed"], "cpu_us_per_msg": round((c1 - c0) * 1e6 / msgs, 1) if msgs else None,
             "leader_changes": e1 - e0 if setup.mode == "dledger" else 0, "messages": msgs, "seconds": round(wall, 1),
             "cpu_us_per_msg_by_broker": {k: round(v * 1e6 / msgs, 1) if msgs else None for k, v in each.items()},
+            "cpu_us_per_msg_by_thread": {b: _per_msg(t, msgs) for b, t in by_thread.items()},
             **({"transfers": transfers.done} if transfers is not None else {})}
+
+
+def _per_msg(cpu_s: dict[str, float], msgs: int) -> dict[str, float]:
+    """CPU seconds by thread -> microseconds per message, largest first."""
+    rows = sorted(cpu_s.items(), key=lambda kv: -kv[1])
+    return {k: round(v * 1e6 / msgs, 1) for k, v in rows if msgs and v > 0}
 
 
 def parse_producer(text: str) -> dict[str, Any]:
