@@ -86,9 +86,9 @@ def test_mqadmin_delete_topic_sub_groups_reset_offset_stats_all(tmp_path: Path) 
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
     addr = f"127.0.0.1:{port}"
     try:
+        mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
         b.start()
         # ---- a topic with messages, committed offsets and a route
         out = mqadmin(home, "updateTopic", "-b", addr, "-t", "DelMe", "-r", "2", "-w", "2")
@@ -249,9 +249,9 @@ def test_mqadmin_reset_offset_with_a_java_consumer_online(tmp_path: Path) -> Non
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
     consumer = None
     try:
+        mqadmin_jvm.start(home, APACHE)  # boots while the broker starts
         b.start()
         assert call(port, 17, {"topic": "RT", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}).code == 0
         wait_until(lambda: "RT" in mqadmin(home, "topicList", "-n", ns.address), 30.0, "the route registered")

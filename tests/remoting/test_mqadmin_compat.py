@@ -140,8 +140,8 @@ def test_dledger_earliest_time_live_role_and_sends_that_follow_the_leader(tmp_pa
 def test_broker_status_has_apache_keys_with_measured_put_stats(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")
     b = BrokerProc(conf, port, "m", tmp_path)
-    mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
     try:
+        mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
         b.start()
         with b.client() as c:
             for i in range(7):
@@ -187,8 +187,8 @@ def test_our_consumer_commands_print_what_apache_prints(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
-    mqadmin_jvm.start(home)  # boots while the broker starts
     try:
+        mqadmin_jvm.start(home)  # boots while the broker starts
         b.start()
         with b.client() as c:
             c.create_topic("ProgTopic", read_queue_nums=2, write_queue_nums=2)

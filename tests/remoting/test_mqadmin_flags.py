@@ -133,9 +133,9 @@ def test_apache_flags(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
-    if HAVE_APACHE:
-        mqadmin_jvm.start(home)  # boots while the broker starts
     try:
+        if HAVE_APACHE:
+            mqadmin_jvm.start(home)  # boots while the broker starts
         b.start()
         addr = b.address
         # updateTopic -o true: UPDATE_AND_CREATE_TOPIC with order, and the name server's orderConf

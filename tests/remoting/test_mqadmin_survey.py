@@ -199,8 +199,8 @@ def test_classic_group(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true", namesrvAddr=ns.address)
     b = BrokerProc(conf, port, "m", tmp_path)
     home = tmp_path / "java"
-    mqadmin_jvm.start(home)  # boots while the broker starts
     try:
+        mqadmin_jvm.start(home)  # boots while the broker starts
         b.start()
         with b.client() as c:
             fill(c)
@@ -220,8 +220,8 @@ def test_dledger_group(tmp_path: Path) -> None:
     ns = NamesrvProc(tmp_path).start()
     g = DLedgerGroup(tmp_path, namesrvAddr=ns.address)
     home = tmp_path / "java"
-    mqadmin_jvm.start(home)  # boots while the group starts
     try:
+        mqadmin_jvm.start(home)  # boots while the group starts
         g.start()
         leader = g.wait_master(60)
         addr = g.address(leader)
@@ -281,8 +281,8 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
     def signed(*args: str) -> str:  # ROCKETMQ_HOME=home and -Duser.home=home, as bin/mqadmin was given
         return mqadmin_jvm.run(home, *args, rocketmq_home=home, timeout=90)
 
-    mqadmin_jvm.start(home, home)  # boots while the broker starts
     try:
+        mqadmin_jvm.start(home, home)  # boots while the broker starts
         b.start()
         assert refused_to_non_admin(port) == dict.fromkeys((50, 51, 53, 317, 328, 306, 316, 329, 314), 16)
         n = ["-n", "127.0.0.1:1", "-b", b.address]
@@ -308,8 +308,8 @@ def test_acl_commands_edit_the_broker_acl_file(tmp_path: Path) -> None:
 def test_without_acl_the_acl_commands_say_why(tmp_path: Path) -> None:
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER")
     b = BrokerProc(conf, port, "noacl", tmp_path)
-    mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
     try:
+        mqadmin_jvm.start(tmp_path / "java")  # boots while the broker starts
         b.start()
         t0 = time.monotonic()
         out = apache(tmp_path / "java", "updateAclConfig", "-n", "127.0.0.1:1", "-b", b.address, "-a", "survey-user",
