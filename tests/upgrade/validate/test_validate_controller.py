@@ -278,3 +278,34 @@ def test_a_followers_lagging_checkpoint_is_not_a_broken_divide(migrated):
     assert "divide" in failing(off)
     assert any(f"ends at {m.gap_start - 1}, which is not the end of a DLedger entry" in r["message"]
                for r in off["checks"]["divide"]["violations"])
+
+
+def test_what_mqupgrade_apply_writes_validates_across_a_group(fixture_root, fixture_set, tmp_path):
+    """The validator agrees with ``mqupgrade plan/apply --to controller`` (issue 27.3): a group of
+    three members, one with a lagging checkpoint, migrated by mqupgrade validates clean as a group
+    (single process: the Spark path is the tests above)."""
+    from upgrade.apply import apply_plan
+    from upgrade.controller_plan import make_controller_plan
+
+    roots = []
+    for sid in ("n0", "n1", "n2"):
+        root = rf.copy_store(fixture_root / fixture_set.mixed, tmp_path / sid)
+        if sid != "n0":
+            (root / "dledger-n0").rename(root / f"dledger-{sid}")
+        roots.append(root)
+    cp = roots[1] / "dledger-n1" / "checkpoint"
+    committed = int(cp.read_text().split("committedIndex=")[1].split()[0])
+    cp.write_text(f"committedIndex={committed - 3}\nendIndex={committed - 3}\n")
+    plan = make_controller_plan([str(r) for r in roots], "127.0.0.1:9878", conf_dir=tmp_path / "conf", group="g")
+    assert plan.ok, plan.refusals
+    plan.save(tmp_path / "plan.json")
+    apply_plan(tmp_path / "plan.json", echo=lambda _line: None)
+    report = run_validation([str(r) for r in roots], local=True, range_size=RANGE, progress=False)
+    assert report["ok"], {k: v["violations"][:3] for k, v in report["checks"].items() if v["status"] == "fail"}
+    assert report["checks"]["replicas"]["status"] == "pass" and report["checks"]["epochs"]["status"] == "n/a"
+    cf = -(-fixture_set.mixed_max_offset // fixture_set.file_size) * fixture_set.file_size
+    for sid in ("n0", "n1", "n2"):
+        node = report["nodes"][sid]
+        assert node["mode"] == "migrated" and node["max_offset"] == cf  # no message written yet: classicFrom
+        assert node["regions"]["gap"] == [fixture_set.mixed_max_offset, cf]
+    assert report["nodes"]["n1"]["regions"]["own_checkpoint"]["committed_index"] == committed - 3
