@@ -29,17 +29,20 @@ polling goes through :func:`tools.procs.wait_until`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from broker.api.client import BrokerClientError, SyncBrokerClient
+from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
 from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, wait_exit, wait_until, write_conf
 
 CONF_DIR = REPO / "conf" / "controller" / "broker"
@@ -394,18 +397,7 @@ class ControllerCluster:
 
     def read_all(self, name: str, topic: str, queues: int = 4) -> list[str]:
         """Every message body (text) ``name`` serves on ``topic``'s queues, in queue order."""
-        bodies: list[str] = []
-        with self.brokers[name].client() as c:
-            for q in range(queues):
-                offset = 0
-                while True:
-                    got = c.pull(topic, q, offset, 32)
-                    msgs = got.get("messages", [])
-                    if not msgs:
-                        break
-                    bodies += [m["bodyText"] for m in msgs]
-                    offset = got["nextBeginOffset"]
-        return bodies
+        return read_queues(self.brokers[name].address, topic, {q: 0 for q in range(queues)})
 
     # -- acting
     def kill9(self, name: str) -> None:
@@ -433,6 +425,64 @@ class ControllerCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def read_queues(address: str, topic: str, cursor: dict[int, int], batch: int = 256) -> list[str]:
+    """Bodies (text) the broker at ``address`` serves on ``topic`` from ``cursor`` (queue id ->
+    next offset) to each queue's end; ``cursor`` is advanced to the ends."""
+    bodies: list[str] = []
+    with SyncBrokerClient(address, timeout=15.0) as c:
+        for q in sorted(cursor):
+            while True:
+                got = c.pull(topic, q, cursor[q], batch)
+                msgs = got.get("messages", [])
+                if not msgs:
+                    break
+                bodies += [m["bodyText"] for m in msgs]
+                cursor[q] = got["nextBeginOffset"]
+    return bodies
+
+
+class ContinuousProducer:
+    """``writers`` closed-loop writers sending ``<prefix>-<n>`` bodies to ``topic`` through
+    :class:`broker.api.client.MasterFollowingProducer` (follows NOT_MASTER, rotates over
+    ``seeds``), on a thread of its own; every acknowledgement (``SEND_OK``) is recorded as
+    ``(monotonic time, address of the broker that stored it, body)`` in :attr:`acks`; any other
+    outcome counts in :attr:`failures` (it may still have been stored). :meth:`stop` within 30 s."""
+
+    def __init__(self, seeds: list[str], topic: str, *, writers: int = 2, prefix: str = "o",
+                 timeout: float = 2.0, name: str = "ours") -> None:
+        self.name, self.topic, self.prefix, self.timeout = name, topic, prefix, timeout
+        self.acks: list[tuple[float, str, str]] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run(seeds, writers)), name=name, daemon=True)
+        self._thread.start()
+
+    async def _run(self, seeds: list[str], writers: int) -> None:
+        seq = itertools.count()
+        async with MasterFollowingProducer(seeds, timeout=self.timeout) as prod:
+            async def writer() -> None:
+                while not self._stop.is_set():
+                    body = f"{self.prefix}-{next(seq)}"
+                    try:
+                        r = await prod.send_once(self.topic, body)
+                    except (BrokerClientError, asyncio.TimeoutError, OSError):
+                        self.failures += 1
+                        await asyncio.sleep(0.005)
+                        continue
+                    if r.get("status") == "SEND_OK":
+                        self.acks.append((time.monotonic(), r["brokerAddress"], body))
+                    else:
+                        self.failures += 1
+            await asyncio.gather(*(writer() for _ in range(writers)))
+
+    def acked(self) -> list[str]:
+        return [b for _, _, b in list(self.acks)]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:
