@@ -24,7 +24,11 @@ Rules:
 Theory of operation: three small process wrappers (:class:`ControllerGroup`,
 :class:`NamesrvProc`, :class:`BrokerProc`), each composing a :class:`Child` (one
 ``subprocess.Popen`` with its log file), and :class:`ControllerCluster` composing them; all
-polling goes through :func:`tools.procs.wait_until`.
+polling goes through :func:`tools.procs.wait_until`. Reading back: :func:`read_queues` pulls a
+topic's queues over HTTP from a per-queue cursor (``read_all`` from 0). Load:
+:class:`ContinuousProducer` keeps closed-loop writers sending on a thread of its own and records
+every acknowledgement with the broker that stored it, so a fault test or a benchmark can demand
+each one back from every replica.
 """
 from __future__ import annotations
 

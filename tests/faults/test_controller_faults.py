@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -50,8 +50,26 @@ def _serves(c: ControllerCluster, name: str, want: set[str]) -> Callable[[], boo
     return lambda: want <= set(c.read_all(name, TOPIC))
 
 
+def _result(run_dir: Path, load: ContinuousProducer, windows: dict[str, tuple[float, float]],
+            lost: set[str], dup: set[str]) -> dict[str, Any]:
+    """The run as a row of the session's fault table (tests/faults/conftest.py): per nemesis, the
+    acknowledgements in its window, those lost / duplicated on some replica, the longest time
+    without an acknowledgement and the time from the fault to the first one."""
+    per: dict[str, dict[str, Any]] = {}
+    for name, (t0, t1) in windows.items():
+        times = sorted(t for t, _, _ in load.acks if t0 <= t <= t1)
+        bodies = {b for t, _, b in load.acks if t0 <= t <= t1}
+        gaps = [b - a for a, b in zip([t0, *times], [*times, t1])]
+        per[name] = {"acked": len(times), "lost": len(bodies & lost), "duplicated": len(bodies & dup),
+                     "indeterminate": 0, "max_unavailable_s": round(max(gaps), 3),
+                     "max_recovery_s": round(times[0] - t0, 3) if times else round(t1 - t0, 3)}
+    return {"mode": "controller", "ok": not lost and not dup, "run_dir": str(run_dir), "per_nemesis": per,
+            "acked": len(load.acks), "failed_attempts": load.failures}
+
+
 @pytest.mark.timeout(240)
-def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: Path) -> None:
+def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: Path, record_result: Any) -> None:
+    windows: dict[str, tuple[float, float]] = {}  # nemesis -> (fault start, healed)
     # haMaxTimeSlaveNotCatchup 3 s: a dead slave leaves the SyncStateSet (and stops holding acks) quickly
     c = ControllerCluster(tmp_path, 3, 3, broker_extra={"haMaxTimeSlaveNotCatchup": 3000})
     load = None
@@ -63,14 +81,17 @@ def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: P
 
         # 1. kill -9 of a slave
         victim = c.slaves(master)[0]
+        t0 = time.monotonic()
         c.kill9(victim)
         _progress(load, f"kill -9 of the slave {victim}")
         c.restart(victim, wait=False)
         c.brokers[victim].wait_ready(60)
         master = _healed(c)
+        windows["kill-follower"] = (t0, time.monotonic())
 
         # 2. SIGSTOP of the master past the heartbeat timeout, then SIGCONT
         epoch = c.ha(master)["masterEpoch"]
+        t0 = time.monotonic()
         c.brokers[master].pause()
         try:
             new = c.master(30, skip=(master,))
@@ -79,10 +100,12 @@ def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: P
         assert c.ha(new)["masterEpoch"] > epoch, "the new master serves a new epoch"
         _progress(load, f"the pause of the master {master} (new master {new})")
         assert _healed(c) == new, "the resumed old master must follow the new one"
+        windows["pause-leader"] = (t0, time.monotonic())
 
         # 3. kill -9 of the controller leader
         leader = c.group.leader(30)
         term = (c.group.status(leader) or {})["term"]
+        t0 = time.monotonic()
         c.group.kill9(leader)
         _progress(load, f"kill -9 of the controller leader {leader}")
         successor = c.group.leader(30, skip=(leader,))
@@ -90,6 +113,7 @@ def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: P
         c.group.start(leader)
         master = _healed(c)
         _progress(load, "the controller leader's restart")
+        windows["kill-controller-leader"] = (t0, time.monotonic())
 
         load.stop()
         acked = load.acked()
@@ -99,14 +123,20 @@ def test_controller_mode_faults_under_load_lose_no_acknowledged_send(tmp_path: P
         for n in c.slaves(master):
             wait_until(_holds(c, n, end), 30, f"{n} holds the master's log")
         want = set(acked)
+        lost: set[str] = set()
+        dup: set[str] = set()
         for n in c.brokers:
-            wait_until(_serves(c, n, want), 15, f"{n} serves every acknowledged send")
+            try:
+                wait_until(_serves(c, n, want), 15, f"{n} serves every acknowledged send")
+            except TimeoutError:
+                pass  # counted and asserted below, after the run is recorded
             counts: dict[str, int] = {}
             for b in c.read_all(n, TOPIC):
                 counts[b] = counts.get(b, 0) + 1
-            lost = want - set(counts)
-            dup = sorted(b for b in want if counts.get(b, 0) > 1)
-            assert not lost and not dup, f"{n}: {len(lost)} acknowledged lost, duplicated: {dup[:10]}"
+            lost |= want - set(counts)
+            dup |= {b for b in want if counts.get(b, 0) > 1}
+        record_result(_result(tmp_path, load, windows, lost, dup))
+        assert not lost and not dup, f"{len(lost)} acknowledged lost, duplicated: {sorted(dup)[:10]}"
         print(f"\nController-mode faults: {len(acked)} acknowledged, {load.failures} failed attempts, 0 lost on 3 replicas")
     finally:
         if load is not None:
