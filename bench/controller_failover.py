@@ -17,19 +17,20 @@ What it does, per mode, one after the other:
   rotates over the three addresses) and Apache's 4.9.8 Java ``DefaultMQProducer`` (one thread,
   routes from the name server; a tiny program compiled here with ``javac`` and run with
   ``bin/jrun``; ``pollNameServerInterval`` is ``--java-poll-ms``, Apache's default 30 s would add
-  up to 30 s to its failover). Both run at once: each sees the same failovers.
+  up to 30 s to its failover; ``sendMsgTimeout`` is ``--java-timeout-ms``, Apache's 3 s). Both run at once: each sees the same failovers.
 - Per trial: wait until every broker is in sync (Controller mode: the master's SyncStateSet holds
-  all three; DLedger: every member committed the same index), kill -9 of the master, then
+  all three; DLedger: every follower committed the leader's index of that moment), kill -9 of the master, then
   *failover_s* per client = kill -> first acknowledged send stored by another broker (the Java
   side reads the store host from ``offsetMsgId``); *elected_s* = kill -> a broker's ``/status``
   says master. The killed broker is restarted and must rejoin (a slave again / a follower that
   caught up: *rejoined_s*) before the next trial. Acknowledged messages lost: every acknowledged
   body older than the read must be served by the new master (read from a per-queue cursor, all
-  reads on masters that later replicated everything), plus a final full check after the
-  producers stop; must be 0.
+  reads on masters that later replicated everything), and every acknowledgement once more after
+  the producers stop; must be 0.
 
 Rows (JSON, one a line; ``--out`` writes them all): ``kind=trial`` per trial (mode, trial,
-killed, new_master, elected_s, failover_s per client, rejoined_s, lost so far) and
+killed, new_master, elected_s (polled over HTTP: a bound, not a precise time), failover_s per
+client, rejoined_s, unserved_so_far: acknowledged and not yet served by the new master) and
 ``kind=summary`` per (mode, client): trials, failover p50 / p99 / max (nearest rank: with 20
 trials p99 is the largest), acked, lost, failed attempts, load average before and after. Run,
 not asserted. The machine is shared: every number carries the load it was measured under.
@@ -105,9 +106,10 @@ class JavaProducer:
         self.other: dict[str, int] = {}
         classes = compile_java(work)
         env = dict(os.environ, EXTRA_CP=str(classes), JAVA_OPT=f"-Xms128m -Xmx256m -Duser.home={work / 'java-home'}")
-        self.proc = subprocess.Popen([str(APACHE / "bin" / "jrun"), "FailoverProducer", namesrv, TOPIC, str(poll_ms),
-                                      str(timeout_ms)], stdout=subprocess.PIPE, stderr=open(work / "java.err", "wb"),
-                                     env=env, start_new_session=True)
+        with open(work / "java.err", "wb") as err:
+            self.proc = subprocess.Popen([str(APACHE / "bin" / "jrun"), "FailoverProducer", namesrv, TOPIC,
+                                          str(poll_ms), str(timeout_ms)], stdout=subprocess.PIPE, stderr=err,
+                                         env=env, start_new_session=True)
         self.ready = threading.Event()
         self._thread = threading.Thread(target=self._read, name="java", daemon=True)
         self._thread.start()
@@ -176,7 +178,11 @@ class ControllerTopology:
         self.c = ControllerCluster(work, 3, 3)
         self.namesrv = self.c.namesrv
         self.names = list(self.c.brokers)
-        self.c.start(90)
+        try:
+            self.c.start(90)
+        except BaseException:
+            self.c.close()
+            raise
 
     def address(self, name: str) -> str:
         return self.c.brokers[name].address
@@ -222,11 +228,15 @@ class DLedgerTopology:
                 "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
                 "namesrvAddr": self.namesrv.address})
             self.brokers[n] = BrokerProc(n, conf, http[i], 0, root, work)
-        self.namesrv.start()
-        for p in self.brokers.values():
-            p.start(wait=False)
-        for p in self.brokers.values():
-            p.wait_ready(90)
+        try:
+            self.namesrv.start()
+            for p in self.brokers.values():
+                p.start(wait=False)
+            for p in self.brokers.values():
+                p.wait_ready(90)
+        except BaseException:
+            self.close()
+            raise
 
     def address(self, name: str) -> str:
         return self.brokers[name].address
@@ -304,7 +314,7 @@ def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def run_mode(mode: str, work: Path, trials: int, java_poll_ms: int, emit: Any) -> None:
+def run_mode(mode: str, work: Path, trials: int, java_poll_ms: int, java_timeout_ms: int, emit: Any) -> None:
     topo: Topology = ControllerTopology(work) if mode == "controller" else DLedgerTopology(work)
     producers: list[Producer] = []
     load0 = loadavg()
@@ -315,7 +325,7 @@ def run_mode(mode: str, work: Path, trials: int, java_poll_ms: int, emit: Any) -
         producers.append(ours)
         wait_until(lambda: ours.acks or None, 30, "our producer's first acknowledgement")
         wait_until(lambda: topo.namesrv.route(TOPIC) or None, 30, f"the name server's route of {TOPIC}")
-        java = JavaProducer(work, topo.namesrv.address, java_poll_ms)
+        java = JavaProducer(work, topo.namesrv.address, java_poll_ms, java_timeout_ms)
         producers.append(java)
         wait_until(lambda: java.acks or None, 90, "the Java producer's first acknowledgement",
                    check=lambda: _alive(java))
@@ -344,7 +354,7 @@ def run_mode(mode: str, work: Path, trials: int, java_poll_ms: int, emit: Any) -
             topo.wait_rejoined(master, new, 90)
             emit({"kind": "trial", "mode": mode, "trial": trial, "killed": master, "new_master": new,
                   "elected_s": round(elected, 3), "failover_s": failover,
-                  "rejoined_s": round(time.monotonic() - t_restart, 3), "lost": lost, "load": loadavg()})
+                  "rejoined_s": round(time.monotonic() - t_restart, 3), "unserved_so_far": lost, "load": loadavg()})
         for p in producers:
             p.stop()
         master = topo.master(60)
@@ -356,7 +366,8 @@ def run_mode(mode: str, work: Path, trials: int, java_poll_ms: int, emit: Any) -
             emit({"kind": "summary", "mode": mode, "client": p.name, "trials": len(v), "failover_p50_s": pct(v, 0.5),
                   "failover_p99_s": pct(v, 0.99), "failover_max_s": max(v) if v else None, "acked": len(p.acks),
                   "lost": lost_total[p.name], "failed_attempts": p.failures, "load_before": load0, "load_after": load1,
-                  **({"java_poll_name_server_ms": java_poll_ms} if p.name == "java" else {})})
+                  **({"java_poll_name_server_ms": java_poll_ms, "java_send_msg_timeout_ms": java_timeout_ms}
+                     if p.name == "java" else {})})
     finally:
         for p in producers:
             try:
@@ -380,6 +391,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--modes", default="controller,dledger")
     ap.add_argument("--java-poll-ms", type=int, default=1000, help="the Java producer's pollNameServerInterval")
+    ap.add_argument("--java-timeout-ms", type=int, default=3000,
+                    help="the Java producer's sendMsgTimeout (Apache's default 3000): a send in flight when the master "
+                    "dies may wait it out")
     ap.add_argument("--out", type=Path, help="also write every row to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the work directories (logs, stores)")
     args = ap.parse_args(argv)
@@ -397,7 +411,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for mode in args.modes.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"ctlfailover-{mode}-"))
         try:
-            run_mode(mode, work, args.trials, args.java_poll_ms, emit)
+            run_mode(mode, work, args.trials, args.java_poll_ms, args.java_timeout_ms, emit)
+        except Exception as exc:  # noqa: BLE001 - one mode's failure is a row; the next mode still runs
+            emit({"kind": "error", "mode": mode, "error": f"{type(exc).__name__}: {exc}"[:2000], "work": str(work)})
+            args.keep = True
         finally:
             if args.keep:
                 print(f"# kept {work}", file=sys.stderr)
