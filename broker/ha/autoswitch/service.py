@@ -17,8 +17,15 @@ Rules:
   ``maybeShrinkSyncStateSet`` for the broker's periodic task.
 - :meth:`wait_for_ack` is ``GroupTransferService``: the put ending at ``next_offset`` is
   acknowledged once :func:`sync_state.transfer_ok` holds, or times out (False).
-- Not here yet (classic HA has them): pending-connection and connection-count limits, refusal
-  rate-limited logging, the status snapshot.
+- At most ``ha_max_connections + ha_max_pending_connections`` sockets are open at once; a socket
+  beyond that is closed as it is accepted (counted, logged at 1, 10, 100 and every 1000th).
+  Classic HA's finer rule (the oldest pending socket dropped for a newcomer, so idle sockets
+  cannot lock a real slave out) is not here yet: with ``haAuthToken`` set an unauthenticated
+  socket is closed after ``ha_handshake_timeout``, which bounds how long one can hold a slot.
+- A slave asking for an offset below the commitlog's ``classic_from`` (a store migrated from
+  DLedger mode: the frozen regions below it are DLedger-framed and never shipped) is refused
+  with a reason naming the fix (seed it from a replica), recorded in ``last_refused``; starting it
+  at ``classic_from`` instead would give it a log that silently lacks every old message.
 
 Theory of operation: one task per accepted socket (``_Connection.run``): the optional
 handshake, then a reader (feeds the machine, carries out its steps) and a writer (cuts frames
@@ -66,6 +73,9 @@ class ReadableLog(Protocol):
     def max_offset(self) -> int: ...
     @property
     def min_offset(self) -> int: ...
+    #: where the writable classic commitlog starts (0, or ``classicFrom`` of a store migrated from
+    #: DLedger mode: the frozen regions below it are never shipped)
+    classic_from: int
     def get_data(self, offset: int) -> Optional[DataView]: ...
 
 
@@ -94,6 +104,8 @@ class AutoSwitchHAService:
         self.clock = clock
         self.connections: set[_Connection] = set()
         self.push_to_slave_max_offset = 0
+        self.refused_connections = 0  # sockets closed at once: the connection bound was reached
+        self.last_refused: Optional[str] = None  # the last slave refused for asking below classic_from
         self._server: Optional[asyncio.base_events.Server] = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._acked = asyncio.Event()
@@ -165,6 +177,16 @@ class AutoSwitchHAService:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        cap = max(1, self.settings.ha_max_connections + self.settings.ha_max_pending_connections)
+        if len(self._tasks) >= cap:  # every socket is a task: the door's bound (haMaxConnections + pending)
+            self.refused_connections += 1
+            if self.refused_connections in (1, 10, 100) or self.refused_connections % 1000 == 0:
+                log.warning("AutoSwitch HA: refused a connection: %d sockets are open (haMaxConnections %d + "
+                            "haMaxPendingConnections %d); %d refused so far", len(self._tasks),
+                            self.settings.ha_max_connections, self.settings.ha_max_pending_connections,
+                            self.refused_connections)
+            writer.transport.abort()
+            return
         self._tasks.add(task)
         conn = _Connection(self, reader, writer)
         try:
@@ -278,6 +300,19 @@ class _Connection:
 
     def _start(self, machine: MasterMachine) -> None:
         cl = self.service.commitlog
+        asked = machine.slave_request_offset
+        if 0 <= asked < cl.classic_from:
+            # A store migrated from DLedger mode: the bytes below classicFrom are frozen regions in
+            # DLedger framing that HA must never write into a slave's classic files. Starting the
+            # slave at classicFrom instead would give it a log that silently lacks every old message.
+            refusal = (f"slave {machine.slave_id} asks for offset {asked}, below classicFrom {cl.classic_from}: this store "
+                       "was migrated from DLedger mode and the messages below classicFrom are frozen regions HA does not "
+                       "ship; seed the slave from a replica first (copy that replica's stopped store root, "
+                       "commitlogRegions.json and dledger-* included), then start it")
+            log.warning("AutoSwitch HA refuses %s: %s", self.address, refusal)
+            self.service.last_refused = refusal
+            self.close(refusal)
+            return
         why = machine.start_transfer(cl.min_offset, cl.max_offset)
         if why is not None and why != self._not_started:
             self._not_started = why
