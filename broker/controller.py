@@ -66,8 +66,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from aiohttp import web
 
-from broker.api import errors as E
-from broker.api.errors import BrokerApiError
 from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
 from broker.classic_ha import HAStartError, ReplicationSeam
@@ -86,6 +84,7 @@ from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import AbortFile, StoreLock, StoreLockedError, undo_failed_start
 from broker.master_services import make_schedule, make_transactions
 from broker.store_access import StoreAccess
+from broker.refusals import BadRequest, MemberStopped, NotMaster, ServiceNotAvailable
 from broker.security_policy import exposed_warnings, open_doors
 from broker.tasks import cancel_and_wait
 
@@ -225,15 +224,13 @@ class BrokerController:
     def check_writable(self) -> None:
         """The write-path gate: raises NOT_MASTER (with masterAddress) or SERVICE_NOT_AVAILABLE."""
         if not self.is_master():
-            raise BrokerApiError(
-                E.NOT_MASTER,
+            raise NotMaster(
                 f"broker {self.broker_name} id {self.broker_id} is {self.broker_role}, not the master; write to the master",
-                masterAddress=self.master_api_address,
-            )
+                self.master_api_address)
         if self.member_failure is not None:
-            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, self.member_failure)
+            raise MemberStopped(self.member_failure)
         if not self.writable:
-            raise BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker is starting or shutting down")
+            raise ServiceNotAvailable("the broker is starting or shutting down")
 
     def change_to_master(self, role: str = "SYNC_MASTER") -> None:
         """DLedger leader (after commit + dispatch caught up): accept writes as brokerId 0."""
@@ -595,7 +592,7 @@ class BrokerController:
     def dledger_handler(self) -> "DLedgerRoleChangeHandler":
         """The role handler, or BAD_REQUEST when this broker does not run in DLedger mode."""
         if self.role_handler is None:
-            raise BrokerApiError(E.BAD_REQUEST, "this broker does not run in DLedger mode (enableDLegerCommitLog=false)")
+            raise BadRequest("this broker does not run in DLedger mode (enableDLegerCommitLog=false)")
         return self.role_handler
 
     def ha_status(self) -> dict[str, Any]:

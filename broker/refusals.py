@@ -13,9 +13,8 @@ Rules:
   (code -> response code and RocketMQ's remark). A put that stored nothing is not a refusal
   here: it is the store's ``PutRefused`` (``broker.store.put_result``), with its own table per door.
 - ``broker.api.errors.BrokerApiError`` is this module's :class:`Refusal` under the HTTP API's
-  name: what ``broker/api`` raises for its own refusals (bad JSON, ACL) and what the modules
-  not yet moved catch (``broker/controller.py``, the compiled ``processors/send.py``), so an
-  ``except BrokerApiError`` there still catches every refusal raised here.
+  name: what ``broker/api`` raises for its own refusals (bad JSON, ACL). No module outside
+  ``broker/api`` names it (``tests/remoting/test_refusal_errors.py``).
 
 Theory of operation: exceptions as data. The typed classes fix the code (and the message where
 there is only one), so a raise site says what happened (``TopicNotFound``), not how a door

@@ -12,8 +12,7 @@ Rules:
   status FLUSH_SLAVE_TIMEOUT; it does not roll the write back).
 - The codes shared with the rest of the broker are ``broker.refusals``' vocabulary (re-exported
   here); ``NOT_FOUND``, ``METHOD_NOT_ALLOWED`` and ``REQUEST_TOO_LARGE`` are the API's own.
-- :class:`BrokerApiError` is raised only in ``broker/api`` (and, until they move, by
-  ``broker/controller.py``; ``processors/send.py`` catches it): it is ``broker.refusals.Refusal``
+- :class:`BrokerApiError` is raised only in ``broker/api``: it is ``broker.refusals.Refusal``
   under this door's name, so it catches every typed refusal raised below the API.
 
 Theory of operation: below the API a refusal is raised as a ``broker.refusals`` type and a put

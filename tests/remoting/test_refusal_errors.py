@@ -1,8 +1,8 @@
 """A refusal is raised below the doors as a ``broker.refusals`` type and translated once per door
 (issue 26.2): the HTTP API's ``http_error`` (status + JSON body) and the remoting processors'
 ``refusal_response`` (code + remark). The answers are the ones the doors gave when every layer
-raised the HTTP API's ``BrokerApiError``; the compiled ``processors/send.py`` still catches
-``BrokerApiError`` and must catch every typed refusal through it. No broker is started.
+raised the HTTP API's ``BrokerApiError``. No module outside ``broker/api`` names that type any
+more. No broker is started.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from broker.refusals import (BadRequest, CorruptRecord, LeadershipTransferFailed
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import FAQ, SERVICE_NOT_AVAILABLE_REMARK, api_error_response, refusal_response
+from broker.remoting.processors.common import FAQ, SERVICE_NOT_AVAILABLE_REMARK, refusal_response
 from broker.remoting.processors.send import SendMessageProcessor
 from broker.store.message import MessageExt
 from broker.store.put_result import PutMessageStatus
@@ -67,8 +67,8 @@ CASES: list[tuple[Refusal, int, dict[str, Any], int, str]] = [
     (NotDurable(PutMessageStatus.FLUSH_DISK_TIMEOUT, "outcome unknown: timeout"), 504,
      {"code": "FLUSH_DISK_TIMEOUT", "message": "outcome unknown: timeout"}, R.FLUSH_DISK_TIMEOUT,
      "outcome unknown: timeout"),
-    # the controller's write gate (broker/controller.py raises BrokerApiError until it moves)
-    (BrokerApiError(E.SERVICE_NOT_AVAILABLE, "the broker is starting or shutting down"), 503,
+    # the controller's write gate (broker/controller.py)
+    (ServiceNotAvailable("the broker is starting or shutting down"), 503,
      {"code": "SERVICE_NOT_AVAILABLE", "message": "the broker is starting or shutting down"},
      R.SERVICE_NOT_AVAILABLE, "the broker is starting or shutting down"),
     (BrokerApiError(E.OS_PAGECACHE_BUSY, "busy"), 503, {"code": "OS_PAGECACHE_BUSY", "message": "busy"},
@@ -86,7 +86,6 @@ def test_each_door_answers_a_refusal_as_it_did(refusal: Refusal, status: int, bo
     cmd = RemotingCommand(code=RC.SEND_MESSAGE, opaque=7)
     answer = refusal_response(cmd, refusal)
     assert (answer.code, answer.remark, answer.opaque) == (code, remark, 7)
-    assert api_error_response is refusal_response  # the name the compiled send.py imports
     assert str(refusal) == f"{refusal.code}: {refusal.message}"
 
 
@@ -100,7 +99,7 @@ def test_a_failed_leadership_transfer_is_a_409_naming_the_dledger_code() -> None
 
 
 def test_every_refusal_type_is_caught_as_the_http_apis_error() -> None:
-    """``except BrokerApiError`` (controller.py, compiled send.py) catches every refusal type."""
+    """``except BrokerApiError`` (the HTTP API's own handlers) catches every refusal type."""
     types = [v for v in vars(refusals).values() if isinstance(v, type) and issubclass(v, Exception)]
     assert {t.__name__ for t in types} >= {"TopicNotFound", "NoPermission", "BadRequest", "MessageIllegal",
                                            "MessageNotFound", "NotMaster", "ServiceNotAvailable", "StoreNotOpen",
@@ -143,8 +142,8 @@ def test_the_compiled_send_processor_answers_typed_refusals(service: _Service, c
     assert (answer.code, answer.remark) == (code, remark)
 
 
-#: modules outside broker/api that still name BrokerApiError (only shrinks: the lead moves these)
-NOT_YET_MOVED = {"broker/controller.py", "broker/remoting/processors/send.py"}
+#: modules outside broker/api that still name BrokerApiError (empty: it may not grow)
+NOT_YET_MOVED: set[str] = set()
 
 
 def test_only_the_http_api_names_its_error_type() -> None:

@@ -10,7 +10,6 @@ Rules:
   ``SERVICE_NOT_AVAILABLE`` (a slave refuses writes that way in RocketMQ), TOPIC_NOT_EXIST,
   NO_PERMISSION, MESSAGE_ILLEGAL/PROPERTIES_SIZE_EXCEEDED -> ``MESSAGE_ILLEGAL``, the
   stored-but-not-durable statuses keep their codes, anything else ``SYSTEM_ERROR``.
-  ``api_error_response`` is its old name, kept for the compiled ``processors/send.py``.
 - Raw reads (:func:`raw_message_at`) return the commitlog record bytes exactly as stored, which
   is what RocketMQ sends to clients in PULL/VIEW/QUERY bodies.
 
@@ -184,7 +183,6 @@ def refusal_response(cmd: RemotingCommand, exc: Refusal, header: Optional[dict[s
 
 
 #: the old name, imported by the compiled ``processors/send.py``
-api_error_response = refusal_response
 
 
 

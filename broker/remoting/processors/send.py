@@ -40,14 +40,14 @@ import struct
 import time
 from typing import Any, Optional
 
-from broker.api.errors import BrokerApiError
 from broker.metadata.topic_config import TopicValidationError, validate_topic
 from broker.transaction import half_message, is_half_send
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.remoting.processors.common import (FAQ, HeaderError, Processor, api_error_response, field_bool, field_int,
-                                               field_str)
+from broker.refusals import Refusal
+from broker.remoting.processors.common import (FAQ, HeaderError, Processor, field_bool, field_int, field_str,
+                                               refusal_response)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt, string_to_properties
@@ -151,10 +151,10 @@ class SendMessageProcessor(Processor):
         service = self.ctx.send_service
         try:
             _tc, qid = service.prepare(topic, queue_id if queue_id is not None and queue_id >= 0 else None)
-        except BrokerApiError as exc:
+        except Refusal as exc:
             if exc.code == "MESSAGE_ILLEGAL" and "queueId" in exc.message:
                 return cmd.response(R.SYSTEM_ERROR, exc.message)
-            return api_error_response(cmd, exc)
+            return refusal_response(cmd, exc)
         for m in msgs:
             m.topic, m.queue_id = topic, qid
         if len(msgs) == 1 and is_half_send(msgs[0]):  # a transaction's prepare: a half message (broker.transaction)
@@ -165,8 +165,8 @@ class SendMessageProcessor(Processor):
         t0 = time.perf_counter()
         try:
             r = await service.put(msgs, producer_keys)  # the store put already waited for the slave (SYNC_MASTER)
-        except BrokerApiError as exc:  # NOT_MASTER: leadership lost during the put
-            return api_error_response(cmd, exc)
+        except Refusal as exc:  # NOT_MASTER: leadership lost during the put
+            return refusal_response(cmd, exc)
         except PutRefused as refused:  # nothing stored
             remark = PAGECACHE_BUSY_REMARK if refused.status is PutMessageStatus.OS_PAGECACHE_BUSY else refused.detail
             return cmd.response(PUT_STATUS_REMOTING.get(refused.status, R.SYSTEM_ERROR), remark)
@@ -258,8 +258,8 @@ class SendMessageProcessor(Processor):
             return cmd.response(R.SUCCESS)
         try:
             self.c.check_writable()
-        except BrokerApiError as exc:
-            return api_error_response(cmd, exc)
+        except Refusal as exc:
+            return refusal_response(cmd, exc)
         msg = self.store.message_at(offset)
         if msg is None:
             return cmd.response(R.SYSTEM_ERROR, f"look message by offset failed, {offset}")
