@@ -15,7 +15,8 @@ import json
 import sys
 from typing import Any, Sequence
 
-HELP = "prove an upgraded store intact with a PySpark job (continuity across the divide, CQs, replicas)"
+HELP = ("prove an upgraded store intact with a PySpark job (continuity across every divide, CQs, replicas, "
+        "the epoch file of a Controller-mode store)")
 
 
 def _size(text: str) -> int:
