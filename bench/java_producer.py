@@ -23,7 +23,8 @@ stored during the run, from ``mqadmin topicStatus`` offsets, per second of wall 
 (mean of the tool's steady lines), ``avg_rt_ms``, ``max_rt_ms``, ``failed_sends`` (the tool's
 send + response failures), ``cpu_us_per_msg`` (utime + stime of every broker process, /proc;
 ``cpu_us_per_msg_by_broker`` splits it per broker: master and slave, or each DLedger member, and
-``cpu_us_per_msg_by_thread`` (ours) per thread of each broker, named by ``py-spy dump``),
+``cpu_us_per_msg_by_thread`` (ours) per thread of each broker, named by ``py-spy dump``; ours,
+classic: ``ha_frames`` and ``msgs_per_ha_frame``, from the master's ``/status``),
 ``leader_changes`` (elections won during the run, counted in the brokers' logs; 0 for a classic
 pair by construction). Run, not asserted: targets live in the issue, not in tests.
 
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
@@ -228,6 +230,18 @@ class Setup:
     def cpu_s(self) -> float:
         return sum(b.cpu_s() for b in self.brokers)
 
+    def ha_frames(self) -> Optional[int]:
+        """Ours, classic: HA frames the master has sent so far (its ``/status``), else None."""
+        if self.impl != "ours" or self.mode != "classic":
+            return None
+        port = _conf_value(self.work / "m.conf", "listenPort")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+                slaves = json.loads(r.read())["ha"]["slaves"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return sum(int(sl.get("frames_sent", 0)) for sl in slaves)
+
     def elections(self) -> int:
         return sum(b.elections(LEADER_LINES[self.impl]) for b in self.brokers)
 
@@ -304,6 +318,7 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
     env = dict(os.environ, JAVA_OPT=f"-Xms1g -Xmx1g -Duser.home={setup.work / 'producer-home'}")
     o0, c0, e0, t0 = setup.stored(topic), setup.cpu_s(), setup.elections(), time.monotonic()
     each0 = [b.cpu_s() for b in setup.brokers]
+    frames0 = setup.ha_frames()
     names = [b.thread_names() if setup.impl == "ours" else {} for b in setup.brokers]
     threads0 = [b.threads_cpu_s(n) for b, n in zip(setup.brokers, names)]
     spies = _profilers(setup, topic, seconds, profile, native)
@@ -337,6 +352,8 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             spy.kill()
     o1 = setup.stored(topic)
     msgs = o1 - o0
+    frames1 = setup.ha_frames()
+    frames = frames1 - frames0 if frames0 is not None and frames1 is not None else None
     tool = parse_producer(out_path.read_text(errors="replace"))
     return {"impl": setup.impl, "mode": setup.mode, "threads": threads, "msgs_per_s": round(msgs / wall),
             "tool_tps": tool["tps"], "avg_rt_ms": tool["avg_rt_ms"], "max_rt_ms": tool["max_rt_ms"],
@@ -344,6 +361,8 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             "leader_changes": e1 - e0 if setup.mode == "dledger" else 0, "messages": msgs, "seconds": round(wall, 1),
             "cpu_us_per_msg_by_broker": {k: round(v * 1e6 / msgs, 1) if msgs else None for k, v in each.items()},
             "cpu_us_per_msg_by_thread": {b: _per_msg(t, msgs) for b, t in by_thread.items()},
+            **({"ha_frames": frames, "msgs_per_ha_frame": round(msgs / frames, 1) if frames else None}
+               if frames is not None else {}),
             **({"transfers": transfers.done} if transfers is not None else {})}
 
 
