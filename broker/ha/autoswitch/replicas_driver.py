@@ -18,7 +18,9 @@ Rules:
   event (the machine waits for it); a write that raises is ``FileDone(ok=False)`` with the reason.
 - Role actions go to the broker through :class:`ReplicasHost` in the order the machine emitted
   them; ``change_to_master`` / ``change_to_slave`` are awaited (epoch file, HA service or client),
-  so no later event sees a half-changed broker. One that raises is logged and the broker stays
+  so no later event sees a half-changed broker. While one is awaited the last heartbeat sent to
+  each controller is sent again every ``broker_heartbeat_interval_ms`` (the machine emits
+  heartbeats only between events: a long change would otherwise look like a dead broker). One that raises is logged and the broker stays
   fenced (the next replica-info poll with a newer epoch tries again).
 - An answer ``NO_PERMISSION`` (the controllers require signatures) is also logged as a problem
   naming the keys that sign the broker's calls (the machine only sees "no leader" / a refusal).
@@ -39,7 +41,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Awaitable, Callable, Optional, Protocol
 
 from broker.ha.autoswitch.metadata_file import broker_metadata_file, temp_broker_metadata_file
 from broker.ha.autoswitch.replicas_manager import ReplicasManager
@@ -102,6 +104,8 @@ class ReplicasDriver:
         self._task: Optional[asyncio.Task[None]] = None
         self._calls: set[asyncio.Task[None]] = set()
         self._beating: dict[str, asyncio.Task[None]] = {}
+        self._last_beat: dict[str, SendHeartbeat] = {}  # the last heartbeat per controller (kept up during a role change)
+        self.kept_beats = 0  # heartbeats sent again while a role change was awaited
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
 
@@ -183,10 +187,10 @@ class ReplicasDriver:
             self.host.set_fenced(a.fenced)
         elif isinstance(a, ChangeToMaster):
             self.role_changes += 1
-            await self.host.change_to_master(a)
+            await self._beating_while(self.host.change_to_master(a))
         elif isinstance(a, ChangeToSlave):
             self.role_changes += 1
-            await self.host.change_to_slave(a)
+            await self._beating_while(self.host.change_to_slave(a))
         elif isinstance(a, ChangeSyncStateSet):
             self.host.change_sync_state_set(a)
         elif isinstance(a, Problem):
@@ -243,7 +247,26 @@ class ReplicasDriver:
             outcome = Answered(a.rid, self.clock(), r.code, r.remark, dict(r.ext_fields), r.body or None)
         await self._queue.put(outcome)
 
+    async def _beating_while(self, change: Awaitable[None]) -> None:
+        """Await a role change (it may take seconds: a truncation, a slow disk) while the last
+        heartbeat sent to each controller is sent again every ``broker_heartbeat_interval_ms``: the
+        machine emits heartbeats only between events, and a silent broker longer than
+        ``controllerHeartBeatTimeoutMills`` would be declared dead in the middle of becoming master."""
+        keep = asyncio.get_running_loop().create_task(self._keep_beating(), name="controller-hb-keep")
+        try:
+            await change
+        finally:
+            await cancel_and_wait(keep)
+
+    async def _keep_beating(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000.0)
+            for beat in list(self._last_beat.values()):
+                self.kept_beats += 1
+                self._spawn_heartbeat(beat)
+
     def _spawn_heartbeat(self, a: SendHeartbeat) -> None:
+        self._last_beat[a.address] = a
         busy = self._beating.get(a.address)
         if busy is not None and not busy.done():
             return

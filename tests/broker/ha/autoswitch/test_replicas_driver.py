@@ -5,6 +5,7 @@ The host is a recorder (the broker's side of the :class:`ReplicasHost` Protocol)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
@@ -223,4 +224,42 @@ async def _signed(tmp_path: Path) -> None:
     finally:
         for d in (signed, unsigned):
             await d.stop()
+        await proc.stop()
+
+
+class SlowHost(Host):
+    """A broker whose change to master takes longer than its controller heartbeat timeout (a long
+    truncation, a slow disk): the driver must keep heartbeating meanwhile."""
+
+    async def change_to_master(self, action: ChangeToMaster) -> None:
+        await asyncio.sleep(2.0)
+        self.roles.append(action)
+
+
+def test_heartbeats_go_on_while_a_slow_change_to_master_is_awaited(tmp_path: Path) -> None:
+    asyncio.run(_slow_change(tmp_path))
+
+
+async def _slow_change(tmp_path: Path) -> None:
+    dport, door_port, bport = free_ports(3)
+    door = f"127.0.0.1:{door_port}"
+    proc = ControllerProcess(parse_config(
+        f"controllerDLegerPeers=n0-127.0.0.1:{dport}\ncontrollerDLegerSelfId=n0\n"
+        f"controllerStorePath={tmp_path / 'ctl'}\nmappedFileSize=1048576\ncontrollerDLegerAllowInsecure=true\n"
+        f"controllerAllowInsecure=true\nlistenPort={door_port}\ncontrollerRemotingPeers=n0-{door}\n"
+        "bindAddress=127.0.0.1\nscanNotActiveBrokerInterval=100\n"), None)
+    host = SlowHost()
+    cfg = dataclasses.replace(fast(f"127.0.0.1:{bport}", (door,)), controller_heartbeat_timeout_ms=600)
+    driver = ReplicasDriver(cfg, HA(), host, tmp_path / "b0")
+    await proc.start()
+    try:
+        await until("the controller leads", lambda: proc.controller.is_leader_ready)
+        await driver.start()
+        await until("the change to master completed", lambda: bool(host.roles))
+        # the controller never saw the master go silent (600 ms timeout, scans every 100 ms, a 2 s change)
+        assert proc.controller.counters["brokers_expired"] == 0, proc.controller.counters
+        assert [type(r).__name__ for r in host.roles] == ["ChangeToMaster"], host.roles
+        assert driver.manager.master_epoch == 1 and getattr(driver, "kept_beats", 0) >= 5
+    finally:
+        await driver.stop()
         await proc.stop()
