@@ -410,8 +410,13 @@ class Demo:
         self.dledger()
         vcode = self.validate()
         problems = self.read_back()
+        code = self.summary(problems, vcode)
+        if code == 0 and self.a.to == "controller":  # the second journey: tools.demo_controller
+            from tools.demo_controller import ControllerJourney
+
+            code = ControllerJourney(self).run()
         self.finished = True
-        return self.summary(problems, vcode)
+        return code
 
     def cleanup(self, keep: bool = False) -> None:
         """Kill what is still running; delete the temporary directory unless the run failed."""
@@ -539,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-flight", type=_positive, default=4, help="batch requests in flight (default %(default)s)")
     p.add_argument("--retry-for", type=float, default=30.0, help="seconds a send keeps retrying (default %(default)s)")
     p.add_argument("--spark-master", default="local[2]", help="Spark master for the validator (default %(default)s)")
+    p.add_argument("--to", choices=("dledger", "controller"), default="dledger",
+                   help="controller: after the DLedger journey, migrate the group to Controller mode (tools.demo_controller)")
     return p
 
 
