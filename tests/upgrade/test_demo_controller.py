@@ -70,3 +70,43 @@ def test_whole_controller_journey_small(spark, tmp_path: Path, capsys: pytest.Ca
     for kept in ("upgrade-controller/plan.json", "controller-conf/broker-n0.conf", "controllers/controller-n0.conf",
                  "validate-controller/report.json", "logs/controller-mode-n0.log"):
         assert (work / kept).is_file(), kept
+
+
+# ---- the consumer checks themselves (no processes): each catches what it must ---------------------
+def _acks(n: int) -> list[demo.Ack]:
+    return [demo.Ack("dledger", i, "T", 0, i, 1000 + 100 * i, f"k{i}", "TagA", f"body {i}") for i in range(n)]
+
+
+def _msg(a: demo.Ack) -> dict[str, object]:
+    return {"queueOffset": a.queue_offset, "commitLogOffset": a.offset, "bodyText": a.body}
+
+
+def test_resume_and_served_checks_catch_skips_repeats_and_stale_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import demo_readback as rb
+
+    acks = _acks(6)
+    table = {"answered": 4, "from": 4}
+    monkeypatch.setattr(rb, "offsets_of", lambda _addr, _group: {("T", 0): table["answered"]})
+    monkeypatch.setattr(rb, "served", lambda _addr, _t, _q, start=0, limit=None:
+                        [_msg(a) for a in acks if a.queue_offset >= max(start, table["from"])])
+
+    def resume(before: list[str]) -> list[str]:
+        return rb.check_resume("x", "G", [rb.Resume("T", 0, 4)], {("T", 0): before}, acks)
+
+    consumed = ["k0", "k1", "k2", "k3"]
+    assert resume(consumed) == []
+    assert resume(consumed + ["k4"]) != []  # a message consumed before and served again: repeated
+    table["from"] = 5
+    assert resume(consumed) != []  # the first pull skips queue offset 4
+    table["from"], table["answered"] = 4, 3
+    assert "answers committed offset 3" in resume(consumed)[0]  # a member with stale consumer offsets
+
+    table["answered"], table["from"] = 4, 0
+    assert rb.check_served("x", acks, "n0") == ([], 0)
+    extra = demo.Ack("dledger", 9, "T", 0, 6, 9000, "k9", "TagA", "unacknowledged")
+    monkeypatch.setattr(rb, "served", lambda *_a, **_k: [_msg(a) for a in acks + [extra]])
+    assert rb.check_served("x", acks, "n0") == ([], 1)  # stored but never acknowledged: counted, no problem
+    monkeypatch.setattr(rb, "served", lambda *_a, **_k: [_msg(a) for a in acks[:3] + acks[2:5]])
+    problems, _ = rb.check_served("x", acks, "n0")
+    assert any("not served, first at queue offset 5" in p for p in problems)
+    assert any("queue offset 2 served more than once" in p for p in problems)
