@@ -1,17 +1,13 @@
 """The frozen regions of a store migrated from DLedger mode to Controller mode ("a second divide").
 
 Rules (the shared spec; ``mqupgrade apply`` writes the file, the broker never does):
-- ``<storePathRootDir>/commitlogRegions.json`` (:data:`REGIONS_FILE`) says the store is migrated:
-  ``version`` 1, ``mappedFileSizeCommitLog`` (must be the conf's), ``classicFrom`` (where the
-  writable classic commitlog starts: the smallest multiple of the file size at or above the last
-  region's ``end``) and ``regions``: read-only, ascending, non-overlapping ``[start, end)``, every
-  ``end <= classicFrom``, ``kind`` ``classic`` (commitlog files) or ``dledger`` (a DLedger member
-  dir with ``data/`` and ``index/``), ``path`` relative to the store root or absolute. Every
-  defect is a :class:`RegionsFileError` with one sentence naming it and the fix: not JSON, an
-  unknown version, another file size, an unknown kind, an empty or inverted region, an overlap,
-  a misaligned or wrong ``classicFrom``, a missing directory or file (files may be missing only
-  as retention deletes them: oldest first), a commitlog file below ``classicFrom`` that no classic
-  region holds.
+- ``<storePathRootDir>/commitlogRegions.json`` says the store is migrated; its format and rules
+  are :mod:`broker.store.regions_file`'s (the one place that states them). Every defect is a :class:`RegionsFileError` with one sentence
+  naming it and the fix: a structural one, the first broken rule of the format (an unknown
+  version gets its own fix), and the broker's own checks: ``mappedFileSizeCommitLog`` must be
+  the conf's, every region's directory must exist, its files may be missing only as retention
+  deletes them (oldest first), and no commitlog file below ``classicFrom`` may lie outside every
+  classic region.
 - DLedger mode on a store with the file is refused (:func:`refuse_dledger_mode`): the DLedger log
   is frozen, DLedger would write past it. Classic mode (with or without the controller) opens
   it: the classic :class:`~broker.store.commitlog.CommitLog` is given the router
@@ -37,7 +33,6 @@ region (``frozen_regions``); the router only finds the view of an offset and wal
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -49,6 +44,7 @@ from broker.store.errors import StoreCorruptionError, StoreError, StoreLayoutErr
 from broker.store.frozen_regions import FrozenClassicRegion, FrozenDLedgerRegion, FrozenRegion
 from broker.store.message import MessageExt, decode_message
 from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
+from broker.store.regions_file import REGIONS_FILE, VERSION, Region, RegionsError, RegionsVersionError, from_text, path_of
 from broker.store.verify import CorruptionLog, Progress
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,10 +54,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-REGIONS_FILE = "commitlogRegions.json"
-VERSION = 1
-KINDS = ("classic", "dledger")
+__all__ = ["REGIONS_FILE", "RegionsFileError", "RegionsManifest", "CommitLogRegions", "read_manifest",
+           "refuse_dledger_mode", "open_regions", "regions_path"]
+
 _FIX = "it is written by `mqupgrade apply` only: run `mqupgrade plan`/`apply` again, or `mqupgrade rollback`"
+_VERSION_FIX = "upgrade the broker, or run `mqupgrade rollback` with the mqupgrade that wrote it"
 
 
 class RegionsFileError(StoreError):
@@ -69,87 +66,46 @@ class RegionsFileError(StoreError):
 
 
 @dataclass(frozen=True)
-class RegionSpec:
-    kind: str
-    path: Path  # resolved against the store root
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
 class RegionsManifest:
     path: Path
     mapped_file_size: int
     classic_from: int
-    regions: tuple[RegionSpec, ...]
+    regions: tuple[Region, ...]  # paths resolved against the store root
 
 
-def regions_path(root: str | Path) -> Path:
-    return Path(root) / REGIONS_FILE
-
-
-def _int(path: Path, obj: dict[str, object], key: str, where: str = "") -> int:
-    value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise RegionsFileError(f"{path}: {where}{key} is {value!r}, not a non-negative integer; {_FIX}")
-    return value
+regions_path = path_of
 
 
 def read_manifest(root: str | Path, mapped_file_size: int) -> RegionsManifest | None:
-    """The validated regions file of the store at ``root`` (None when there is none); checks the
-    file itself, not the files it names (:func:`open_regions` does)."""
-    rootp = Path(root)
-    path = regions_path(rootp)
+    """The validated regions file of the store at ``root`` (None when there is none): the
+    format's rules (``regions_file``: the first broken one is refused), the conf's file size and
+    the regions' directories; the files in them are :func:`open_regions`' to check."""
+    path = regions_path(root)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise RegionsFileError(f"{path}: not valid JSON ({exc}); {_FIX}") from None
-    if not isinstance(doc, dict):
-        raise RegionsFileError(f"{path}: not a JSON object; {_FIX}")
-    if doc.get("version") != VERSION:
-        raise RegionsFileError(f"{path}: unknown version {doc.get('version')!r} (this broker reads version {VERSION}); "
-                               "upgrade the broker, or run `mqupgrade rollback` with the mqupgrade that wrote it")
-    size = _int(path, doc, "mappedFileSizeCommitLog")
-    if size != mapped_file_size:
+        doc = from_text(text)
+    except RegionsVersionError as exc:
+        raise RegionsFileError(f"{path}: {exc}; {_VERSION_FIX}") from None
+    except RegionsError as exc:
+        raise RegionsFileError(f"{path}: {exc}; {_FIX}") from None
+    problems = doc.problems()
+    if problems and doc.version != VERSION:  # the version's problem is the first
+        raise RegionsFileError(f"{path}: {problems[0]}; {_VERSION_FIX}")
+    size = doc.mapped_file_size_commit_log
+    if 0 < size != mapped_file_size:  # a size <= 0 is the format's problem (below)
         raise RegionsFileError(f"{path}: mappedFileSizeCommitLog {size} is not the broker conf's {mapped_file_size}; "
                                f"start the broker with mappedFileSizeCommitLog={size}")
-    classic_from = _int(path, doc, "classicFrom")
-    raw = doc.get("regions")
-    if not isinstance(raw, list) or not raw:
-        raise RegionsFileError(f"{path}: regions is {raw!r}, not a non-empty list; {_FIX}")
-    specs: list[RegionSpec] = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise RegionsFileError(f"{path}: regions[{i}] is not an object; {_FIX}")
-        kind, rel = item.get("kind"), item.get("path")
-        if kind not in KINDS:
-            raise RegionsFileError(f"{path}: regions[{i}] has unknown kind {kind!r} (known: {', '.join(KINDS)}); {_FIX}")
-        if not isinstance(rel, str) or not rel:
-            raise RegionsFileError(f"{path}: regions[{i}] has no path; {_FIX}")
-        start, end = _int(path, item, "start", f"regions[{i}]."), _int(path, item, "end", f"regions[{i}].")
-        if start >= end:
-            raise RegionsFileError(f"{path}: regions[{i}] [{start}, {end}) is empty or inverted; {_FIX}")
-        if specs and start < specs[-1].end:
-            raise RegionsFileError(f"{path}: regions[{i}] [{start}, {end}) overlaps or precedes regions[{i - 1}] "
-                                   f"[{specs[-1].start}, {specs[-1].end}) (regions must ascend without overlap); {_FIX}")
-        specs.append(RegionSpec(kind, (rootp / rel) if not Path(rel).is_absolute() else Path(rel), start, end))
-    last_end = specs[-1].end
-    if classic_from % size:
-        raise RegionsFileError(f"{path}: classicFrom {classic_from} is not a multiple of mappedFileSizeCommitLog "
-                               f"{size} (the writable commitlog's first file name); {_FIX}")
-    expected = -(-last_end // size) * size
-    if classic_from != expected:
-        raise RegionsFileError(f"{path}: classicFrom {classic_from} is not the first file boundary at or above the last "
-                               f"region's end {last_end} (expected {expected}); {_FIX}")
-    for i, spec in enumerate(specs):
-        if not spec.path.is_dir():
-            raise RegionsFileError(f"{path}: regions[{i}] ({spec.kind}) directory {spec.path} does not exist; restore "
+    if problems:
+        raise RegionsFileError(f"{path}: {problems[0]}; {_FIX}")
+    regions = doc.resolved(root).regions
+    for i, r in enumerate(regions):
+        if not Path(r.path).is_dir():
+            raise RegionsFileError(f"{path}: regions[{i}] ({r.kind}) directory {r.path} does not exist; restore "
                                    "it (or `mqupgrade reseed` from a healthy replica)")
-    return RegionsManifest(path, size, classic_from, tuple(specs))
+    return RegionsManifest(path, size, doc.classic_from, regions)
 
 
 def refuse_dledger_mode(root: str | Path) -> None:
@@ -173,9 +129,11 @@ def open_regions(root: str | Path, commitlog_dir: str | Path, mapped_file_size: 
         for i, spec in enumerate(manifest.regions):
             try:
                 if spec.kind == "classic":
-                    views.append(FrozenClassicRegion(spec.path, spec.start, spec.end, mapped_file_size, delay_levels))
+                    views.append(FrozenClassicRegion(Path(spec.path), spec.start, spec.end, mapped_file_size,
+                                                     delay_levels))
                 else:
-                    views.append(FrozenDLedgerRegion(spec.path, spec.start, spec.end, mapped_file_size, delay_levels))
+                    views.append(FrozenDLedgerRegion(Path(spec.path), spec.start, spec.end, mapped_file_size,
+                                                     delay_levels))
             except StoreLayoutError as exc:
                 raise RegionsFileError(f"{manifest.path}: regions[{i}] ({spec.kind}): {exc}") from None
         _check_retention_order(manifest, views)
@@ -211,7 +169,7 @@ def _check_stray_files(manifest: RegionsManifest, commitlog_dir: Path) -> None:
         return
     size = manifest.mapped_file_size
     held = [(s.start - s.start % size, s.end) for s in manifest.regions
-            if s.kind == "classic" and s.path.resolve() == commitlog_dir.resolve()]
+            if s.kind == "classic" and Path(s.path).resolve() == commitlog_dir.resolve()]
     for p in sorted(commitlog_dir.iterdir()):
         if len(p.name) != 20 or not p.name.isdigit() or int(p.name) >= manifest.classic_from:
             continue

@@ -54,18 +54,19 @@ def test_the_regions_file_rules(tmp_path: Path) -> None:
     assert got is not None and got.regions[0].path == str(tmp_path / "dledger-n0")
     assert got.regions[1].path == str(tmp_path / "commitlog") and got.last_end == 3
     assert list(got.problems) == [
-        "commitlogRegions.json has version 2; this validator knows version 1",
-        "region 2 has kind 'other' (not one of classic, dledger)",
-        "region 0 (dledger) ends at 5242887, above classicFrom 5242880",
-        "region 2 (other) ends at 3, before its start 9",
-        "region 1 (classic, start 0) overlaps or precedes region 0 (dledger, [4194304, 5242887))",
-        "region 2 (other, start 9) overlaps or precedes region 1 (classic, [0, 4194305))",
-        "classicFrom is 5242880; the smallest multiple of mappedFileSizeCommitLog 1048576 at or above the last "
-        "region's end 3 is 6291456",
+        "unknown version 2 (known: 1)",
+        "regions[0] (dledger) ends at 5242887, above classicFrom 5242880",
+        "regions[1] (classic, [0, 4194305)) overlaps or precedes regions[0] (dledger, [4194304, 5242887)) "
+        "(regions ascend without overlap)",
+        "regions[2] has unknown kind 'other' (known: classic, dledger)",
+        "regions[2] (other) ends at 3, before its start 9",
+        "regions[2] (other, [9, 3)) overlaps or precedes regions[1] (classic, [0, 4194305)) "
+        "(regions ascend without overlap)",
+        "classicFrom 5242880 is not the first file boundary at or above the regions' end 5242887 (expected 6291456)",
     ]
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "commitlogRegions.json").write_text("{not json")
-    with pytest.raises(UnusableInput, match="commitlogRegions.json: not readable as JSON"):
+    with pytest.raises(UnusableInput, match="commitlogRegions.json: not valid JSON"):
         discover(tmp_path)
     (tmp_path / "commitlogRegions.json").write_text(json.dumps({**doc, "classicFrom": "6291456"}))
     with pytest.raises(UnusableInput, match="field 'classicFrom' is '6291456', not an integer"):
