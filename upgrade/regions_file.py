@@ -4,7 +4,8 @@ Rules:
 - The format and every rule of it are :mod:`broker.store.regions_file`'s (the broker is the
   reader that matters; upgrade may import broker, never the reverse): :class:`Region`,
   :class:`Regions` (``check()`` raises the first broken rule, ``to_text()`` is deterministic),
-  :func:`class_from`, :func:`path_of`, :data:`REGIONS_FILE`, :class:`RegionsError` are re-exported from there.
+  :func:`class_from`, :func:`path_of`, :data:`REGIONS_FILE`, :class:`RegionsError` are
+  re-exported from there.
 - mqupgrade writes the file atomically, ``.upgrade-tmp`` + fsync + rename + directory fsync
   (:func:`upgrade.fileops.atomic_write_text`), and only a layout that breaks no rule; it reads
   a file back as written only when it breaks no rule either (:func:`parse` raises the first
