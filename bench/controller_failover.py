@@ -34,6 +34,12 @@ client, rejoined_s, unserved_so_far: acknowledged and not yet served by the new 
 ``kind=summary`` per (mode, client): trials, failover p50 / p99 / max (nearest rank: with 20
 trials p99 is the largest), acked, lost, failed attempts, load average before and after. Run,
 not asserted. The machine is shared: every number carries the load it was measured under.
+
+Measured 2026-11-28, 20 trials per mode, 2 shared cores, load average 9.7-13.9: failover p50 /
+p99 (= max) in s: Controller mode ours 0.22 / 0.65, Java 3.01 / 3.21; DLedger ours 0.75 / 1.28,
+Java 3.02 / 3.10; 0 acknowledged lost of 28,238 + 10,173 (Controller) and 13,188 + 4,101 (DLedger).
+The Java producer's 3.0 s trials (15 of 20 and 16 of 20) equal its sendMsgTimeout: its one send in
+flight when the master died waits out the timeout; its other trials took 0.43-1.31 s.
 """
 from __future__ import annotations
 
