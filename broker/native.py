@@ -49,6 +49,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.put_dedup",
     "broker.gc_quiet",
     "broker.ha.protocol",
+    "broker.store.java_hash",
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

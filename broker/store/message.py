@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
-from broker.store.java_hash import java_string_hash
+from broker.store.java_hash import java_string_hash, tags_string_to_tags_code
 from broker.store.message_const import (  # noqa: F401 (re-exported: the codec's public names)
     MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE_POSITION, MESSAGE_FLAG_POSITION, QUEUE_OFFSET_POSITION, PHY_POS_POSITION,
@@ -187,7 +187,7 @@ def tags_code_for(topic: str, properties: Mapping[str, str], store_timestamp: in
                   delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> int:
     """ConsumeQueue tagsCode: Java hash of TAGS, or the delivery time for a delayed message."""
     tags = properties.get(PROPERTY_TAGS)
-    code = java_string_hash(tags) if tags else 0
+    code = tags_string_to_tags_code(tags)
     if topic == RMQ_SYS_SCHEDULE_TOPIC:
         level_text = properties.get(PROPERTY_DELAY_TIME_LEVEL)
         if level_text is not None:
@@ -561,7 +561,7 @@ def check_message_and_return_size(buf: Buffer, offset: int = 0, check_crc: bool 
     if props_len > 0:
         keys, uniq, tags, delay = _fast_props(bytes(buf[pos:pos + props_len]))
         if tags:
-            tags_code = java_string_hash(tags)
+            tags_code = tags_string_to_tags_code(tags)
         if delay is not None and topic == RMQ_SYS_SCHEDULE_TOPIC:
             try:
                 level = min(int(delay), len(delay_levels))
