@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.faults.harness.run import results_table
+from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the brokers' zygote stops after each module
 
 FAULT_RESULTS: list[dict[str, Any]] = []
 _TABLE_PATH: list[Path] = []
