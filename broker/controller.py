@@ -239,6 +239,7 @@ class BrokerController:
             self.slave_sync.set_master_address(None)
         if self.store_access is not None:  # the retry window of the log this node now leads (issue 24.2)
             self.store_access.rebuild_dedup_window()
+            self.store_access.set_broker_role(role)
         self.broker_id = 0
         self.broker_role = role
         self._master_api_address = None
@@ -255,6 +256,8 @@ class BrokerController:
         old = (self.broker_role, self.broker_id)
         self.broker_id = broker_id if broker_id != 0 else 1
         self.broker_role = SLAVE
+        if self.store_access is not None:
+            self.store_access.set_broker_role(SLAVE)
         self._master_api_address = master_api_address
         if self.schedule is not None and self.schedule.running:
             asyncio.get_running_loop().create_task(self.schedule.stop())

@@ -96,6 +96,13 @@ class StoreAccess:
         self.dedup: RecentSends | None = None  # set by enable_dedup (broker.put_dedup)
         self._dedup_rebuild_pending = False
 
+    def set_broker_role(self, role: str) -> None:
+        """The store's ``brokerRole`` follows the broker's role (Apache's ReplicasManager sets the
+        store config's role in changeToMaster / changeToSlave): a SLAVE store refuses puts, so a
+        broker whose conf says ``brokerRole=SLAVE`` (Controller mode's confs do) could otherwise
+        never take a write after it was elected master."""
+        self.store.settings.broker_role = role
+
     def enable_dedup(self, window_seconds: float, store_host: tuple[str, int]) -> None:
         """Answer retried sends (same topic + UNIQ_KEY) from a window fed by dispatch."""
         if window_seconds <= 0:
