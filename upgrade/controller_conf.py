@@ -12,6 +12,11 @@ Rules (Apache 5.3.3's ``docs/en/controller/deploy.md`` and ``conf/controller/qui
   controller names the master). The HA door is authenticated with the node's ``haAuthToken``,
   else the group's former ``dLegerAuthToken`` (the same secret the group already shares), else a
   fresh random secret for the group (a plan warning says so).
+- An acknowledgement keeps its meaning: every node of a group that ran in DLedger mode (an ack
+  meant a majority held the message) or had a ``SYNC_MASTER`` (its slave held it) gets
+  ``allAckInSyncStateSet=true`` unless its own conf sets the key (Apache's default, false, acks
+  once the master holds the message with ``inSyncReplicas`` 1: a kill -9 of the master could then
+  lose acknowledged messages). An ``ASYNC_MASTER`` group keeps Apache's default.
 - Every written conf is parsed back. Our broker's validator does not know Controller mode yet
   while ``enableControllerMode`` is not one of its keys (it refuses a SLAVE with brokerId -1):
   until then the conf is parsed without validation; once the key exists it is validated.
@@ -41,8 +46,15 @@ def group_ha_token(confs: dict[str, ParsedConf]) -> tuple[Optional[str], Optiona
                                        "written conf (and in the plan file, written owner-only): keep them private")
 
 
+def durable_acks(confs: dict[str, ParsedConf], from_dledger: bool) -> bool:
+    """Whether the group's acks meant more than "the master has it": a DLedger group (a majority),
+    or a group with a ``SYNC_MASTER`` (its slave) -- then every node gets ``allAckInSyncStateSet``."""
+    return from_dledger or any(c.store.enable_dleger_commit_log or c.store.broker_role == BrokerRole.SYNC_MASTER
+                               for c in confs.values())
+
+
 def render_controller_conf(node: Node, base: Optional[ParsedConf], broker_name: str, controllers: str,
-                           file_size: int, ha_token: Optional[str], what: str) -> str:
+                           file_size: int, ha_token: Optional[str], what: str, *, durable_acks: bool = False) -> str:
     """The Controller-mode conf of one node (see the module rules)."""
     broker = dataclasses.replace(base.broker) if base else BrokerConfig()
     store = dataclasses.replace(base.store) if base else MessageStoreConfig()
@@ -63,6 +75,8 @@ def render_controller_conf(node: Node, base: Optional[ParsedConf], broker_name: 
     if node.listen_port:
         broker.listen_port = node.listen_port
     broker.broker_name = broker_name
+    if durable_acks and (base is None or "allAckInSyncStateSet" not in base.lines):
+        store.all_ack_in_sync_state_set = True  # keep what an ack meant (module rules)
     store.broker_role = BrokerRole.SLAVE
     broker.broker_id = -1
     props = to_properties(broker, store, only_changed=True)

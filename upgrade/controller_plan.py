@@ -40,7 +40,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 
 from broker.config.conf_file import ParsedConf
 from upgrade import regions_file
-from upgrade.controller_conf import group_ha_token, render_controller_conf
+from upgrade.controller_conf import durable_acks, group_ha_token, render_controller_conf
 from upgrade.dledger_member import Member, first_difference, inspect_member, is_dledger_store
 from upgrade.inspect import Inspection, inspect_stores
 from upgrade.inspect_model import DEFAULT_CQ_FILE_SIZE, StoreInspection
@@ -95,13 +95,15 @@ class _Work:
                     own.broker.http_listen_port if own else 0, cl_dir, own.source if own else None,
                     str(self.conf_dir / f"broker-{sid}.conf"), dict(settings))
 
-    def write_confs(self, file_size: int, what: str) -> None:
+    def write_confs(self, file_size: int, what: str, *, from_dledger: bool = False) -> None:
         name = self.broker_name()
         token, note = group_ha_token(self.confs)
         if note:
             self.warnings.append(note)
+        durable = durable_acks(self.confs, from_dledger)
         for n in self.nodes:
-            text = render_controller_conf(n, self.confs.get(n.root), name, self.controllers, file_size, token, what)
+            text = render_controller_conf(n, self.confs.get(n.root), name, self.controllers, file_size, token, what,
+                                          durable_acks=durable)
             self.add("write_conf", n.self_id, f"Controller-mode conf of {n.self_id}: enableControllerMode=true, "
                      f"controllerAddr={self.controllers}, brokerName={name}, brokerId=-1 (assigned by the controller)",
                      path=n.conf_out, content=text)
@@ -282,7 +284,8 @@ def _dledger_steps(w: _Work, g: _Group, file_size: int) -> list[str]:
                               f"{g.committed_index} (bytes [{g.end}, {m.last_end})) stay in the DLedger files and are "
                               "never read in Controller mode (never committed, so never acknowledged)")
     w.warnings.extend(_cq_notes(g))
-    w.write_confs(file_size, f"DLedger group of {w.broker_name()} (members {', '.join(m.self_id for m in g.members)})")
+    w.write_confs(file_size, f"DLedger group of {w.broker_name()} (members {', '.join(m.self_id for m in g.members)})",
+                  from_dledger=True)
     return []
 
 

@@ -61,6 +61,7 @@ def test_master_slave_plan_apply_rollback(fixture_root: Path, fixture_set: rf.Fi
                      f"listenPort={port}", f"haAuthToken={TOKEN}"):
             assert want in lines, (want, lines)
         assert not any(x.startswith(("haMasterAddress", "dLeger")) for x in lines)
+        assert not any(x.startswith("allAckInSyncStateSet") for x in lines)  # ASYNC_MASTER: Apache's default
     rollback_plan(path, echo=quiet)
     assert {m: snapshot(m), s: snapshot(s)} == before
     assert not list((tmp_path / "conf").glob("*.conf"))
@@ -133,3 +134,16 @@ def test_kill_at_every_step_then_resume(fixture_root: Path, tmp_path: Path, monk
         rollback_plan(path, echo=quiet)
         assert [p.name for p in (tmp_path / "conf").glob("*.conf")] == ["broker-master.conf"]
         assert old.read_text() == "brokerName=before\n"
+
+
+def test_a_sync_master_group_keeps_acks_durable(fixture_root: Path, tmp_path: Path) -> None:
+    """A SYNC_MASTER's ack meant its slave held the message: every node's Controller-mode conf gets
+    allAckInSyncStateSet=true (a node whose conf sets the key keeps its own value)."""
+    m, s, confs = pair(fixture_root, rf.SETS["plain"], tmp_path)
+    Path(confs[0]).write_text(Path(confs[0]).read_text().replace("brokerRole=ASYNC_MASTER", "brokerRole=SYNC_MASTER"))
+    Path(confs[1]).write_text(Path(confs[1]).read_text() + "allAckInSyncStateSet=false\n")
+    plan, _ = write_plan([m, s], confs, tmp_path)
+    assert plan.ok, plan.refusals
+    written = {a.node: a.params["content"].splitlines() for a in plan.actions if a.kind == "write_conf"}
+    assert "allAckInSyncStateSet=true" in written["master"]
+    assert "allAckInSyncStateSet=true" not in written["slave1"]  # its own conf said false: kept
