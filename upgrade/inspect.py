@@ -18,8 +18,9 @@ Rules:
   size) and walk forward with CRC checks to the first invalid record; without a usable hint,
   walk from the 3rd-last file as ``recoverNormally`` does. Records after the hint that a CQ
   should hold make the CQ "behind"; PREPARED/ROLLBACK transaction records never are in a CQ.
-- Across stores: the master is ``--master`` if given, else the one whose conf says *_MASTER,
-  else the one with the most data. Each other store with data is compared with it: how far
+- Across stores: the master is ``--master`` if given, else the one whose conf says *_MASTER
+  (not counting DLedger-mode or Controller-mode stores: their confs' ``brokerRole`` names no
+  master), else the one with the most data. Each other store with data is compared with it: how far
   behind it is, and whether the bytes they both hold are identical. Only files both hold are
   compared, the last shared file only up to the common end; the first differing byte is reported
   as file + file offset + absolute offset. ``compare_last=N`` limits this to the last N shared
@@ -302,6 +303,11 @@ def inspect_store(root: str | os.PathLike[str], conf: Optional[ParsedConf] = Non
 
 
 # ---- across stores ------------------------------------------------------------------------------
+#: stores whose conf's brokerRole does not name the master: a DLedger group elects its leader, a
+#: store migrated to Controller mode is told its role by the controller
+_ROLE_FREE_KINDS = ("dledger", "controller")
+
+
 def compare(master: StoreInspection, replica: StoreInspection, compare_last: Optional[int] = None) -> Comparison:
     """Compare the bytes both stores hold (see the module rules)."""
     c = Comparison(master.root, replica.root, master.max_offset - replica.max_offset)
@@ -352,7 +358,7 @@ def inspect_stores(roots: list[str], confs: Optional[dict[str, ParsedConf]] = No
         reason = "given with --master"
     else:
         masters = [s for s in stores if s.conf_role in (BrokerRole.ASYNC_MASTER.value, BrokerRole.SYNC_MASTER.value)
-                   and s.conf is not None]
+                   and s.conf is not None and s.kind not in _ROLE_FREE_KINDS]
         if len(masters) > 1:
             raise InspectError("more than one conf says *_MASTER: " + ", ".join(s.root for s in masters)
                                + " (pick one with --master)")

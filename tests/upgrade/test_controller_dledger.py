@@ -370,6 +370,24 @@ def test_cli_plan_apply_inspect_rollback(fixture_root: Path, tmp_path: Path, cap
     assert "--controllers is required with --to controller" in capsys.readouterr().err
 
 
+def test_inspect_of_dledger_members_with_their_confs(fixture_root: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every DLedger member's conf says ASYNC_MASTER (the default): that names no master, so
+    inspect compares the members instead of stopping with "more than one conf says *_MASTER"."""
+    roots = [member(fixture_root, rf.SETS["plain"], tmp_path, sid) for sid in ("n0", "n1")]
+    confs = []
+    for sid, r in zip(("n0", "n1"), roots):
+        c = tmp_path / f"{sid}.conf"
+        c.write_text(f"brokerName=broker-a\nstorePathRootDir={r}\nenableDLegerCommitLog=true\ndLegerGroup=broker-a\n"
+                     f"dLegerSelfId={sid}\ndLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.1:40912\n"
+                     "mappedFileSizeCommitLog=1048576\n")
+        confs += ["--conf", str(c)]
+    assert cli_main(["inspect", *confs, str(roots[0]), str(roots[1])]) == 2  # "already upgraded" (to DLedger mode)
+    captured = capsys.readouterr()
+    assert "more than one conf says" not in captured.err, captured.err
+    assert captured.out.count("DLedger mode, member") == 2 and "plan --to controller" in captured.out
+
+
 def test_pure_dledger_store_has_only_its_dledger_region(fixture_root: Path, tmp_path: Path) -> None:
     """A store that was in DLedger mode from the start (no classic commitlog: here, its files removed)."""
     fs = rf.SETS["plain"]
