@@ -128,25 +128,6 @@ class ControllerResult:
                 and self.new_below_classic_from == 0 and self.first_epoch == [1, self.classic_from])
 
 
-def _drop_slave_store_role(conf: Path) -> bool:
-    """Take ``brokerRole=SLAVE`` out of a conf ``apply`` wrote (True when it was there).
-
-    WORKAROUND, to remove once the broker is fixed: a Controller-mode broker elected master changes
-    its own role (``BrokerController.change_to_master``) but not the store's ``brokerRole``
-    (``MessageStoreConfig``), so with ``brokerRole=SLAVE`` in its conf every put is refused
-    "a SLAVE does not accept puts" (``broker/store/message_store.py`` ``prepare_put``). Apache's
-    ``ReplicasManager.changeToMaster`` sets the store's role to SYNC_MASTER (``changeToSlave``:
-    SLAVE). Without the key the store keeps the default (ASYNC_MASTER), as the repo's own
-    ``conf/controller/broker`` samples have it; the broker's role is still the controller's.
-    """
-    lines = conf.read_text(encoding="utf-8").splitlines()
-    kept = [x for x in lines if x.replace(" ", "") != "brokerRole=SLAVE"]
-    if len(kept) == len(lines):
-        return False
-    conf.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    return True
-
-
 class Controllers:
     """Three ``mqcontroller`` processes, confs from ``conf/controller/`` with free ports."""
 
@@ -292,10 +273,6 @@ class ControllerJourney:
         t = time.monotonic()
         if h.tool(["apply", str(plan_path), "--yes", "--no-progress"]) != 0:
             raise DemoError("mqupgrade apply failed (see above)")
-        fixed = [n for n in IDS if _drop_slave_store_role(self.conf_of[n])]
-        if fixed:
-            h.say(f"[C2/5] WORKAROUND (broker bug, see _drop_slave_store_role): brokerRole=SLAVE taken out of the "
-                  f"written confs of {', '.join(fixed)}; the controller still elects the master")
         self.r.classic_from = classic_from_of(self.roots[IDS[0]])
         others = {n: classic_from_of(self.roots[n]) for n in IDS}
         if len(set(others.values())) != 1:
