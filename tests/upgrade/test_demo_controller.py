@@ -1,4 +1,5 @@
-"""The whole ``--to controller`` journey (``python -m tools.demo --to controller``) with small numbers.
+"""The whole ``--to controller`` journey (``python -m tools.demo --to controller``) with small numbers;
+its first half is the DLedger journey of ``scripts/demo.sh`` (asserted here too: one run for both).
 
 One run, in this process with the session's shared Spark (both validator runs reuse it): the
 DLedger journey, then the migration to Controller mode (tools.demo_controller). Asserted on the
@@ -21,11 +22,13 @@ from tools.demo_controller import ControllerResult
 
 @pytest.mark.multiprocess
 @pytest.mark.spark
-@pytest.mark.timeout(420)
-def test_whole_controller_journey_small(spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.timeout(480)
+def test_whole_journey_small_then_controller(spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both journeys in one run (the DLedger journey is the first half of ``--to controller``):
+    first what ``scripts/demo.sh`` alone prints and keeps, then the Controller-mode half."""
     work = tmp_path / "demo"
     args = demo.build_parser().parse_args([
-        "--messages", "200", "--dledger-messages", "150", "--after-failover-messages", "80", "--file-size", "65536",
+        "--messages", "300", "--dledger-messages", "200", "--after-failover-messages", "100", "--file-size", "65536",
         "--workdir", str(work), "--to", "controller"])
     d = demo.Demo(args, spark)
     try:
@@ -34,17 +37,42 @@ def test_whole_controller_journey_small(spark, tmp_path: Path, capsys: pytest.Ca
         d.cleanup()
     out = capsys.readouterr().out
     assert code == 0, out[-8000:]
+    # ---- the DLedger journey (scripts/demo.sh without --to)
+    for step in ("[1/5] classic pair up", "slave caught up", "[2/5] mqupgrade inspect", "[2/5] mqupgrade plan",
+                 "[2/5] upgrade applied", "[3/5] DLedger group up", "kill -9 of the leader", "[3/5] failover",
+                 "caught up in", "[3/5] group stopped cleanly", "[4/5] validator exit code 0", "n0 OK, n1 OK, n2 OK"):
+        assert step in out, step
+    assert "mqupgrade validate: OK - all checks hold" in out
+    first = out.index("=== summary ===")
+    summary = out[first:out.rfind("\n", 0, out.index("[C1/5]"))]  # up to the Controller-mode half's first line
+    assert re.search(r"messages classic\s+300 acknowledged of 300", summary)
+    assert re.search(r"messages dledger\s+200 acknowledged of 200", summary)
+    assert re.search(r"messages after-failover\s+100 acknowledged of 100", summary)
+    assert re.search(r"acknowledged total\s+600\b", summary)
+    divided = int(re.search(r"divided_commitlog_offset\s+(\d+) \(planned\)", summary).group(1))
+    assert divided % 65536 == 0 and divided > 0
+    assert f"live: n0={divided}, n1={divided}, n2={divided}" in summary
+    firsts = re.search(r"first DLedger entry\s+(.*)", summary).group(1)
+    assert firsts.count(f"={divided} (first message at {divided + 48})") == 3
+    assert re.search(r"failover\s+\d+\.\d\ds client-visible", summary)
+    assert re.search(r"committed index\s+\d+ on n0, n1, n2", summary)
+    assert "read-back check          PASS" in summary and "validator                PASS" in summary
+    assert summary.rstrip().endswith("result                   PASS")
+    for kept in ("upgrade/plan.json", "upgrade/plan.journal.json", "dledger-conf/broker-n2.conf",
+                 "validate/report.json", "validate/offsets.png", "logs/dledger-n0.log"):
+        assert (work / kept).is_file(), kept
+    # ---- the Controller-mode half
     r = d.facts["controller"]
     assert isinstance(r, ControllerResult) and r.ok
     phases = {p.name: p for p in d.phases}
-    wanted = {"classic": 200, "dledger": 150, "after-failover": 80, "dledger-final": 80, "controller": 150,
-              "controller-after-failover": 80}
+    wanted = {"classic": 300, "dledger": 200, "after-failover": 100, "dledger-final": 100, "controller": 200,
+              "controller-after-failover": 100}
     assert {n: (p.wanted, p.acked) for n, p in phases.items()} == {n: (w, w) for n, w in wanted.items()}
     assert r.acknowledged == len(d.acks) == sum(wanted.values())
     # every ack on every replica: the files (by region) and a consumer's pulls
     assert r.every_ack_on_every_replica and set(r.replica_problems) == {"n0", "n1", "n2"}
     for n, regions in r.by_region.items():
-        assert regions == {"classic": 200, "dledger": 310, "writable": 230}, (n, regions)
+        assert regions == {"classic": 300, "dledger": 400, "writable": 300}, (n, regions)
     assert r.served_problems == {"n0": [], "n1": [], "n2": []}
     # the consumer group resumed at the offsets committed in DLedger mode, each queue exactly
     assert r.resumed_exactly and len(r.resumes) == 8
