@@ -12,7 +12,8 @@ Rules:
   apply (``preexisting``): rollback removes only the ones that came after; and the store's mode
   record (``storeshape`` and its ``.bak``, ``shape``), which rollback puts back.
 - The first run of a DLedger-group plan re-reads every member (O(1)) and stops with "plan
-  again" when its committed end, its entries or its files moved since the plan.
+  again" when its committed end, its entries or its files moved since the plan, or when a
+  consumer-offset or schedule-progress file the plan aligns changed (:mod:`upgrade.controller_offsets`).
 - Every step is idempotent and returns a deterministic detail for the journal.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from upgrade import regions_file
+from upgrade.controller_offsets import check_sources
 from upgrade.dledger_member import inspect_member
 from upgrade.fileops import atomic_write_text
 from upgrade.inspect import inspect_store
@@ -101,3 +103,6 @@ def preflight_members(plan: Plan) -> None:
             raise StepError(f"{d['root']} changed since the plan was made (committed end {d['committed_end']} -> "
                             f"{m.committed_end}, last entry {d['last_index']} -> {m.last_index}); run mqupgrade plan "
                             "again")
+    changed = check_sources((a.id, a.params) for a in plan.actions)
+    if changed:
+        raise StepError(changed)

@@ -23,7 +23,9 @@ Rules:
   ConsumeQueues behind it (a kill -9 in DLedger mode) are a note, not a refusal: the store
   re-dispatches the gap at its first start in Controller mode (``broker.store.commitlog_regions``). Each member gets
   ``write_regions`` (``commitlogRegions.json``, exactly the spec: its old classic region if any,
-  its DLedger region up to the group's committed end, ``classicFrom``) and ``write_conf``. The
+  its DLedger region up to the group's committed end, ``classicFrom``) and ``write_conf``; a
+  member whose consumer offsets or schedule progress lag the group's gets ``align_offsets`` /
+  ``align_delay_offsets`` (the largest per entry, :mod:`upgrade.controller_offsets`). The
   uncommitted tail stays in the DLedger files and is never read: the plan says so. O(1) in the
   store size, apart from the member comparison (``--compare-last`` bounds it).
 
@@ -41,6 +43,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 from broker.config.conf_file import ParsedConf
 from upgrade import regions_file
 from upgrade.controller_conf import durable_acks, group_ha_token, render_controller_conf
+from upgrade.controller_offsets import align_actions
 from upgrade.dledger_member import Member, first_difference, inspect_member, is_dledger_store
 from upgrade.inspect import Inspection, inspect_stores
 from upgrade.inspect_model import DEFAULT_CQ_FILE_SIZE, StoreInspection
@@ -75,8 +78,8 @@ class _Work:
         self.actions: list[Action] = []
         self.warnings: list[str] = []
 
-    def add(self, kind: str, node: str, reason: str, **params: object) -> None:
-        aid = f"{len(self.actions) + 1:03d}-{kind}-{node}"
+    def add(self, kind: str, node: str, reason: str, *, label: Optional[str] = None, **params: object) -> None:
+        aid = f"{len(self.actions) + 1:03d}-{label or kind}-{node}"
         self.actions.append(Action(aid, kind, node, reason, dict(params)))
 
     def broker_name(self) -> str:
@@ -284,6 +287,14 @@ def _dledger_steps(w: _Work, g: _Group, file_size: int) -> list[str]:
                               f"{g.committed_index} (bytes [{g.end}, {m.last_end})) stay in the DLedger files and are "
                               "never read in Controller mode (never committed, so never acknowledged)")
     w.warnings.extend(_cq_notes(g))
+    aligns, refusals, notes = align_actions([(m.root, n.self_id) for m, n in zip(g.members, w.nodes)])
+    if refusals:
+        return refusals
+    w.warnings.extend(notes)
+    for al, n in ((al, n) for al in aligns for n in w.nodes if n.root == al.root):
+        # apply's write_conf executor: the whole file atomically, the original kept for rollback
+        w.add("write_conf", n.self_id, al.reason, label=al.label, path=al.path, content=al.content,
+              source_sha256=al.source_sha256)
     w.write_confs(file_size, f"DLedger group of {w.broker_name()} (members {', '.join(m.self_id for m in g.members)})",
                   from_dledger=True)
     return []

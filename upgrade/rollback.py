@@ -13,7 +13,9 @@ Rules:
   Otherwise nothing is changed and one sentence says why and what is now needed.
 - Undo, in reverse plan order, one journaled step per applied action: ``write_conf`` puts back
   the file ``apply`` kept (``<conf>.bak-<apply started_at>``) or removes a conf that did not
-  exist before; ``write_regions`` removes the new empty classic files (at or above
+  exist before (the same for a member's aligned ``consumerOffset.json`` / ``delayOffset.json``,
+  :mod:`upgrade.controller_offsets`: its original comes back byte for byte; apply's leftover
+  ``.upgrade-tmp`` files go); ``write_regions`` removes the new empty classic files (at or above
   ``classicFrom``), the Controller-mode files that came after apply (epoch file, broker
   identity), puts back the store's mode record (``storeshape``, rewritten as classic by a start in
   Controller mode) as apply found it, and then removes ``commitlogRegions.json``; ``record_end``
@@ -138,6 +140,8 @@ class _Undo:
     def undo_write_conf(self, a: Action) -> dict[str, Any]:
         path, content = Path(a.params["path"]), a.params["content"]
         bak = path.with_name(path.name + self.backup_suffix)
+        for tmp in (path.with_name(path.name + TMP_SUFFIX), bak.with_name(bak.name + TMP_SUFFIX)):
+            tmp.unlink(missing_ok=True)  # left by an apply killed mid-write or mid-backup
         if not path.exists() or path.read_text(encoding="utf-8", errors="replace") != content:
             return {"path": str(path), "conf": "previous"}  # restored already (or never written)
         if bak.exists():
