@@ -7,7 +7,8 @@ Rules:
   is refused (not written by this plan). It is refused, too, when the classic commitlog already
   holds a file at or above ``classicFrom`` (data where the new classic files must start).
 - ``record_end`` checks and records a master/slave node's commitlog end (clean, the planned
-  end): rollback compares with it.
+  end): rollback compares with it; and that the offset files the plan aligns on the node still
+  hold the bytes the plan read (``offset_sources``).
 - Both record which Controller-mode files (epoch file, broker identity) the store held before
   apply (``preexisting``): rollback removes only the ones that came after; and the store's mode
   record (``storeshape`` and its ``.bak``, ``shape``), which rollback puts back.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from upgrade import regions_file
-from upgrade.controller_offsets import check_sources
+from upgrade.controller_offsets import changed, check_sources
 from upgrade.dledger_member import inspect_member
 from upgrade.fileops import atomic_write_text
 from upgrade.inspect import inspect_store
@@ -82,6 +83,9 @@ def record_end(p: dict[str, Any]) -> dict[str, Any]:
     if not s.clean_shutdown or s.max_offset != p["expect_max_offset"]:
         raise StepError(f"{p['root']}: ends at {s.max_offset} (clean={s.clean_shutdown}), the plan expected "
                         f"{p['expect_max_offset']}; run mqupgrade plan again")
+    said = changed(p.get("offset_sources") or {}, "record_end")
+    if said:
+        raise StepError(said)
     return {"max_offset": s.max_offset, "tail_file": s.tail_file, "preexisting": preexisting(p["root"]),
             "shape": shape_before(p["root"])}
 

@@ -32,6 +32,10 @@ Rules:
   holds the merged table, so a slave in Controller mode sees the master's version differ and
   copies it. The broker's own ``<file>.bak`` is left as it is.
 
+- The same holds for a master/slave group (the slave copies the master's files on the same
+  timer): its ``record_end`` steps carry the aligned files' digests (:func:`sources`) and check
+  them (:func:`changed`), as the DLedger plan's first run does.
+
 Theory of operation: :func:`align_actions` loads each member's two managers, merges their
 tables, and yields an :class:`Align` per member and file that differs, plus the warnings;
 :mod:`upgrade.controller_plan` turns them into actions. O(size of the offset tables).
@@ -208,13 +212,25 @@ def align_actions(members: list[tuple[str, str]], *, now_ms: Optional[int] = Non
     return aligns, refusals, warnings
 
 
+def sources(aligns: Iterable[Align]) -> dict[str, list[Optional[str]]]:
+    """{path: [SHA-256 the plan read, SHA-256 of the planned text]}: what :func:`changed` compares with."""
+    return {a.path: [a.source_sha256, hashlib.sha256(a.content.encode()).hexdigest()] for a in aligns}
+
+
+def changed(srcs: dict[str, list[Optional[str]]], step: str) -> Optional[str]:
+    """The first file holding neither the bytes the plan read nor the planned ones, said; None: none."""
+    for path, (then, planned) in sorted(srcs.items()):
+        if file_sha256(Path(path)) not in (then, planned):
+            return (f"{path} changed since the plan was made ({step}: a broker ran on the store?); run mqupgrade "
+                    "plan again")
+    return None
+
+
 def check_sources(actions: Iterable[tuple[str, dict[str, Any]]]) -> Optional[str]:
     """(action id, params) of the plan's aligns: the first file whose bytes changed since the plan, said."""
     for aid, p in actions:
-        if "source_sha256" not in p:
-            continue
-        now = file_sha256(Path(p["path"]))
-        if now != p["source_sha256"] and now != hashlib.sha256(p["content"].encode()).hexdigest():
-            return (f"{p['path']} changed since the plan was made ({aid}: a broker ran on the store?); run mqupgrade "
-                    "plan again")
+        if "source_sha256" in p:
+            said = changed({p["path"]: [p["source_sha256"], hashlib.sha256(p["content"].encode()).hexdigest()]}, aid)
+            if said:
+                return said
     return None

@@ -11,7 +11,8 @@ Rules:
   (a store in use or with a problem, no data, file sizes that differ, a replica ahead of its
   master or whose bytes diverge); a dirty store is recovered by the store's own recovery; each
   node's end is recorded in the journal (``record_end``: rollback is allowed while it has not
-  moved); each node's Controller-mode conf is written. Nothing else in the stores changes: no
+  moved); a node whose consumer offsets or schedule progress lag the group's is aligned as in a
+  DLedger group (below); each node's Controller-mode conf is written. Nothing else in the stores changes: no
   epoch or identity file (the first elected master appends ``<1, maxPhyOffset>``; each broker
   applies for its id). O(1), apart from the replica comparison.
 - DLedger -> Controller (layout A of the shared spec): every member's DLedger store is read
@@ -43,7 +44,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 from broker.config.conf_file import ParsedConf
 from upgrade import regions_file
 from upgrade.controller_conf import durable_acks, group_ha_token, render_controller_conf
-from upgrade.controller_offsets import align_actions
+from upgrade.controller_offsets import Align, align_actions, sources
 from upgrade.dledger_member import Member, first_difference, inspect_member, is_dledger_store
 from upgrade.inspect import Inspection, inspect_stores
 from upgrade.inspect_model import DEFAULT_CQ_FILE_SIZE, StoreInspection
@@ -128,7 +129,11 @@ def _classic_nodes(w: _Work, insp: Inspection) -> None:
         w.nodes.append(w.node(sid, root, s.role if s.role != "empty" else "new", s.commit_log_dir, settings))
 
 
-def _classic_steps(w: _Work, insp: Inspection, m: StoreInspection) -> None:
+def _classic_steps(w: _Work, insp: Inspection, m: StoreInspection) -> list[str]:
+    aligns, refusals, notes = align_actions([(n.root, n.self_id) for n in w.nodes])
+    if refusals:
+        return refusals
+    w.warnings.extend(notes)
     for n in sorted(w.nodes, key=lambda x: x.state != "master"):
         s = insp.store(n.root)
         if s.has_data and s.needs_recovery:
@@ -139,12 +144,21 @@ def _classic_steps(w: _Work, insp: Inspection, m: StoreInspection) -> None:
         s = insp.store(n.root)
         w.add("record_end", n.self_id, f"record the commitlog end {s.max_offset} in the journal: rollback is allowed "
               "while it has not moved (no write in Controller mode yet)", root=n.root, settings=n.store_settings,
-              expect_max_offset=s.max_offset)
+              expect_max_offset=s.max_offset, offset_sources=sources(a for a in aligns if a.root == n.root))
+    _add_aligns(w, aligns)
     for c in insp.comparisons:
         if c.behind_bytes > 0:
             w.warnings.append(f"{c.replica} is {c.behind_bytes} bytes behind the master: start the master first "
                               "(Apache's upgrade guide: otherwise messages may be truncated); HA then catches it up")
     w.write_confs(m.file_size, f"master/slave group {w.broker_name()}")
+    return []
+
+
+def _add_aligns(w: _Work, aligns: list[Align]) -> None:
+    for al, n in ((al, n) for al in aligns for n in w.nodes if n.root == al.root):
+        # apply's write_conf executor: the whole file atomically, the original kept for rollback
+        w.add("write_conf", n.self_id, al.reason, label=al.label, path=al.path, content=al.content,
+              source_sha256=al.source_sha256)
 
 
 def _plan_classic(w: _Work, master: Optional[str]) -> Plan:
@@ -154,7 +168,7 @@ def _plan_classic(w: _Work, master: Optional[str]) -> Plan:
     req = PlanRequest(w.group or "", "", {}, w.confs)
     refusals = [msg for check in _CLASSIC_REFUSALS for msg in check.refusals(Draft(req, insp, m, w.nodes))]
     if m is not None and not refusals:
-        _classic_steps(w, insp, m)
+        refusals = _classic_steps(w, insp, m)
     return Plan(w.broker_name(), w.controllers, m.file_size if m else 0, insp.master, m.max_offset if m else 0, -1,
                 w.nodes, [] if refusals else w.actions, refusals, w.warnings, insp.to_dict(), target=TARGET)
 
@@ -291,10 +305,7 @@ def _dledger_steps(w: _Work, g: _Group, file_size: int) -> list[str]:
     if refusals:
         return refusals
     w.warnings.extend(notes)
-    for al, n in ((al, n) for al in aligns for n in w.nodes if n.root == al.root):
-        # apply's write_conf executor: the whole file atomically, the original kept for rollback
-        w.add("write_conf", n.self_id, al.reason, label=al.label, path=al.path, content=al.content,
-              source_sha256=al.source_sha256)
+    _add_aligns(w, aligns)
     w.write_confs(file_size, f"DLedger group of {w.broker_name()} (members {', '.join(m.self_id for m in g.members)})",
                   from_dledger=True)
     return []

@@ -167,3 +167,24 @@ def test_changed_or_unreadable_offsets(fixture_root: Path, tmp_path: Path) -> No
     plan, _ = write_plan(roots, tmp_path / "again")
     assert not plan.actions and len(plan.refusals) == 1
     assert "consumerOffset.json" in plan.refusals[0] and "the broker would not start on it" in plan.refusals[0]
+
+
+def test_a_master_slave_pair_is_aligned_too(fixture_root: Path, tmp_path: Path) -> None:
+    from tests.upgrade.test_controller_classic import pair, write_plan as write_classic_plan
+
+    m, s, confs = pair(fixture_root, rf.SETS["plain"], tmp_path / "stores")
+    write_offsets(m, LEADER, 50)
+    write_offsets(s, {"T@G1": {0: 90, 1: 200}}, 49, fastjson=True)  # the slave's copy lags one sync
+    before = {m: snapshot(m), s: snapshot(s)}
+    plan, path = write_classic_plan([m, s], confs, tmp_path)
+    assert plan.ok, plan.refusals
+    assert [a.id.split("-", 1)[1] for a in plan.actions] == [
+        "record_end-master", "record_end-slave1", "align_offsets-slave1", "write_conf-master", "write_conf-slave1"]
+    write_offsets(s, {"T@G1": {0: 95, 1: 200}}, 50)  # a broker ran on the slave after the plan
+    with pytest.raises(ApplyError, match="consumerOffset.json changed since the plan was made"):
+        apply_plan(path, echo=quiet)
+    write_offsets(s, {"T@G1": {0: 90, 1: 200}}, 49, fastjson=True)
+    apply_plan(path, echo=quiet)
+    assert offsets(m) == offsets(s) == MERGED
+    rollback_plan(path, echo=quiet)
+    assert {m: snapshot(m), s: snapshot(s)} == before
