@@ -157,7 +157,8 @@ def _merge(reads: list[_Read]) -> Flat:
         for k, o in r.flat.items():
             if k not in merged or o > merged[k]:
                 merged[k] = o
-    return merged
+    held = {k[0] for k in merged if isinstance(k, tuple) and k[1] is not None}
+    return {k: o for k, o in merged.items() if not (isinstance(k, tuple) and k[1] is None and k[0] in held)}
 
 
 def _suspects(spec: OffsetFile, reads: list[_Read], merged: Flat) -> Optional[str]:

@@ -188,3 +188,20 @@ def test_a_master_slave_pair_is_aligned_too(fixture_root: Path, tmp_path: Path) 
     assert offsets(m) == offsets(s) == MERGED
     rollback_plan(path, echo=quiet)
     assert {m: snapshot(m), s: snapshot(s)} == before
+
+
+def test_a_key_without_queues_counts_only_where_no_member_has_queues(tmp_path: Path) -> None:
+    from upgrade.controller_offsets import align_actions
+
+    roots = [tmp_path / n for n in ("a", "b", "c")]
+    for r in roots:
+        (r / "config").mkdir(parents=True)
+    write_offsets(roots[0], {"T@G": {}, "T@E": {}}, 3)
+    write_offsets(roots[1], {"T@G": {0: 5}, "T@E": {}}, 4)
+    write_offsets(roots[2], {"T@G": {0: 5}}, 2)
+    aligns, refusals, _ = align_actions([(str(r), r.name) for r in roots], now_ms=1)
+    assert not refusals
+    assert [(Path(a.root).name, a.label) for a in aligns] == [("a", "align_offsets"), ("c", "align_offsets")]
+    for a in aligns:  # what apply writes: b's table
+        Path(a.path).write_text(a.content)
+    assert offsets(roots[0]) == offsets(roots[1]) == offsets(roots[2]) == {"T@G": {0: 5}, "T@E": {}}
