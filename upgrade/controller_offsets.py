@@ -30,8 +30,10 @@ Rules:
 - The written text is the member's own file with the merged table: its other keys kept, the
   DataVersion of the newest member, bumped once (counter + 1, the plan's time) when no member
   holds the merged table, so a slave in Controller mode sees the master's version differ and
-  copies it. The broker's own ``<file>.bak`` is left as it is.
-
+  copies it. The broker's own ``<file>.bak`` is left as it is. The kind is ``write_conf``
+  because apply dispatches by kind (:mod:`upgrade.apply`) and that executor is exactly this
+  step; it writes the file owner-only (0600, for confs holding a token), the broker's own user
+  reads it as before, and rollback's original keeps its mode.
 - The same holds for a master/slave group (the slave copies the master's files on the same
   timer): its ``record_end`` steps carry the aligned files' digests (:func:`sources`) and check
   them (:func:`changed`), as the DLedger plan's first run does.
