@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from tests.faults.harness.run import results_table
-from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the brokers' zygote stops after each module
 
 FAULT_RESULTS: list[dict[str, Any]] = []
 _TABLE_PATH: list[Path] = []

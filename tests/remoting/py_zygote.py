@@ -9,20 +9,14 @@ Rules:
   exit (``SystemExit`` codes, a traceback and 1 for an uncaught exception, atexit handlers), with
   stdin on /dev/null and the environment the zygote started with.
 - The zygote only imports (``warm`` modules, then forgets them but keeps what they imported); it
-  never runs the module itself, opens nothing and runs no thread (checked at its start), so each
-  child starts from the same state a fresh interpreter reaches after those imports. What those
-  imports print (broker/native.py's "compiled modules older than the source" warning in a
-  working tree) goes to the zygote's stderr, once.
-- :meth:`Zygote.spawn` is the ``Popen`` counterpart for long-lived children (brokers): output
-  to the caller's descriptors, the caller's environment (``os.environ`` is replaced in the child
-  before the module runs; interpreter start-up variables such as ``PYTHONUNBUFFERED`` must be in
-  the zygote's own environment, which :func:`zygote` keys by), a :class:`ForkedProcess` back.
+  never runs the module itself, opens nothing and runs no thread (checked at its start), so each child starts from the same state a fresh
+  interpreter reaches after those imports.
 - Calls from several threads are safe (one request at a time on the control socket; children
   run in parallel). A test module stops its zygote with :func:`close`; the zygote also ends
   when its parent dies (the control socket closes).
 
 Theory of operation: the parent holds one end of a Unix socketpair; the zygote (``python -c``)
-reads requests on the other. ``spawn MODULE ARGS ENV`` carries two pipe ends (SCM_RIGHTS) for the
+reads requests on the other. ``spawn MODULE ARGS`` carries two pipe ends (SCM_RIGHTS) for the
 child's stdout and stderr; the zygote forks, answers the child's pid and closes its copies; the
 child leaves the request loop and runs the module. ``wait PID TIMEOUT`` answers the exit code
 (``os.waitstatus_to_exitcode``: a signal is its negative number, as ``Popen.returncode``) or
@@ -54,7 +48,6 @@ for name in json.loads(sys.argv[2]):
     sys.modules.pop(name)  # its imports stay; runpy executes the module itself afresh, as -m does
 assert threading.active_count() == 1, threading.enumerate()
 sock = socket.socket(fileno=int(sys.argv[1]))
-reaped = {}
 
 def serve():
     while True:
@@ -67,10 +60,6 @@ def serve():
             pid = os.fork()
             if pid == 0:
                 sock.close()
-                reaped.clear()
-                if req[3] is not None:  # the caller's environment at spawn time
-                    os.environ.clear()
-                    os.environ.update(req[3])
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)
                 os.dup2(fds[0], 1)
@@ -83,15 +72,12 @@ def serve():
             sock.sendall(b"%d\n" % pid)
         else:  # ["wait", pid, timeout]
             pid, deadline = req[1], time.monotonic() + req[2]
-            while pid not in reaped:
+            while True:
                 done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    reaped[pid] = os.waitstatus_to_exitcode(status)  # asked again (another thread): same answer
-                elif time.monotonic() >= deadline:
+                if done or time.monotonic() >= deadline:
                     break
-                else:
-                    time.sleep(0.005)
-            sock.sendall(b"%s\n" % (str(reaped[pid]).encode() if pid in reaped else b"running"))
+                time.sleep(0.005)
+            sock.sendall(b"%s\n" % (str(os.waitstatus_to_exitcode(status)).encode() if done else b"running"))
 
 module, args = serve()
 del serve, sock
@@ -104,10 +90,10 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 class Zygote:
     """A warm interpreter that forks one child per :meth:`run`."""
 
-    def __init__(self, warm: Sequence[str], env: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, warm: Sequence[str]) -> None:
         self.sock, child = socket.socketpair()
         self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(child.fileno()), json.dumps(list(warm))],
-                                     cwd=REPO, pass_fds=[child.fileno()], env=env)
+                                     cwd=REPO, pass_fds=[child.fileno()])
         child.close()
         self.replies = self.sock.makefile("rb")
         self.lock = threading.Lock()
@@ -124,19 +110,12 @@ class Zygote:
         reply = self._ask(["wait", pid, timeout])
         return None if reply == "running" else int(reply)
 
-    def spawn(self, module: str, args: Sequence[str], stdout: int, stderr: int,
-              env: Optional[dict[str, str]] = None) -> "ForkedProcess":
-        """``subprocess.Popen([python, -m, module, *args], stdout=stdout, stderr=stderr, env=env)``'s
-        counterpart: the child writes to those descriptors (the caller keeps and closes its own)."""
-        pid = int(self._ask(["spawn", module, list(args), env], (stdout, stderr)))
-        return ForkedProcess(self, pid, [sys.executable, "-m", module, *args])
-
     def run(self, module: str, *args: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", module, *args]
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            pid = int(self._ask(["spawn", module, list(args), None], (out_w, err_w)))
+            pid = int(self._ask(["spawn", module, list(args)], (out_w, err_w)))
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -180,58 +159,18 @@ class Zygote:
             self.proc.wait(10)
 
 
-class ForkedProcess:
-    """A child of the zygote as the ``subprocess.Popen`` subset the process harnesses use (``pid``,
-    ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``). ``wait`` polls
-    (every 10 ms): the zygote answers one request at a time, so no request may block it."""
-
-    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
-        self.zygote, self.pid, self.args = zygote, pid, args
-        self.returncode: Optional[int] = None
-        self._lock = threading.Lock()
-
-    def poll(self) -> Optional[int]:
-        with self._lock:  # threads of a harness poll one process at once (alive() beside wait())
-            if self.returncode is None:
-                self.returncode = self.zygote._wait(self.pid, 0.0)
-            return self.returncode
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            time.sleep(0.01)
-        return code
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:  # as Popen: never signal a pid that may have been reused
-            os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
 _lock = threading.Lock()
 _zygotes: dict[tuple[str, ...], Zygote] = {}
 
 
-def zygote(module: str, env: Optional[dict[str, str]] = None) -> Zygote:
-    """This process's zygote for MODULE (and that environment), started on first use."""
-    key = (module, *sorted(f"{k}={v}" for k, v in (env or {}).items()))
+def run(module: str, *args: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` in a child of this process's zygote for MODULE (started on first use)."""
+    key = (module,)
     with _lock:
         z = _zygotes.get(key)
         if z is None or z.proc.poll() is not None:
-            z = _zygotes[key] = Zygote([module], env)
-        return z
-
-
-def run(module: str, *args: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess[str]:
-    """``python -m MODULE ARGS`` in a child of this process's zygote for MODULE (started on first use)."""
-    return zygote(module).run(module, *args, timeout=timeout)
+            z = _zygotes[key] = Zygote([module])
+    return z.run(module, *args, timeout=timeout)
 
 
 def close() -> None:

@@ -33,7 +33,6 @@ from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import BLANK_MAGIC_CODE, MessageFormatError, decode_message
 from tools.procs import free_ports, write_conf
 from tests.broker.api.broker_procs import REPO, BrokerProc
-from tests.remoting import py_zygote
 
 from .proxy import ProxyHub
 
@@ -44,25 +43,15 @@ DLEDGER_IDS = ("n0", "n1", "n2")
 
 
 class FaultProc(BrokerProc):
-    """A BrokerProc whose next start may run under a wrapper (``unshare --time ...``).
-
-    Without a wrapper the ``mqbroker`` process is forked from a warm interpreter that imported it
-    once (tests/remoting/py_zygote.py; CI time: a fault run starts brokers a dozen times and more):
-    still its own process with its own pid, signals, exit code and log, the same environment.
-    ``FAULT_FORKED_BROKERS=0`` (environment) starts every broker as a fresh interpreter instead."""
+    """A BrokerProc whose next start may run under a wrapper (``unshare --time ...``)."""
 
     wrapper: list[str] = []
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> "FaultProc":
         self._log_fh = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # SIGBUS/SIGSEGV tracebacks in the log
-        if self.wrapper or os.environ.get("FAULT_FORKED_BROKERS", "1") == "0":
-            cmd = [*self.wrapper, sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)]
-            self.proc = subprocess.Popen(cmd, stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
-        else:
-            fd = self._log_fh.fileno()
-            self.proc = py_zygote.zygote("broker.cli.mqbroker", env).spawn(  # type: ignore[assignment]
-                "broker.cli.mqbroker", ["-c", str(self.conf)], fd, fd, env)
+        cmd = [*self.wrapper, sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)]
+        self.proc = subprocess.Popen(cmd, stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
         if wait:
             self.wait_ready(timeout)
         return self
