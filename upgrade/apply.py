@@ -213,6 +213,20 @@ class _Applier:
         fileops.atomic_write_text(path, content, mode=0o600)  # it holds dLegerAuthToken
         return {"path": str(path)}
 
+    def do_align_offsets(self, a: Action) -> dict[str, Any]:
+        """``--to controller``: a member's consumerOffset.json / delayOffset.json aligned to the group's
+        largest offsets (:mod:`upgrade.controller_offsets`); written like a conf (the original kept
+        for rollback), with the original file's mode (no secret in it)."""
+        p = a.params
+        path, content = Path(p["path"]), p["content"]
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        if path.exists():
+            if path.read_text(encoding="utf-8", errors="replace") == content:
+                return {"path": str(path)}
+            self._backup(path)
+        fileops.atomic_write_text(path, content, mode=mode)
+        return {"path": str(path)}
+
     def do_freeze(self, a: Action) -> dict[str, Any]:
         p = a.params
         settings = {"store_path_commit_log": p["commit_log_dir"], "mapped_file_size_commit_log": p["file_size"]}

@@ -20,20 +20,16 @@ Rules:
   DataVersion (the leader's, as followers adopt the leader's version with its file) is below
   another member or lacks an entry another member holds, the signature of that case.
 - One action per member and file whose table differs from the merge; members that agree get
-  none. Its kind is ``write_conf`` (apply's executor of "write this whole small file
-  atomically, keeping the original as ``<file>.bak-<apply started_at>``", whose undo in
-  ``mqupgrade rollback`` puts that original back byte for byte, or removes a file that was not
-  there), its id says ``align_offsets`` / ``align_delay_offsets``, its params name the file and
-  the SHA-256 of the bytes the plan read (``source_sha256``, None: no file): apply's first run
+  none. Its kind is ``align_offsets`` (apply writes the whole small file atomically, keeping the
+  original as ``<file>.bak-<apply started_at>`` with its mode; ``mqupgrade rollback`` puts that
+  original back byte for byte, or removes a file that was not there), its id says
+  ``align_offsets`` / ``align_delay_offsets``, its params name the file and the SHA-256 of the bytes the plan read (``source_sha256``, None: no file): apply's first run
   refuses with "plan again" when a file changed since (:func:`check_sources`). Both apply and
   rollback journal it and resume after a kill like every other step.
 - The written text is the member's own file with the merged table: its other keys kept, the
   DataVersion of the newest member, bumped once (counter + 1, the plan's time) when no member
   holds the merged table, so a slave in Controller mode sees the master's version differ and
-  copies it. The broker's own ``<file>.bak`` is left as it is. The kind is ``write_conf``
-  because apply dispatches by kind (:mod:`upgrade.apply`) and that executor is exactly this
-  step; it writes the file owner-only (0600, for confs holding a token), the broker's own user
-  reads it as before, and rollback's original keeps its mode.
+  copies it. The broker's own ``<file>.bak`` is left as it is.
 - The same holds for a master/slave group (the slave copies the master's files on the same
   timer): its ``record_end`` steps carry the aligned files' digests (:func:`sources`) and check
   them (:func:`changed`), as the DLedger plan's first run does.

@@ -156,8 +156,8 @@ def _classic_steps(w: _Work, insp: Inspection, m: StoreInspection) -> list[str]:
 
 def _add_aligns(w: _Work, aligns: list[Align]) -> None:
     for al, n in ((al, n) for al in aligns for n in w.nodes if n.root == al.root):
-        # apply's write_conf executor: the whole file atomically, the original kept for rollback
-        w.add("write_conf", n.self_id, al.reason, label=al.label, path=al.path, content=al.content,
+        # apply's align_offsets: the whole file atomically, the original kept for rollback
+        w.add("align_offsets", n.self_id, al.reason, label=al.label, path=al.path, content=al.content,
               source_sha256=al.source_sha256)
 
 

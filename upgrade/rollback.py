@@ -152,6 +152,10 @@ class _Undo:
         fsync_dir(path.parent)
         return {"path": str(path), "conf": "removed"}
 
+
+    def undo_align_offsets(self, a: Action) -> dict[str, Any]:
+        """The original offsets file back, byte for byte (or removed when there was none): as a conf."""
+        return self.undo_write_conf(a)
     def undo_write_regions(self, a: Action) -> dict[str, Any]:
         p = a.params
         rf = regions_file.path_of(p["root"])

@@ -81,15 +81,18 @@ def test_a_lagging_member_is_aligned_then_rolled_back_byte_for_byte(fixture_root
     assert plan.ok, plan.refusals
     assert [(a.kind, a.id.split("-", 1)[1]) for a in plan.actions] == [
         *[("write_regions", f"write_regions-n{i}") for i in range(3)],
-        ("write_conf", "align_offsets-n1"), ("write_conf", "align_delay_offsets-n1"),
+        ("align_offsets", "align_offsets-n1"), ("align_offsets", "align_delay_offsets-n1"),
         *[("write_conf", f"write_conf-n{i}") for i in range(3)]]  # n0 and n2 agree: no action
     align = plan.actions[3]
     assert "largest any member holds" in align.reason and "1 lower, 1 missing" in align.reason
     assert "offset reset backwards" in align.reason and "undone" in align.reason  # the one case it is wrong
     assert not [w for w in plan.warnings if "newest version" in w]  # normal operation: no suspicion
+    aligned = roots[1] / "config" / "consumerOffset.json"
+    aligned.chmod(0o640)
     apply_plan(path, echo=quiet)
     for r in roots:
         assert offsets(r) == MERGED and delays(r) == {1: 10, 2: 3}
+    assert aligned.stat().st_mode & 0o777 == 0o640  # the broker's file keeps its mode (no secret in it)
     for r in (roots[0], roots[2]):
         assert snapshot(r) == {**before[r], "commitlogRegions.json": snapshot(r)["commitlogRegions.json"]}
     assert json.loads((roots[1] / "config" / "consumerOffset.json").read_text())["dataVersion"] == version(50)
