@@ -19,7 +19,7 @@ nothing that leads back to ``broker.controller`` (issue 26).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Optional, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.ha.client import HAClient
@@ -49,6 +49,15 @@ class HAStartError(RuntimeError):
     """Classic HA could not start; the message says why in one sentence."""
 
 
+async def listen_or_refuse(start: Awaitable[None], host: str, port: int) -> None:
+    """Await an HA service's ``start()`` (it binds ``haListenPort``); a bind failure is one sentence
+    (both replication modes' HA doors)."""
+    try:
+        await start
+    except OSError as exc:
+        raise HAStartError(f"cannot listen on HA port {host}:{port} (haListenPort): {exc.strerror}") from None
+
+
 def _cfg(obj: Any, name: str, default: Any = None) -> Any:
     value = getattr(obj, name, default)
     return default if value is None else value
@@ -73,14 +82,10 @@ class ClassicHA:
         token = _cfg(self.store_config, "ha_auth_token", None) or None  # None: classic open protocol
         if as_master:
             ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
-            self.service = HAService(commitlog, self.store_config, host=ha_host, port=self.listen_port,
-                                     broker_name=self.broker_name, auth_token=token)
-            try:
-                await self.service.start()
-            except OSError as exc:
-                self.service = None
-                raise HAStartError(f"cannot listen on HA port {ha_host}:{self.listen_port} (haListenPort): "
-                                   f"{exc.strerror}") from None
+            service = HAService(commitlog, self.store_config, host=ha_host, port=self.listen_port,
+                                broker_name=self.broker_name, auth_token=token)
+            await listen_or_refuse(service.start(), ha_host, self.listen_port)
+            self.service = service
             store_access.on_put(self.service.notify_put)
         else:
             if not self.master_address:

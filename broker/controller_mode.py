@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam
+from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam, listen_or_refuse
 from broker.ha.autoswitch.epoch_file import EpochFileCache
 from broker.ha.autoswitch.replicas_driver import ReplicasDriver
 from broker.ha.autoswitch.replicas_messages import (
@@ -192,15 +192,11 @@ class ControllerModeHA:
         except (OSError, ValueError) as exc:  # CheckpointFileError names the file and the fix
             raise HAStartError(f"Controller mode: the epoch file cannot be read: {exc}") from None
         ha_host = _cfg(self.store_config, "ha_bind_address", None) or self.bind_address
-        self.service = AutoSwitchHAService(store_access.commitlog, self.epochs, self.sync, self.settings,
-                                           host=ha_host, port=self.listen_port,
-                                           on_sync_state_set_changed=self.driver.sync_state_set_proposed)
-        try:
-            await self.service.start()
-        except OSError as exc:
-            self.service = None
-            raise HAStartError(f"cannot listen on HA port {ha_host}:{self.listen_port} (haListenPort): "
-                               f"{exc.strerror}") from None
+        service = AutoSwitchHAService(store_access.commitlog, self.epochs, self.sync, self.settings,
+                                      host=ha_host, port=self.listen_port,
+                                      on_sync_state_set_changed=self.driver.sync_state_set_proposed)
+        await listen_or_refuse(service.start(), ha_host, self.listen_port)
+        self.service = service
         store_access.on_put(lambda _offset: self.service.notify_put() if self.service is not None else None)
         reput = getattr(store_access.store, "reput", None)
         if reput is not None:  # Apache's getReputEndOffset: a replica dispatches up to its confirm offset
