@@ -21,7 +21,8 @@ from broker.remoting.server import RemotingConnection, RemotingServer
 from controller.bodies import SyncStateSet
 from controller.codes import ControllerRequestCode as Q
 from controller.codes import ControllerResponseCode as RC
-from tests.controller.proc_util import Group, connect, find_leader, request
+from tests.controller.proc_util import connect, find_leader, request
+from tools.controller_cluster import ControllerGroup as Group
 
 CLUSTER, NAME = "DefaultCluster", "broker-a"
 # (epoch, maxOffset) each broker reports: broker 3 has the most data but stays outside the SyncStateSet
@@ -130,8 +131,8 @@ def test_three_controllers_failover_and_replay(tmp_path: Path) -> None:
 
 
 async def _scenario(tmp_path: Path) -> None:
-    group = Group(tmp_path, 3, "controllerAllowInsecure=true\nscanNotActiveBrokerInterval=300\n"
-                               "scanInactiveMasterInterval=1000\n")
+    group = Group(tmp_path, 3, {"controllerAllowInsecure": "true", "scanNotActiveBrokerInterval": 300,
+                                "scanInactiveMasterInterval": 1000})
     brokers = {i: FakeBroker(i) for i in (1, 2, 3)}
     beats = Heartbeater(group, brokers)
     clients: list[RemotingClient] = []

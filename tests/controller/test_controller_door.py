@@ -12,7 +12,8 @@ from broker.remoting.client import RemotingClient
 from controller.bodies import encode_broker_names
 from controller.codes import ControllerRequestCode as Q
 from controller.codes import ControllerResponseCode as RC
-from tests.controller.proc_util import Group, connect, request
+from tests.controller.proc_util import connect, request
+from tools.controller_cluster import ControllerGroup as Group
 
 NO_PERMISSION = 16
 ACL = """globalWhiteRemoteAddresses: []
@@ -32,7 +33,8 @@ def test_door_with_acl(tmp_path: Path) -> None:
 
 async def _door(tmp_path: Path) -> None:
     (tmp_path / "acl.yml").write_text(ACL)
-    group = Group(tmp_path, 1, f"aclEnable=true\nplainAclFile={tmp_path / 'acl.yml'}\ncontrollerMaxBrokerSets=1\n")
+    group = Group(tmp_path, 1, {"aclEnable": "true", "plainAclFile": tmp_path / "acl.yml",
+                                "controllerMaxBrokerSets": 1})
     clients: list[RemotingClient] = []
     try:
         group.start_all()
