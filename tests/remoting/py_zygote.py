@@ -11,6 +11,10 @@ Rules:
 - The zygote only imports (``warm`` modules, then forgets them but keeps what they imported); it
   never runs the module itself, opens nothing and runs no thread (checked at its start), so each child starts from the same state a fresh
   interpreter reaches after those imports.
+- :meth:`Zygote.spawn` starts the same child without waiting: a :class:`Forked`, the
+  ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` subset (``pid``, ``stdout``,
+  ``stderr``, ``poll``, ``wait``, ``kill``, ``communicate``) a caller that kills it mid-run needs
+  (the crash loop, ``tests/broker/store/test_crash_loop.py``).
 - Calls from several threads are safe (one request at a time on the control socket; children
   run in parallel). A test module stops its zygote with :func:`close`; the zygote also ends
   when its parent dies (the control socket closes).
@@ -35,7 +39,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import IO, Iterator, Optional, Sequence
 
 import pytest
 
@@ -110,15 +114,29 @@ class Zygote:
         reply = self._ask(["wait", pid, timeout])
         return None if reply == "running" else int(reply)
 
-    def run(self, module: str, *args: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", module, *args]
+    def _fork(self, module: str, args: Sequence[str]) -> tuple[int, int, int]:
+        """A child running ``module``: its pid and the read ends of its stdout and stderr."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             pid = int(self._ask(["spawn", module, list(args)], (out_w, err_w)))
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
         finally:
             os.close(out_w)
             os.close(err_w)
+        return pid, out_r, err_r
+
+    def spawn(self, module: str, *args: str) -> "Forked":
+        """``python -m MODULE ARGS`` started, not waited for (stdout and stderr as text pipes)."""
+        pid, out_r, err_r = self._fork(module, args)
+        return Forked(self, pid, open(out_r, "r"), open(err_r, "r"))
+
+    def run(self, module: str, *args: str, timeout: Optional[float] = None) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", module, *args]
+        pid, out_r, err_r = self._fork(module, args)
         chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
         deadline = None if timeout is None else time.monotonic() + timeout
         sel = selectors.DefaultSelector()
@@ -157,6 +175,40 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class Forked:
+    """A child forked by a :class:`Zygote`, as the ``subprocess.Popen`` subset a killer uses."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdout: IO[str], stderr: IO[str]) -> None:
+        self.zygote, self.pid, self.stdout, self.stderr = zygote, pid, stdout, stderr
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        return self._wait(0.0)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        code = self._wait(3600.0 if timeout is None else timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout or 0.0)
+        return code
+
+    def _wait(self, timeout: float) -> Optional[int]:
+        if self.returncode is None:
+            self.returncode = self.zygote._wait(self.pid, timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def communicate(self, timeout: Optional[float] = None) -> tuple[str, str]:
+        """Both pipes to their end (the caller killed the child first), then its exit status."""
+        out, err = self.stdout.read(), self.stderr.read()
+        self.stdout.close()
+        self.stderr.close()
+        self.wait(timeout)
+        return out, err
 
 
 _lock = threading.Lock()
