@@ -43,6 +43,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.forward import SendForwarder
 from broker.remoting.registrar import BrokerRegistrar, parse_namesrv_addr
 from broker.remoting.server import RemotingServer
+from broker.tasks import wait_for
 
 log = logging.getLogger("broker.remoting")
 
@@ -137,6 +138,17 @@ class BrokerRemoting:
 
     def registrar_wakeup(self) -> None:
         self.role_changed()
+
+    async def register_now(self, timeout_s: float) -> bool:
+        """Register with every name server and wait for it (bounded): Apache's
+        ``registerBrokerAll`` called inline when a heartbeat created a retry topic, so the client's
+        next route lookup already finds it. False when there is no name server or it timed out."""
+        if self.registrar is None or self.controller.broker_id < 0:
+            return False
+        try:
+            return await wait_for(self.registrar.register_all(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
 
     async def _housekeeping_loop(self) -> None:
         while True:

@@ -5,7 +5,9 @@ Rules (apache/rocketmq 4.9.x):
   consumeType, messageModel, consumeFromWhere, subscriptionDataSet:[{topic, subString, ...}],
   unitMode}]}``: each consumer group gets its subscription group config (auto-created) and its
   ``%RETRY%<group>`` topic (``retryQueueNums`` queues, created on the master), and the client
-  is recorded under the group with the connection it came on. Answer SUCCESS.
+  is recorded under the group with the connection it came on. Answer SUCCESS; when the heartbeat
+  created a retry topic, only after registering it with the name servers (bounded: 3 s), as
+  Apache's ``registerBrokerAll`` inline, so a client's next route lookup finds it.
 - A client leaves its groups on UNREGISTER_CLIENT (``clientID, producerGroup, consumerGroup``),
   when its connection closes, or after ``channel_expired_ms`` (120 s) without a heartbeat.
 - GET_CONSUMER_LIST_BY_GROUP: body ``{"consumerIdList":[...]}`` (sorted); no live consumer is
@@ -44,6 +46,8 @@ from broker.remoting.processors.common import (HandlerRegistry, HeaderError, Pro
 from broker.remoting.server import RemotingConnection
 
 RETRY_PREFIX = "%RETRY%"
+#: how long a heartbeat that created a retry topic waits for its registration with the name servers
+REGISTER_ON_NEW_RETRY_TOPIC_S = 3.0
 MAX_SUBSCRIPTIONS = 1024  # per consumer heartbeat: bounded memory
 
 
@@ -70,6 +74,7 @@ class ClientManageProcessor(Processor):
             return cmd.response(R.SYSTEM_ERROR, f"HeartbeatData body is not valid JSON: {exc}")
         now = int(time.time() * 1000)
         groups_mgr = self.c.metadata.managers["subscriptionGroup"]
+        created = False
         for cd in _dicts(hb.get("consumerDataSet")):
             group = str(cd.get("groupName") or "")
             if not group:
@@ -78,6 +83,7 @@ class ClientManageProcessor(Processor):
             if sgc is not None and self.c.is_master() and self.c.metadata.topic(RETRY_PREFIX + group) is None:
                 n = max(1, sgc.retry_queue_nums)
                 self.c.metadata.create_topic(RETRY_PREFIX + group, n, n, 6)
+                created = True
             sub_set = [sd for sd in _dicts(cd.get("subscriptionDataSet"))[:MAX_SUBSCRIPTIONS] if sd.get("topic")]
             subs = {str(sd.get("topic")): str(sd.get("subString") or "*") for sd in sub_set}
             self.ctx.consumers.register(group, ClientInfo(
@@ -93,6 +99,8 @@ class ClientManageProcessor(Processor):
                     client_id, conn, now, client_addr=conn.remote_addr, language=str(cmd.language),
                     version=int(cmd.version or 0))
         conn.attrs["clientID"] = client_id
+        if created:  # as Apache: the new retry topic is registered before the heartbeat is answered
+            await self.ctx.register_now(REGISTER_ON_NEW_RETRY_TOPIC_S)
         return cmd.response(R.SUCCESS)
 
     async def unregister_client(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

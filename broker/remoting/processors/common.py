@@ -112,6 +112,8 @@ class RemotingContext(Protocol):
 
     def registrar_wakeup(self) -> None: ...
 
+    async def register_now(self, timeout_s: float) -> bool: ...
+
 
 class HandlerRegistry(Protocol):
     """Where a processor registers its request handlers and the listeners called when a connection
