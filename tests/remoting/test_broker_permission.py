@@ -66,7 +66,8 @@ def test_broker_permission_drains_routes_pulls_and_ordered_sends(tmp_path: Path)
         pull = {"consumerGroup": "PermGroup", "topic": "PermTopic", "queueId": 0, "queueOffset": 0,
                 "maxMsgNums": 4, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
                 "subVersion": 0}
-        assert request(port, RC.PULL_MESSAGE, pull).code == R.SUCCESS
+        # an acknowledged send is dispatched to its ConsumeQueue a moment later (as Apache's reput): poll, bounded
+        assert wait_until(lambda: request(port, RC.PULL_MESSAGE, pull).code == R.SUCCESS or None, 5, "the pull")
 
         set_permission(port, 2)  # write only: pulls refused
         r = request(port, RC.PULL_MESSAGE, pull)

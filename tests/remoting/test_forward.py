@@ -80,8 +80,12 @@ def test_a_follower_forwards_sends_to_the_leader_once(tmp_path: Path) -> None:
         offsets = [int(a.ext_fields["queueOffset"]) for a in answers]
         assert offsets == list(range(offsets[0], offsets[0] + 5)) and all(a.ext_fields["queueId"] == "1"
                                                                           for a in answers)
-        with procs[leader].client() as c:
-            got = c.pull(TOPIC, 1, offsets[0], 32)
+        def pulled() -> dict | None:  # acknowledged, then dispatched a moment later (as Apache's reput): bounded poll
+            with procs[leader].client() as c:
+                got = c.pull(TOPIC, 1, offsets[0], 32)
+            return got if len(got["messages"]) >= 5 else None
+
+        got = wait_until(pulled, 5, "the five forwarded messages dispatched on the leader")
         bodies = [m["body"] for m in got["messages"]]
         assert len(bodies) == 5 and all(b is not None for b in bodies), got
         # one hop only: a request that was already forwarded is refused by the follower itself
