@@ -34,6 +34,7 @@ import io
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -187,11 +188,29 @@ class SignalGate:
         self.watchdog = watchdog
         self.deadline_s = deadline_s
         self.received: Optional[int] = None
+        self._wakeup: tuple[socket.socket, socket.socket]
 
     def install(self) -> "SignalGate":
         for sig in self.SIGNALS:
             signal.signal(sig, self._handle)
+        # A signal the kernel hands to another thread (dispatch, flush, the watchdog) only sets a
+        # flag: the handler runs when the main thread next runs bytecode, and a loop asleep in
+        # epoll_wait may not for a long time (S13C: a second SIGTERM unanswered for 10 s). The C
+        # handler also writes to a wakeup fd from any thread: the loop reads it, wakes, runs ours.
+        r, w = socket.socketpair()
+        r.setblocking(False)
+        w.setblocking(False)
+        self._wakeup = (r, w)
+        signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        self.loop.add_reader(r.fileno(), self._drain)
         return self
+
+    def _drain(self) -> None:
+        try:
+            while self._wakeup[0].recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError, OSError):
+            pass
 
     def _handle(self, signum: int, frame: Any) -> None:  # main thread, between two bytecodes
         if self.received is not None:
