@@ -159,7 +159,7 @@ class BrokerConfig:
     controller_heart_beat_timeout_mills: int = _key("controllerHeartBeatTimeoutMills", 10_000)
     broker_heartbeat_interval: int = _key("brokerHeartbeatInterval", 1000)
     broker_election_priority: int = _key("brokerElectionPriority", 2 ** 31 - 1)
-    enable_slave_acting_master: bool = _key("enableSlaveActingMaster", False)  # read, not acted on yet
+    enable_slave_acting_master: bool = _key("enableSlaveActingMaster", False)  # true is refused (conf_file)
     # the account this broker signs its controller calls with (the controllers' plain_acl.yml);
     # unset: innerAccessKey/innerSecretKey
     controller_access_key: Optional[str] = _key("controllerAccessKey", ours=True)

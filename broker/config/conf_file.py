@@ -164,6 +164,13 @@ def validate_conf(conf: ParsedConf) -> None:
     s.delay_level_table  # noqa: B018 - raises ConfigError on a malformed level list
     if b.slave_sync_interval_ms <= 0:
         raise ConfigError(f"{conf.where('slaveSyncIntervalMs')}: must be positive")
+    if b.enable_slave_acting_master:
+        # Apache 5's RIP-32 (a slave serves pops, queue locks and the delay/transaction escape while
+        # its master is down) is not built: refused rather than read and ignored, so a broker never
+        # looks as if it does what its conf asks
+        raise ConfigError(f"{conf.where('enableSlaveActingMaster')}: not supported by this broker (RIP-32 is not "
+                          "implemented); set enableSlaveActingMaster=false: in Controller mode the controller "
+                          "elects a new master instead (typically well under a second)")
     if b.enable_controller_mode:
         _validate_controller_mode(conf)
     if not s.enable_dleger_commit_log:

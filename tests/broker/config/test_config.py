@@ -231,3 +231,11 @@ def test_escape_property():
     assert escape_property(" k=y", True) == "\\ k\\=y"
     assert escape_property(" v=1", False) == "\\ v=1"
     assert escape_property("\U0001F600", False) == "\\uD83D\\uDE00"
+
+
+def test_enable_slave_acting_master_is_refused_not_ignored():
+    """RIP-32 is not built: a conf asking for it fails to load, naming the key and the fix."""
+    assert parse_conf("brokerName=b\nenableSlaveActingMaster=false\n").broker.enable_slave_acting_master is False
+    with pytest.raises(ConfigError) as err:
+        parse_conf("brokerName=b\nenableSlaveActingMaster=true\n", "b.conf")
+    assert "b.conf" in str(err.value) and "enableSlaveActingMaster=false" in str(err.value)
