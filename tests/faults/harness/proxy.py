@@ -24,10 +24,22 @@ Rules
 * Randomness comes from a ``random.Random`` seeded per link from the hub seed, so a seed
   reproduces the drop pattern given the same traffic.
 * Counters per link (forwarded/dropped units and bytes, resets) go into run reports.
+* Faults per dialler (for a link many nodes dial, e.g. a controller's door every broker uses, or
+  an HA port the master advertises): with :meth:`ProxyHub.identify_diallers` (node name -> pid),
+  each accepted connection is attributed to the node whose process owns the dialling socket
+  (Linux: the socket's inode from ``/proc/net/tcp``, then ``/proc/<pid>/fd``), and
+  ``set_fault(..., source=node)`` applies to that node's connections only (a dialler that is no
+  node, e.g. the test itself, is never attributed). A per-source fault overrides the link's own
+  for those connections; healing it resets (or keeps dead) only them. On 127.0.0.0/8 the kernel
+  picks 127.0.0.1 as every dialler's source address, so the address alone cannot tell nodes apart.
+* A link may listen on a given address (``listen_host``/``listen_port``): a node that advertises
+  ``<other loopback host>:<its own port>`` (e.g. ``brokerIP2`` for its ``haListenPort``) is
+  reached through the proxy at that address while it listens on 127.0.0.1.
 
 Theory of operation
 -------------------
-Each accepted connection gets an upstream connection and two pump tasks. A pump reads, splits
+Each accepted connection is attributed to its dialler (when diallers are known) and gets an
+upstream connection and two pump tasks. A pump reads, splits
 into units (frames or chunks), applies the direction's current fault per unit and puts the
 surviving units on a delivery queue served by a writer task that sleeps until each unit's due
 time. Faults are read per unit, so a change takes effect at once on live connections.
@@ -35,13 +47,15 @@ time. Faults are read per unit, so a change takes effect at once on live connect
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import socket
 import struct
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 DIRECTIONS = ("fwd", "rev")
 _HDR = struct.Struct(">I")
@@ -90,6 +104,7 @@ class _Conn:
     dirty: bool = False
     dead: bool = False  # keep_dead: lost bytes in a partition, silent forever after the heal
     closed: bool = False
+    source: Optional[str] = None  # the dialling node (ProxyHub.identify_diallers), if known
 
     def reset(self) -> None:
         if self.closed:
@@ -106,10 +121,12 @@ class _Conn:
 
 
 class Link:
-    def __init__(self, hub: "ProxyHub", name: str, target: tuple[str, int], framed: bool, seed: int) -> None:
-        self.hub, self.name, self.target, self.framed = hub, name, target, framed
+    def __init__(self, hub: "ProxyHub", name: str, target: tuple[str, int], framed: bool, seed: int,
+                 listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self.hub, self.name, self.target, self.framed, self.listen = hub, name, target, framed, listen
         self.rng = random.Random(seed)
         self.faults: dict[str, Fault] = {"fwd": OK, "rev": OK}
+        self.source_faults: dict[str, dict[str, Fault]] = {}  # dialling node -> direction -> fault
         self.conns: set[_Conn] = set()
         self.port = 0
         self.stats = {"units": 0, "bytes": 0, "dropped_units": 0, "dropped_bytes": 0, "resets": 0, "accepted": 0,
@@ -117,7 +134,7 @@ class Link:
         self._server: Optional[asyncio.base_events.Server] = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, reuse_address=True)
+        self._server = await asyncio.start_server(self._accept, self.listen[0], self.listen[1], reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -129,6 +146,7 @@ class Link:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["accepted"] += 1
         conn = _Conn(self, [writer])
+        conn.source = self.hub.dialler_of(writer.get_extra_info("peername"), writer.get_extra_info("sockname"))
         self.conns.add(conn)
         try:
             up_r, up_w = await asyncio.open_connection(*self.target)
@@ -155,7 +173,7 @@ class Link:
                     break
                 units = splitter.feed(data) if splitter is not None else [data]
                 for unit in units:
-                    f = self.faults[direction]
+                    f = self.fault_of(conn, direction)
                     if conn.dead:
                         self.stats["dropped_units"] += 1
                         self.stats["dropped_bytes"] += len(unit)
@@ -207,12 +225,30 @@ class Link:
                 conn.reset()
                 return
 
-    def set(self, direction: str, fault: Fault) -> None:
-        """Called on the hub loop. Healing a blackhole resets the connections that lost bytes."""
-        old = self.faults[direction]
-        self.faults[direction] = fault
+    def fault_of(self, conn: _Conn, direction: str) -> Fault:
+        """The fault on ``conn``'s ``direction``: its dialler's, else the link's."""
+        if conn.source is not None:
+            own = self.source_faults.get(conn.source)
+            if own is not None and direction in own:
+                return own[direction]
+        return self.faults[direction]
+
+    def set(self, direction: str, fault: Fault, source: Optional[str] = None) -> None:
+        """Called on the hub loop. Healing a blackhole resets the connections that lost bytes
+        (with ``source``: that dialler's fault, and only its connections)."""
+        if source is None:
+            old = self.faults[direction]
+            self.faults[direction] = fault
+        else:
+            own = self.source_faults.setdefault(source, {})
+            old = own.get(direction, OK)
+            own[direction] = fault
+            if fault.healthy:
+                del own[direction]
+                if not own:
+                    del self.source_faults[source]
         if old.blackhole and not fault.blackhole:
-            for c in [c for c in self.conns if c.dirty]:
+            for c in [c for c in self.conns if c.dirty and (source is None or c.source == source)]:
                 if old.keep_dead:
                     c.dead = True
                     self.stats["kept_dead"] += 1
@@ -221,12 +257,54 @@ class Link:
                 c.reset()
 
 
+def _proc_addr(addr: tuple[str, int]) -> str:
+    """``/proc/net/tcp``'s spelling of an IPv4 address: little-endian hex, ``:``, port in hex."""
+    return f"{socket.inet_aton(addr[0])[::-1].hex().upper()}:{addr[1]:04X}"
+
+
+def tcp_socket_inode(local: tuple[str, int], remote: tuple[str, int]) -> Optional[int]:
+    """The inode of the IPv4 TCP socket bound to ``local`` and connected to ``remote`` (Linux), or None."""
+    want = (_proc_addr(local), _proc_addr(remote))
+    try:
+        with open("/proc/net/tcp") as fh:
+            next(fh, None)
+            for line in fh:
+                f = line.split()
+                if len(f) > 9 and (f[1], f[2]) == want:
+                    return int(f[9]) or None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def node_owning_socket(inode: Optional[int], nodes: Mapping[str, Optional[int]]) -> Optional[str]:
+    """The node (name -> pid) one of whose file descriptors is socket ``inode``, or None."""
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for name, pid in nodes.items():
+        if pid is None:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return name
+            except OSError:
+                continue
+    return None
+
+
 class ProxyHub:
     """All links of one test run, served by one background event-loop thread."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.links: dict[str, Link] = {}
+        self._diallers: Optional[Callable[[], Mapping[str, Optional[int]]]] = None
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="fault-proxy", daemon=True)
         self._thread.start()
@@ -234,9 +312,12 @@ class ProxyHub:
     def _call(self, coro: Any, timeout: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def add_link(self, name: str, target: tuple[str, int], framed: bool = False) -> int:
-        """A new link to ``target``; returns the local port to dial instead of the target."""
-        link = Link(self, name, target, framed, zlib.crc32(f"{self.seed}:{name}".encode()))
+    def add_link(self, name: str, target: tuple[str, int], framed: bool = False, *, listen_host: str = "127.0.0.1",
+                 listen_port: int = 0) -> int:
+        """A new link to ``target``; returns the local port to dial instead of the target (on
+        ``listen_host``; ``listen_port`` 0 is a free one)."""
+        link = Link(self, name, target, framed, zlib.crc32(f"{self.seed}:{name}".encode()),
+                    (listen_host, listen_port))
 
         async def start() -> int:
             await link.start()
@@ -246,12 +327,14 @@ class ProxyHub:
         self.links[name] = link
         return port
 
-    def set_fault(self, name: str, direction: str, fault: Fault) -> None:
+    def set_fault(self, name: str, direction: str, fault: Fault, source: Optional[str] = None) -> None:
+        """``fault`` on one direction of link ``name``: for every dialler, or (``source``) for the
+        connections of that node only (see :meth:`identify_diallers`)."""
         assert direction in DIRECTIONS, direction
         link = self.links[name]
 
         async def apply() -> None:
-            link.set(direction, fault)
+            link.set(direction, fault, source)
 
         self._call(apply())
 
@@ -260,10 +343,31 @@ class ProxyHub:
             for d in DIRECTIONS:
                 if not link.faults[d].healthy:
                     self.set_fault(name, d, OK)
+            for src, faults in list(link.source_faults.items()):
+                for d in list(faults):
+                    self.set_fault(name, d, OK, src)
 
     def faulty(self) -> dict[str, dict[str, Fault]]:
-        return {n: {d: f for d, f in l.faults.items() if not f.healthy} for n, l in self.links.items()
-                if any(not f.healthy for f in l.faults.values())}
+        """Links with a fault: ``{link: {direction: fault}}``, a dialler's as ``"<direction>@<node>"``."""
+        out: dict[str, dict[str, Fault]] = {}
+        for n, link in self.links.items():
+            found = {d: f for d, f in link.faults.items() if not f.healthy}
+            found.update({f"{d}@{src}": f for src, fs in link.source_faults.items() for d, f in fs.items()})
+            if found:
+                out[n] = found
+        return out
+
+    def identify_diallers(self, nodes: Callable[[], Mapping[str, Optional[int]]]) -> None:
+        """From now on each accepted connection is attributed to the node (of ``nodes()``: name ->
+        pid, read at each accept, so a restarted node is found by its new pid) whose process owns
+        the dialling socket."""
+        self._diallers = nodes
+
+    def dialler_of(self, peer: Any, local: Any) -> Optional[str]:
+        """The node whose process dialled the connection ``peer`` -> ``local`` (hub loop), or None."""
+        if self._diallers is None or not peer or not local:
+            return None
+        return node_owning_socket(tcp_socket_inode(peer, local), self._diallers())
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {n: dict(l.stats) for n, l in self.links.items()}
