@@ -58,6 +58,22 @@ async def listen_or_refuse(start: Awaitable[None], host: str, port: int) -> None
         raise HAStartError(f"cannot listen on HA port {host}:{port} (haListenPort): {exc.strerror}") from None
 
 
+class HASide(Protocol):
+    """One end of a replication link (an HA client or an HA service) as shutdown sees it."""
+
+    async def shutdown(self) -> None: ...
+
+
+async def shut_down_sides(client: Optional[HASide], service: Optional[HASide]) -> None:
+    """The last step of both replication modes' ``stop()``: the client first (it stops appending),
+    then the service (it stops serving slaves); a side that never ran (None) is passed over. The
+    caller has already forgotten both, so a second ``stop()`` finds nothing to shut down."""
+    if client is not None:
+        await client.shutdown()
+    if service is not None:
+        await service.shutdown()
+
+
 def _cfg(obj: Any, name: str, default: Any = None) -> Any:
     value = getattr(obj, name, default)
     return default if value is None else value
@@ -111,12 +127,8 @@ class ClassicHA:
                 log.info("shutdown: %d put(s) waiting for a slave ack answered FLUSH_SLAVE_TIMEOUT", released)
 
     async def stop(self) -> None:
-        if self.client is not None:
-            client, self.client = self.client, None
-            await client.shutdown()
-        if self.service is not None:
-            service, self.service = self.service, None
-            await service.shutdown()
+        client, service, self.client, self.service = self.client, self.service, None, None
+        await shut_down_sides(client, service)
 
     def health_problem(self) -> Optional[str]:
         return None  # classic HA never stops a broker from serving

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam, listen_or_refuse
+from broker.classic_ha import ClassicHA, HAStartError, ReplicationSeam, listen_or_refuse, shut_down_sides
 from broker.ha.autoswitch.epoch_file import EpochFileCache
 from broker.ha.autoswitch.replicas_driver import ReplicasDriver
 from broker.ha.autoswitch.replicas_messages import (
@@ -225,12 +225,8 @@ class ControllerModeHA:
         self.release_waiting_puts()
         for task in list(self._ack_tasks):
             task.cancel()
-        if self.client is not None:
-            client, self.client = self.client, None
-            await client.shutdown()
-        if self.service is not None:
-            service, self.service = self.service, None
-            await service.shutdown()
+        client, service, self.client, self.service = self.client, self.service, None, None
+        await shut_down_sides(client, service)
 
     def status(self, last_sync: Any) -> dict[str, Any]:
         d = self.driver.status()

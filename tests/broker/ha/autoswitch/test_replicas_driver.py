@@ -17,21 +17,8 @@ from broker.ha.autoswitch.replicas_messages import (
 )
 from controller.cli import ControllerProcess
 from controller.config import parse_config
+from tests.broker.ha.autoswitch.fakes import EmptyHA
 from tests.controller.proc_util import free_ports
-
-
-class HA:
-    def last_epoch(self) -> int:
-        return 0
-
-    def max_phy_offset(self) -> int:
-        return 0
-
-    def confirm_offset(self) -> int:
-        return 0
-
-    def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
-        return frozenset()
 
 
 class Host:
@@ -84,7 +71,7 @@ async def _two_drivers(tmp_path: Path) -> None:
         f"controllerAllowInsecure=true\nlistenPort={door_port}\ncontrollerRemotingPeers=n0-{door}\n"
         "bindAddress=127.0.0.1\nscanNotActiveBrokerInterval=200\n"), None)
     hosts = [Host(), Host()]
-    drivers = [ReplicasDriver(fast(f"127.0.0.1:{p}", (door,)), HA(), h, tmp_path / f"b{i}")
+    drivers = [ReplicasDriver(fast(f"127.0.0.1:{p}", (door,)), EmptyHA(), h, tmp_path / f"b{i}")
                for i, (p, h) in enumerate(zip(free_ports(2), hosts))]
     await proc.start()
     try:
@@ -131,7 +118,7 @@ def test_no_controller_answers_the_driver_keeps_trying_and_stops_promptly(tmp_pa
 async def _no_controller(tmp_path: Path) -> None:
     dead = f"127.0.0.1:{free_ports(1)[0]}"
     host = Host()
-    d = ReplicasDriver(fast("127.0.0.1:1", (dead,)), HA(), host, tmp_path)
+    d = ReplicasDriver(fast("127.0.0.1:1", (dead,)), EmptyHA(), host, tmp_path)
     await d.start()
     try:
         await until("a problem is reported", lambda: bool(d.problems))
@@ -146,7 +133,7 @@ async def _no_controller(tmp_path: Path) -> None:
 
 def test_a_full_queue_drops_inputs_and_counts_them(tmp_path: Path) -> None:
     async def go() -> None:
-        d = ReplicasDriver(fast("127.0.0.1:1", ("127.0.0.1:2",)), HA(), Host(), tmp_path)
+        d = ReplicasDriver(fast("127.0.0.1:1", ("127.0.0.1:2",)), EmptyHA(), Host(), tmp_path)
         for _ in range(QUEUE_SIZE + 3):  # not started: nothing drains the queue
             d.sync_state_set_proposed(frozenset({1}))
         assert d.dropped == 3
@@ -166,7 +153,7 @@ def test_an_alteration_answer_is_applied_before_the_next_sync_state_set_check() 
 
     ha_set = HASyncStateSet(1, ha_max_time_slave_not_catchup_ms=15000)
 
-    class View(HA):
+    class View(EmptyHA):
         def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
             return ha_set.maybe_shrink(now_ms)[0]
 
@@ -210,9 +197,9 @@ async def _signed(tmp_path: Path) -> None:
         f"aclEnable=true\nplainAclFile={acl}\n"
         f"listenPort={door_port}\ncontrollerRemotingPeers=n0-{door}\nbindAddress=127.0.0.1\n"),
         PlainAccessValidator(acl))
-    signed = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), HA(), Host(), tmp_path / "s",
+    signed = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), EmptyHA(), Host(), tmp_path / "s",
                             rpc_hook=signer("controller-broker", "sample-controller-broker-change-me"))
-    unsigned = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), HA(), Host(), tmp_path / "u")
+    unsigned = ReplicasDriver(fast(f"127.0.0.1:{free_ports(1)[0]}", (door,)), EmptyHA(), Host(), tmp_path / "u")
     await proc.start()
     try:
         await until("the controller leads", lambda: proc.controller.is_leader_ready)
@@ -250,7 +237,7 @@ async def _slow_change(tmp_path: Path) -> None:
         "bindAddress=127.0.0.1\nscanNotActiveBrokerInterval=100\n"), None)
     host = SlowHost()
     cfg = dataclasses.replace(fast(f"127.0.0.1:{bport}", (door,)), controller_heartbeat_timeout_ms=600)
-    driver = ReplicasDriver(cfg, HA(), host, tmp_path / "b0")
+    driver = ReplicasDriver(cfg, EmptyHA(), host, tmp_path / "b0")
     await proc.start()
     try:
         await until("the controller leads", lambda: proc.controller.is_leader_ready)

@@ -24,21 +24,8 @@ from controller.cli import ControllerProcess
 from controller.codes import ControllerRequestCode as Q
 from controller.config import parse_config
 from controller.headers import to_ext_fields
+from tests.broker.ha.autoswitch.fakes import EmptyHA
 from tests.controller.proc_util import free_ports
-
-
-class HA:
-    def last_epoch(self) -> int:
-        return 0
-
-    def max_phy_offset(self) -> int:
-        return 0
-
-    def confirm_offset(self) -> int:
-        return 0
-
-    def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
-        return frozenset()
 
 
 def now_ms() -> int:
@@ -49,7 +36,7 @@ class Driver:
     def __init__(self, address: str, door: str, store: Path) -> None:
         self.rm = ReplicasManager(ReplicasConfig(
             "c", "b", address, (door,), broker_heartbeat_interval_ms=100, sync_broker_metadata_period_ms=200,
-            first_task_delay_ms=100, register_backoff_ms=100, retry_interval_ms=300, metadata_retry_ms=100), HA())
+            first_task_delay_ms=100, register_backoff_ms=100, retry_interval_ms=300, metadata_retry_ms=100), EmptyHA())
         self.meta = broker_metadata_file(store)
         self.temp = temp_broker_metadata_file(store)
         self.clients: dict[str, RemotingClient] = {}
