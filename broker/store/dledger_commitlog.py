@@ -56,7 +56,10 @@ On its own thread DLedger batches whatever arrived while it was busy into one pr
 one replication frame per follower, and its socket and fsync waits overlap the broker's work;
 on one loop every iteration drives Raft with a smaller batch.
 
-Split: the loop-side put path and status mapping in ``dledger_put.py``, recovery in
+Split: composed objects, given what they use: the put path and status mapping
+(``dledger_put.DLedgerPutPath``, ``put_path``) and the reads over both address spaces
+(``dledger_reads.DLedgerReads``, ``reads``), whose methods this class delegates to in one line
+each (they are the commitlog interface dispatch, recovery and the store call); recovery in
 ``dledger_recovery.py``, the record parser and the barrier in ``dledger_dispatch.py``.
 """
 from __future__ import annotations
@@ -70,14 +73,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
-from broker.store.commitlog import ASYNC_FLUSH, CommitLog
+from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import barrier_message_body
-from broker.store.dledger_put import append_on_loop, put_status_for  # noqa: F401 (put_status_for: API)
-from broker.store.errors import MessageFormatError
+from broker.store.dledger_put import DLedgerPutPath, put_status_for  # noqa: F401 (put_status_for: API)
 from broker.store.dledger_reads import DLedgerReads
-from broker.store.message import (
-    DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt, PropertiesSizeExceeded, encode_batch,
-)
+from broker.store.message import DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig
@@ -117,7 +117,7 @@ BROKER_DLEDGER_KEYS = {"group": "dLegerGroup", "self_id": "dLegerSelfId", "broke
                        "index_file_size": "mappedFileSizeForEntryIndex (DLedger's default; same build on every member)"}
 
 
-class DLedgerCommitLog(DLedgerReads):
+class DLedgerCommitLog:
     """See the module docstring. Construct with :meth:`for_store` from a DefaultMessageStore (a StoreHost)."""
 
     is_dledger = True  # DefaultMessageStore hands puts and recovery to this class
@@ -170,6 +170,11 @@ class DLedgerCommitLog(DLedgerReads):
         self._ready_listeners: list[Callable[[int], None]] = []
         self._started = False
         self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0, "outcome_unknown": 0}
+        self.reads = DLedgerReads(old=self.old, delay_levels=self.delay_levels, log=self)
+        self.put_path = DLedgerPutPath(server=lambda: self.server, loop=self._put_loop,
+                                       topic_queue_table=lambda: self.topic_queue_table,
+                                       leader_ready=self._leader_ready, counters=self.counters,
+                                       max_message_size=max_message_size)
 
     @classmethod
     def for_store(cls, store: StoreHost) -> "DLedgerCommitLog":
@@ -503,27 +508,40 @@ class DLedgerCommitLog(DLedgerReads):
     def submit_put(self, msgs: Sequence[MessageExt], keep_store_timestamp: bool = False
                    ) -> "concurrent.futures.Future[PutMessageResult]":
         """Encode here, append on the DLedger loop; the future resolves on commit or failure."""
-        out: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
-        if not msgs:
-            out.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch"))
-            return out
-        try:
-            batch = encode_batch(msgs, self.max_message_size)
-        except PropertiesSizeExceeded as exc:
-            out.set_result(PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc)))
-            return out
-        except MessageFormatError as exc:
-            out.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc)))
-            return out
-        loop = self._loop
-        if loop is None or not self._started or self.server is None:
-            out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog not started"))
-            return out
-        try:
-            loop.call_soon_threadsafe(append_on_loop, self, msgs, batch, keep_store_timestamp, out)
-        except RuntimeError:  # loop closed
-            out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog stopped"))
-        return out
+        return self.put_path.submit(msgs, keep_store_timestamp)
+
+    def _put_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The DLedger loop while puts can be scheduled on it (started, server made)."""
+        return self._loop if self._started and self.server is not None else None
+
+    # --- reading: delegates to ``reads`` (dledger_reads.py) ---------------------------------
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest:
+        return self.reads.parse_record(buf, pos, check_crc)
+
+    def scan_start_of(self, record_offset: int) -> int:
+        return self.reads.scan_start_of(record_offset)
+
+    def entry_size_at(self, buf: memoryview, pos: int, offset: int) -> int:
+        return self.reads.entry_size_at(buf, pos, offset)
+
+    def explain_record(self, buf: memoryview, pos: int) -> str:
+        return self.reads.explain_record(buf, pos)
+
+    def get_data(self, offset: int, return_first_on_not_found: bool | None = None) -> SelectMappedBufferResult | None:
+        return self.reads.get_data(offset, return_first_on_not_found)
+
+    def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
+                    ) -> memoryview | None:
+        return self.reads.get_message(offset, size, checked_pages)
+
+    def get_record(self, offset: int) -> memoryview | None:
+        return self.reads.get_record(offset)
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
+        return self.reads.look_message_by_offset(offset, size)
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        return self.reads.pickup_store_timestamp(offset, size)
 
     # --- paths of the classic commitlog that DLedger mode refuses ------------------------------
     def append_data(self, start_offset: int, data: Buffer) -> bool:

@@ -6,17 +6,22 @@ A message offset must be the body of an entry whose pos field names it, and a re
 only whole and as long as asked, after its CRC check (``broker.store.verify``); a record that
 fails is :class:`~broker.store.verify.CorruptRecordError`, never data.
 
-Theory of operation: a mixin of :class:`~broker.store.dledger_commitlog.DLedgerCommitLog` (split
-out to keep that module about the put path, roles and life cycle); it uses only its ``old``,
-``dledger_store``, ``divided_commitlog_offset``, ``delay_levels`` and read-guard attributes.
-The message check itself is :func:`dledger_message_view`, over one data file and a committed
-end, so a frozen DLedger region of a migrated store (``frozen_regions``) reads by the same code.
+Theory of operation: :class:`DLedgerReads` is an object its
+:class:`~broker.store.dledger_commitlog.DLedgerCommitLog` composes (split out to keep that module
+about the put path, roles and life cycle), which keeps one-line delegates of these methods: they
+are the commitlog interface both commitlogs answer (dispatch, recovery, the store's reads). It is
+given exactly what it reads: the old commitlog and the delay levels (fixed), and the commitlog
+itself as a :class:`DividedLog`, read at each call: recovery sets its divided offset and opens
+its DLedger file store after construction, and the store sets its read guard's node name and
+flag (an attribute read, not an accessor call: these are read per message on the pull path). The message check itself is :func:`dledger_message_view`, over one data file and
+a committed end, so a frozen DLedger region of a migrated store (``frozen_regions``) reads by the
+same code.
 """
 from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from broker.store.commitlog import CommitLog, SelectMappedBufferResult
 from broker.store.dledger_dispatch import (
@@ -26,6 +31,7 @@ from broker.store.message import MessageExt, decode_message, store_timestamp_pos
 from broker.store.verify import CorruptionLog, CorruptRecordError, dledger_record_problem
 
 if TYPE_CHECKING:  # pragma: no cover
+    from broker.store.dispatch import DispatchRequest
     from broker.store.store_types import Buffer
     from dledger.store.file_store import DLedgerMmapFileStore
 
@@ -34,8 +40,8 @@ _Q = struct.Struct(">q")
 
 
 class ReadGuard(Protocol):
-    """The read guard's state (``broker.store.verify``): DLedgerReads, and a frozen DLedger region
-    of a migrated store (``frozen_regions``)."""
+    """The read guard's state (``broker.store.verify``): a DLedgerCommitLog, and a frozen DLedger
+    region of a migrated store (``frozen_regions``)."""
 
     verify_reads: bool
     node_label: str
@@ -90,23 +96,29 @@ def dledger_message_view(f: EntryFile | None, offset: int, size: int | None, com
     return memoryview(mm)[rel:rel + size]
 
 
+class DividedLog(ReadGuard, Protocol):
+    """What :class:`DLedgerReads` reads of its DLedgerCommitLog at each call (module theory)."""
+
+    @property
+    def divided_commitlog_offset(self) -> int: ...
+
+    @property
+    def dledger_store(self) -> DLedgerMmapFileStore | None: ...
+
+
 class DLedgerReads:
     """Read methods of DLedgerCommitLog (see the module rules)."""
 
-    old: CommitLog
-    dledger_store: DLedgerMmapFileStore | None
-    divided_commitlog_offset: int
-    delay_levels: tuple[int, ...]
-    verify_reads: bool
-    node_label: str
-    corrupt_fix: str
-    corruption: CorruptionLog
+    def __init__(self, *, old: CommitLog, delay_levels: Sequence[int], log: DividedLog) -> None:
+        self.old = old
+        self.delay_levels = tuple(delay_levels)
+        self._log = log
 
     def _in_old(self, offset: int) -> bool:
-        return offset < self.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)
+        return offset < self._log.divided_commitlog_offset and bool(self.old.mapped_file_queue.mapped_files)
 
     # --- reading ----------------------------------------------------------------------------
-    def parse_record(self, buf: memoryview, pos: int, check_crc: bool):
+    def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest:
         return check_dledger_message_and_return_size(buf, pos, check_crc, self.delay_levels)
 
     def scan_start_of(self, record_offset: int) -> int:
@@ -131,7 +143,7 @@ class DLedgerReads:
             return_first_on_not_found = offset == 0
         if self._in_old(offset):
             return self.old.get_data(offset, return_first_on_not_found)
-        dl = self.dledger_store
+        dl = self._log.dledger_store
         if dl is None:
             return None
         committed = dl.committed_pos
@@ -165,11 +177,11 @@ class DLedgerReads:
         return self._message_view(offset, None)
 
     def _message_view(self, offset: int, size: int | None) -> memoryview | None:
-        dl = self.dledger_store
+        dl = self._log.dledger_store
         if dl is None:
             return None
         committed = dl.committed_pos
-        return dledger_message_view(dl.data_file_list.find_file(offset), offset, size, committed, self)
+        return dledger_message_view(dl.data_file_list.find_file(offset), offset, size, committed, self._log)
 
     def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None:
         if self._in_old(offset):

@@ -21,7 +21,8 @@ Rules:
   does: level clamped to the max level, topic ``SCHEDULE_TOPIC_XXXX``, queue level-1,
   ``REAL_TOPIC``/``REAL_QID`` added, properties in Java HashMap order.
 - Pulls go through the ConsumeQueue and answer with RocketMQ's GetMessageStatus (the read
-  methods live in ``store_reads.py``, a mixin of this class).
+  methods live in ``store_reads.py``: :class:`StoreReads`, composed as ``reads``; the store
+  keeps one-line delegates of those its callers use).
 - A full disk never kills the process nor loses an acknowledged message: a put that cannot get
   its blocks fails (``CREATE_MAPPED_FILE_FAILED``), nothing of it stored. When dispatch cannot
   write a ConsumeQueue or IndexFile (``DiskFullError``) the store logs one line naming the file
@@ -76,14 +77,16 @@ from broker.store.store_types import JsonObject
 
 if TYPE_CHECKING:
     from broker.config.broker_config import BrokerConfig
+    from broker.store.consume_queue import ConsumeQueue
     from broker.store.dledger_commitlog import DLedgerCommitLog
+    from broker.store.transfer_limits import TransferLimits
 
 log = logging.getLogger(__name__)
 
 STORE_TAKES_LOCK = True
 
 
-class DefaultMessageStore(StoreReads):
+class DefaultMessageStore:
     """RocketMQ's DefaultMessageStore over the classic commitlog or a DLedgerCommitLog (``enableDLegerCommitLog``)."""
 
     def __init__(self, config: object = None, *, broker_config: BrokerConfig | None = None,
@@ -114,6 +117,9 @@ class DefaultMessageStore(StoreReads):
         self.shape: shape.ShapeRecorder | None = None  # record_shape: storeshape of this store
         self._cq_flush_thread: threading.Thread | None = None
         self._loaded = self._started = False
+        # the parts are made in load: the reads read them at each call
+        self.reads = StoreReads(commitlog=lambda: self.commitlog, consume_queue_store=lambda: self.consume_queue_store,
+                                index_service=lambda: self.index_service, broker_config=lambda: self.broker_config)
 
     # --- wiring: the commitlog of the configured mode --------------------------------------
     def _make_commitlog(self) -> CommitLog | DLedgerCommitLog:
@@ -498,7 +504,50 @@ class DefaultMessageStore(StoreReads):
     async def put_message_async(self, msg: MessageExt, keep_store_timestamp: bool = False) -> PutMessageResult:
         return await self.put_messages_async([msg], keep_store_timestamp)
 
-    # --- dispatch progress (the reads are StoreReads, store_reads.py) ------------------------
+    # --- reads: delegates to ``reads`` (store_reads.py) for the store's callers ---------------
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        return self.reads.find_consume_queue(topic, queue_id, create)
+
+    def consume_queues_of(self, topic: str) -> list[ConsumeQueue]:
+        return self.reads.consume_queues_of(topic)
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
+                    tags_filter: Callable[[int], bool] | None = None,
+                    limits: TransferLimits | None = None) -> GetMessageResult:
+        return self.reads.get_message(topic, queue_id, offset, max_num, tags_filter, limits)
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
+        return self.reads.look_message_by_offset(commitlog_offset, size)
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        return self.reads.view_message_by_id(msg_id)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        return self.reads.query_message(topic, key, max_num, begin, end)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_min_offset_in_queue(topic, queue_id)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_max_offset_in_queue(topic, queue_id)
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        return self.reads.get_commitlog_offset_in_queue(topic, queue_id, queue_offset)
+
+    def get_max_phy_offset(self) -> int:
+        return self.reads.get_max_phy_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.reads.get_min_phy_offset()
+
+    def get_confirm_offset(self) -> int:
+        return self.reads.get_confirm_offset()
+
+    def get_flushed_where(self) -> int:
+        return self.reads.get_flushed_where()
+
+    # --- dispatch progress ------------------------------------------------------------------
     @property
     def dispatching(self) -> bool:
         """The ReputMessageService runs (it is made at start)."""

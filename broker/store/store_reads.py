@@ -20,16 +20,22 @@ Rules:
   first message is always served, however big, and ``next_begin_offset`` points at the first
   unit not served.
 
-Theory of operation: :class:`StoreReads` is a mixin of :class:`~broker.store.message_store.DefaultMessageStore`
-(split out of it to keep that module about wiring and lifecycle); it uses only the store's
-``commitlog``, ``consume_queue_store`` and ``index_service``.
+Theory of operation: :class:`StoreReads` is an object the
+:class:`~broker.store.message_store.DefaultMessageStore` composes (``store.reads``; split out to
+keep that module about wiring and lifecycle). It is given exactly what it reads, as zero-arg
+accessors read at each call, because the store makes its parts in ``load`` (after the reads
+exist): the commitlog (a :class:`ReadLog`, classic or DLedger), the ConsumeQueueStore, the
+IndexService (None without ``messageIndexEnable``), and the broker config, whose
+``httpPullMaxBytes`` is read once, at the first pull that names no caps. A pull reads its
+commitlog once, at its start. The store keeps one-line delegates of the methods its callers use
+(``store.get_message`` ...).
 """
 from __future__ import annotations
 
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.message import MessageExt, decode_message, decode_message_id
@@ -37,16 +43,38 @@ from broker.store.transfer_limits import TransferLimits
 from broker.store.verify import CorruptRecordError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from broker.store.commitlog import CommitLog
-    from broker.store.dledger_commitlog import DLedgerCommitLog
     from broker.store.index_file import IndexService
+
+
+class ReadLog(Protocol):
+    """What reads use of a commitlog (``CommitLog`` and ``DLedgerCommitLog`` both are one)."""
+
+    @property
+    def member_stopped_reason(self) -> str | None: ...
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def confirm_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int: ...
+
+    def get_message(self, offset: int, size: int, checked_pages: set[tuple[str, int]] | None = None
+                    ) -> memoryview | None: ...
+
+    def look_message_by_offset(self, offset: int, size: int | None = None) -> MessageExt | None: ...
 
 
 class MemberStoppedError(RuntimeError):
     """The DLedger member of this store stopped itself: reads are refused, not answered empty."""
 
 
-def check_member_running(commitlog: CommitLog | DLedgerCommitLog) -> None:
+def check_member_running(commitlog: ReadLog) -> None:
     reason = commitlog.member_stopped_reason
     if reason is not None:
         raise MemberStoppedError(f"DLedger member stopped itself ({reason}); its reads are refused")
@@ -83,27 +111,39 @@ class GetMessageResult:
 
 
 class StoreReads:
-    """Read methods of DefaultMessageStore (see the module rules)."""
+    """Read methods of DefaultMessageStore (see the module rules), over accessors of its parts."""
 
-    commitlog: CommitLog | DLedgerCommitLog | None
-    consume_queue_store: ConsumeQueueStore | None
-    index_service: IndexService | None
+    def __init__(self, *, commitlog: Callable[[], ReadLog | None],
+                 consume_queue_store: Callable[[], ConsumeQueueStore | None],
+                 index_service: Callable[[], IndexService | None],
+                 broker_config: Callable[[], object] = lambda: None) -> None:
+        self._commitlog = commitlog
+        self._consume_queue_store = consume_queue_store
+        self._index_service = index_service
+        self._broker_config = broker_config
+        self._read_limits: TransferLimits | None = None
+
+    def _log(self) -> ReadLog:
+        cl = self._commitlog()
+        assert cl is not None  # made by DefaultMessageStore.load
+        return cl
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        assert self.consume_queue_store is not None
-        return self.consume_queue_store.find_consume_queue(topic, queue_id, create=create)
+        cqs = self._consume_queue_store()
+        assert cqs is not None
+        return cqs.find_consume_queue(topic, queue_id, create=create)
 
     def consume_queues_of(self, topic: str) -> list[ConsumeQueue]:
-        assert self.consume_queue_store is not None
-        return sorted((cq for cq in self.consume_queue_store.consume_queues() if cq.topic == topic),
-                      key=lambda cq: cq.queue_id)
+        cqs = self._consume_queue_store()
+        assert cqs is not None
+        return sorted((cq for cq in cqs.consume_queues() if cq.topic == topic), key=lambda cq: cq.queue_id)
 
     @property
     def read_limits(self) -> TransferLimits:
         """The caps of a read that names none: ``httpPullMaxBytes`` of the store's broker conf."""
-        limits = self.__dict__.get("_read_limits")
+        limits = self._read_limits
         if limits is None:
-            limits = self.__dict__["_read_limits"] = TransferLimits.http(getattr(self, "broker_config", None))
+            limits = self._read_limits = TransferLimits.http(self._broker_config())
         return limits
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
@@ -111,9 +151,9 @@ class StoreReads:
                     limits: TransferLimits | None = None) -> GetMessageResult:
         """Up to ``max_num`` messages from ``offset`` of a queue (``DefaultMessageStore.getMessage``),
         within ``limits`` (default :attr:`read_limits`)."""
-        assert self.commitlog is not None
+        cl = self._log()
         caps = limits if limits is not None else self.read_limits
-        check_member_running(self.commitlog)
+        check_member_running(cl)
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -130,7 +170,7 @@ class StoreReads:
         next_offset = offset
         missing = corrupt = full = False
         total = 0
-        max_phy = self.commitlog.max_offset
+        max_phy = cl.max_offset
         checked_pages: set[tuple[str, int]] = set()  # page checksums: each page once per pull
         while result.message_count < max_num and next_offset < hi and not corrupt and not full:
             units = cq.get_units(next_offset, max_num - result.message_count)
@@ -144,7 +184,7 @@ class StoreReads:
                 if tags_filter is not None and not tags_filter(tags_code):
                     continue
                 try:
-                    buf = self.commitlog.get_message(phy, size, checked_pages)
+                    buf = cl.get_message(phy, size, checked_pages)
                 except CorruptRecordError:
                     if not result.buffers:
                         raise  # never data: the pull is an error naming the record
@@ -159,7 +199,7 @@ class StoreReads:
                 total += size
         result.next_begin_offset = next_offset
         if missing:  # its files may have closed under this read: then nothing here is "removed"
-            check_member_running(self.commitlog)
+            check_member_running(cl)
         if result.buffers:
             result.status = GetMessageStatus.FOUND
         elif missing:
@@ -167,11 +207,11 @@ class StoreReads:
         return result
 
     def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> MessageExt | None:
-        assert self.commitlog is not None
-        check_member_running(self.commitlog)
-        msg = self.commitlog.look_message_by_offset(commitlog_offset, size)
+        cl = self._log()
+        check_member_running(cl)
+        msg = cl.look_message_by_offset(commitlog_offset, size)
         if msg is None:
-            check_member_running(self.commitlog)
+            check_member_running(cl)
         return msg
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
@@ -182,11 +222,12 @@ class StoreReads:
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                       end: int | None = None) -> list[MessageExt]:
         """Messages indexed under ``key`` (a KEYS token or the UNIQ_KEY) of ``topic``."""
-        if self.index_service is None:
+        index = self._index_service()
+        if index is None:
             return []
         end = int(time.time() * 1000) + 1 if end is None else end
         out = []
-        for phy in self.index_service.query_offset(topic, key, max_num, begin, end):
+        for phy in index.query_offset(topic, key, max_num, begin, end):
             msg = self.look_message_by_offset(phy)
             if msg is not None and msg.topic == topic:
                 out.append(msg)
@@ -206,17 +247,13 @@ class StoreReads:
         return unit[0] if unit is not None else 0
 
     def get_max_phy_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.max_offset
+        return self._log().max_offset
 
     def get_min_phy_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.min_offset
+        return self._log().min_offset
 
     def get_confirm_offset(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.confirm_offset
+        return self._log().confirm_offset
 
     def get_flushed_where(self) -> int:
-        assert self.commitlog is not None
-        return self.commitlog.flushed_offset
+        return self._log().flushed_offset
