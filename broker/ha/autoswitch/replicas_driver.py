@@ -27,6 +27,11 @@ Rules:
 - Inputs from elsewhere (:meth:`role_change_notified` from the broker's door,
   :meth:`sync_state_set_proposed` from the HA service) are ``put_nowait``: a full queue drops
   them with a log line (the periodic replica-info poll and SyncStateSet check catch up).
+- A ``NOTIFY_BROKER_ROLE_CHANGED`` push is a wake-up, never an order (issue 27): its header and
+  body are dropped unread and the machine only asks the controller
+  (:class:`~broker.ha.autoswitch.replicas_manager_calls.RefreshGate`). At most one push waits in
+  the queue; pushes while one waits are counted (``hints_dropped``), so a flood of pushes
+  cannot fill the queue and crowd out the other inputs.
 - :meth:`stop` feeds :class:`Shutdown`, cancels the task and every call, and closes the
   connections (bounded; cancellation-safe through :mod:`broker.tasks`).
 
@@ -41,7 +46,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Awaitable, Callable, Optional, Protocol
+from typing import Awaitable, Callable, Mapping, Optional, Protocol
 
 from broker.ha.autoswitch.metadata_file import broker_metadata_file, temp_broker_metadata_file
 from broker.ha.autoswitch.replicas_manager import ReplicasManager
@@ -99,6 +104,8 @@ class ReplicasDriver:
         self.clock = clock
         self.problems: list[str] = []  # the last few Problem texts, for /status
         self.dropped = 0  # inputs dropped on a full queue
+        self.hints_dropped = 0  # 1008 pushes dropped because one was already queued
+        self._hint_queued = False
         self.role_changes = 0
         self._queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_SIZE)
         self._task: Optional[asyncio.Task[None]] = None
@@ -133,21 +140,27 @@ class ReplicasDriver:
         return self._task is not None and not self._task.done()
 
     # ------------------------------------------------------------------ inputs from the broker
-    def role_change_notified(self, fields: dict[str, str], body: Optional[bytes]) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED received on the broker's door."""
-        self._offer(RoleChangeNotified(self.clock(), dict(fields), body))
+    def role_change_notified(self, fields: Mapping[str, str], body: Optional[bytes]) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED received on the broker's door: a wake-up; ``fields`` and
+        ``body`` are what the push claims and are dropped unread (see the rules)."""
+        if self._hint_queued:
+            self.hints_dropped += 1
+            return
+        self._hint_queued = self._offer(RoleChangeNotified(self.clock(), {}, None))
 
     def sync_state_set_proposed(self, members: frozenset[int]) -> None:
         """The AutoSwitch HA service's ``syncStateSetChangedListener``."""
         self._offer(SyncStateSetProposed(self.clock(), frozenset(members)))
 
-    def _offer(self, event: Event) -> None:
+    def _offer(self, event: Event) -> bool:
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
             self.dropped += 1
             log.warning("ReplicasManager: event queue full, %s dropped (the periodic poll catches up)",
                         type(event).__name__)
+            return False
+        return True
 
     # ------------------------------------------------------------------ the loop
     async def _run(self, start: Start) -> None:
@@ -157,6 +170,8 @@ class ReplicasDriver:
                 event: Event = await wait_for(self._queue.get(), self.tick_ms / 1000.0)
             except asyncio.TimeoutError:
                 event = Tick(self.clock())
+            if isinstance(event, RoleChangeNotified):
+                self._hint_queued = False
             await self._feed(event)
 
     async def _feed(self, first: Event) -> None:
@@ -289,4 +304,6 @@ class ReplicasDriver:
                 "masterEpoch": m.master_epoch, "syncStateSet": sorted(m.sync_state_set),
                 "syncStateSetEpoch": m.sync_state_set_epoch, "isMaster": m.is_master,
                 "controllerAddr": list(self.config.controller_addresses), "roleChanges": self.role_changes,
-                "droppedEvents": self.dropped, "problems": list(self.problems)}
+                "droppedEvents": self.dropped, "roleChangeHints": m.hints.hints + self.hints_dropped,
+                "roleChangeHintsCoalesced": m.hints.coalesced,
+                "roleChangeHintsDropped": m.hints.dropped + self.hints_dropped, "problems": list(self.problems)}

@@ -50,8 +50,13 @@ In every state after INITIAL: ``CONTROLLER_GET_METADATA_INFO`` every
 ``sync_controller_metadata_period_ms`` refreshes the leader address, and once the broker id is
 known a ``BROKER_HEARTBEAT`` goes to every controller every ``broker_heartbeat_interval_ms``.
 
+``NOTIFY_BROKER_ROLE_CHANGED`` (1008) is a wake-up, never an order: its header and body are never
+read; in RUNNING it asks ``CONTROLLER_GET_REPLICA_INFO`` at once, at most one in flight, and only the
+controller's answer changes the role (:class:`~broker.ha.autoswitch.replicas_manager_calls.RefreshGate`).
+A due poll with a query in flight is skipped.
+
 Role changes (``changeBrokerRole``, ``changeToMaster``, ``changeToSlave``): whatever their source
-(register, elect, replica-info answers, ``NOTIFY_BROKER_ROLE_CHANGED``), a role change is applied
+(register, elect, replica-info answers), a role change is applied
 only when its master epoch is **above** the last applied one (a stale or repeated epoch is
 ignored), so the epochs of the emitted :class:`ChangeToMaster` / :class:`ChangeToSlave` strictly
 grow. A SyncStateSet is taken (:class:`ChangeSyncStateSet`) only when its epoch is above the
@@ -70,7 +75,7 @@ Named divergences: an ``APPLY_BROKER_ID`` with no answer (timeout, leader change
 file and applies again (Apache clears it on any exception, which can orphan an id the controller
 granted); a leftover temp file next to ``brokerIdentity`` is cleared; heartbeats start only once
 the broker id is known (Apache sends them with a null id, which the controller refuses); a
-role-change notification before the id is known is ignored (the replica-info query catches up);
+1008 push is only a hint to ask the controller (Apache applies its header);
 the register retry backoff is fixed (Apache sleeps a random time below 1 s).
 
 Theory of operation: :meth:`ReplicasManager.handle` takes one event and returns the actions;
@@ -78,16 +83,15 @@ timers are due times checked on every event; pending calls are keyed by request 
 """
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from broker.ha.autoswitch.metadata_file import BrokerMetadata, TempBrokerMetadata
+from broker.ha.autoswitch.replicas_manager_calls import Pending, RefreshGate, Timer
 from broker.ha.autoswitch.replicas_messages import (
     ACCEPTS, NEXT_STATE, ON_DISK, REGISTER_REQUEST, REROUTE, HAView, RegisterState, State, Step,
     elect_body_set, sync_state_set_of,
     Action, Answered, CallFailed, ChangeSyncStateSet, ChangeToMaster, ChangeToSlave, ClearTempMetadata,
-    ControllerCall, Event, FileDone, NotifyBrokerRoleChangedRequestHeader, Problem, ReplicasConfig,
+    ControllerCall, Event, FileDone, Problem, ReplicasConfig,
     RequestHeader, RoleChangeNotified, SendHeartbeat, SetFenced, SetLocalBrokerId, Shutdown, Start,
     SyncStateSetProposed, WriteMetadata, WriteTempMetadata,
 )
@@ -104,25 +108,6 @@ from controller.headers import (
 )
 
 __all__ = ["HAView", "NEXT_STATE", "ON_DISK", "RegisterState", "ReplicasManager", "State"]
-
-
-@dataclass
-class _Pending:
-    code: int
-    header: RequestHeader
-    body: Optional[SyncStateSet]
-    address: str
-    redirects: int = 0
-    hops: int = 0
-    sent_ms: int = 0
-
-
-class _Timer(enum.Enum):
-    RETRY = "retry startBasicService"
-    HEARTBEAT = "heartbeat"
-    CONTROLLER_METADATA = "sync controller metadata"
-    REPLICA_INFO = "sync broker metadata"
-    CHECK_SYNC_STATE_SET = "check SyncStateSet"
 
 
 class ReplicasManager:
@@ -148,11 +133,12 @@ class ReplicasManager:
         self._probe_rounds = 0
         self._register_failures = 0
         self._rid = 0
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._file_op: Optional[Callable[[int, bool], list[Action]]] = None
-        self._timers: dict[_Timer, int] = {}
+        self._timers: dict[Timer, int] = {}
         self._alter_in_flight = False
         self._alter_queued: Optional[frozenset[int]] = None
+        self.hints = RefreshGate()  # NOTIFY_BROKER_ROLE_CHANGED pushes
         self._now = 0
 
     # ------------------------------------------------------------------ the one entry point
@@ -172,20 +158,24 @@ class ReplicasManager:
             if not event.ok:
                 out.insert(0, Problem(f"broker metadata file: {event.reason or 'write failed'}"))
         elif isinstance(event, RoleChangeNotified):
-            out = self._notified(event)
+            out = self._hinted()
         elif isinstance(event, SyncStateSetProposed):  # the listener is registered once RUNNING
             out = self._propose(event.members, event.now_ms) if self.state is State.RUNNING else []
         elif isinstance(event, Shutdown):
             self.state, self.register_state = State.SHUTDOWN, RegisterState.INITIAL
             self._pending.clear()
             self._timers.clear()
+            self.hints.reset()
             return []
         else:
             out = []
         # the HA view is read by the SyncStateSet check; a set changed by this event is applied by
         # the driver only after this call returns, so the check waits for the next event
         defer_check = any(isinstance(a, (ChangeSyncStateSet, ChangeToMaster)) for a in out)
-        return out + self._expire_calls(event.now_ms) + self._fire_timers(event.now_ms, defer_check)
+        out += self._expire_calls(event.now_ms)
+        if self.hints.follow_up(self.state is State.RUNNING, self._replica_info_in_flight()):
+            out += self._ask_replica_info()  # the one follow-up of a push that found a query in flight
+        return out + self._fire_timers(event.now_ms, defer_check)
 
     def _expire_calls(self, now: int) -> list[Action]:
         """A call unanswered for ``request_timeout_ms`` failed (the driver's report may be lost)."""
@@ -195,39 +185,39 @@ class ReplicasManager:
         return out
 
     # ------------------------------------------------------------------ timers
-    def _at(self, timer: _Timer, due_ms: int) -> None:
+    def _at(self, timer: Timer, due_ms: int) -> None:
         self._timers[timer] = due_ms
 
     def _fire_timers(self, now: int, defer_check: bool = False) -> list[Action]:
         out: list[Action] = []
-        for timer in list(_Timer):
+        for timer in list(Timer):
             due = self._timers.get(timer)
             if due is None or due > now or self.state is State.SHUTDOWN:
                 continue
-            if defer_check and timer is _Timer.CHECK_SYNC_STATE_SET:
+            if defer_check and timer is Timer.CHECK_SYNC_STATE_SET:
                 continue
             del self._timers[timer]
             out += self._on_timer(timer, now)
         return out
 
-    def _periodic(self, timer: _Timer, now: int, period: int) -> None:
+    def _periodic(self, timer: Timer, now: int, period: int) -> None:
         self._at(timer, now + period)
 
-    def _on_timer(self, timer: _Timer, now: int) -> list[Action]:
+    def _on_timer(self, timer: Timer, now: int) -> list[Action]:
         c = self.config
-        if timer is _Timer.RETRY:
+        if timer is Timer.RETRY:
             return self._advance(now)
-        if timer is _Timer.HEARTBEAT:
+        if timer is Timer.HEARTBEAT:
             self._periodic(timer, now, c.broker_heartbeat_interval_ms)
             return self._heartbeats()
-        if timer is _Timer.CONTROLLER_METADATA:
+        if timer is Timer.CONTROLLER_METADATA:
             self._periodic(timer, now, c.sync_controller_metadata_period_ms)
             if any(p.code == Q.CONTROLLER_GET_METADATA_INFO for p in self._pending.values()):
                 return []
             return self._probe_start(now)
-        if timer is _Timer.REPLICA_INFO:
+        if timer is Timer.REPLICA_INFO:
             self._periodic(timer, now, c.sync_broker_metadata_period_ms)
-            return self._call(Q.CONTROLLER_GET_REPLICA_INFO, GetReplicaInfoRequestHeader(c.broker_name))
+            return [] if self._replica_info_in_flight() else self._ask_replica_info()
         self._periodic(timer, now, c.check_sync_state_set_period_ms)
         return self._check_sync_state_set(now)
 
@@ -255,7 +245,7 @@ class ReplicasManager:
 
     def _enter_running(self, now: int) -> list[Action]:
         self._move(Step.MASTER_KNOWN)
-        self._at(_Timer.REPLICA_INFO, now + self.config.first_task_delay_ms)
+        self._at(Timer.REPLICA_INFO, now + self.config.first_task_delay_ms)
         return [SetFenced(False)]
 
     # ------------------------------------------------------------------ leader discovery
@@ -264,14 +254,14 @@ class ReplicasManager:
         return self._probe(self.config.controller_addresses[self._cursor % len(self.config.controller_addresses)])
 
     def _probe(self, address: str) -> list[Action]:
-        return [self._send(_Pending(Q.CONTROLLER_GET_METADATA_INFO, EmptyHeader(), None, address))]
+        return [self._send(Pending(Q.CONTROLLER_GET_METADATA_INFO, EmptyHeader(), None, address))]
 
     def _probe_answer(self, now: int, header: Optional[GetMetaDataResponseHeader]) -> list[Action]:
         if header is not None and header.controller_leader_address:
             self.leader = header.controller_leader_address
             if self.state is State.INITIAL:
                 self._move(Step.LEADER_FOUND)
-                self._at(_Timer.CONTROLLER_METADATA, now + self.config.first_task_delay_ms)
+                self._at(Timer.CONTROLLER_METADATA, now + self.config.first_task_delay_ms)
                 return self._advance(now)
             return []
         self._cursor += 1
@@ -281,7 +271,7 @@ class ReplicasManager:
         if self.state is State.INITIAL:
             self._probe_rounds += 1
             delay = self.config.metadata_retry_ms if self._probe_rounds % 3 else self.config.retry_interval_ms
-            self._at(_Timer.RETRY, now + delay)
+            self._at(Timer.RETRY, now + delay)
             return [Problem(f"no controller of {';'.join(self.config.controller_addresses)} names a leader")]
         return []
 
@@ -290,27 +280,27 @@ class ReplicasManager:
         addrs = self.config.controller_addresses
         return self.leader if self.leader else addrs[self._cursor % len(addrs)]
 
-    def _send(self, p: _Pending) -> ControllerCall:
+    def _send(self, p: Pending) -> ControllerCall:
         self._rid += 1
         p.sent_ms = self._now
         self._pending[self._rid] = p
         return ControllerCall(self._rid, p.address, p.code, p.header, p.body)
 
     def _call(self, code: int, header: RequestHeader, body: Optional[SyncStateSet] = None) -> list[Action]:
-        return [self._send(_Pending(code, header, body, self._target()))]
+        return [self._send(Pending(code, header, body, self._target()))]
 
-    def _reroute(self, p: _Pending, leader: Optional[str]) -> Optional[ControllerCall]:
+    def _reroute(self, p: Pending, leader: Optional[str]) -> Optional[ControllerCall]:
         """Resend after NOT_LEADER / no answer, if the bounds allow; else None."""
         if leader and p.redirects < self.config.max_redirects:
             self.leader = leader
-            return self._send(_Pending(p.code, p.header, p.body, leader, p.redirects + 1, p.hops))
+            return self._send(Pending(p.code, p.header, p.body, leader, p.redirects + 1, p.hops))
         if self.leader == p.address or not leader:
             self.leader = None
         addrs = self.config.controller_addresses
         self._cursor = (addrs.index(p.address) if p.address in addrs else self._cursor) + 1
         if p.hops + 1 >= len(self.config.controller_addresses):
             return None
-        return self._send(_Pending(p.code, p.header, p.body, self._target(), p.redirects, p.hops + 1))
+        return self._send(Pending(p.code, p.header, p.body, self._target(), p.redirects, p.hops + 1))
 
     def _failed(self, rid: int, now: int) -> list[Action]:
         p = self._pending.pop(rid, None)
@@ -337,7 +327,7 @@ class ReplicasManager:
         except (HeaderError, JsonBodyError) as exc:
             return [Problem(f"undecodable answer to request {p.code}: {exc}")] + self._gave_up(p, now, definite=False)
 
-    def _on_answer(self, p: _Pending, ev: Answered, now: int) -> list[Action]:
+    def _on_answer(self, p: Pending, ev: Answered, now: int) -> list[Action]:
         code = p.code
         if code == Q.CONTROLLER_GET_NEXT_BROKER_ID and ev.code == RC.SUCCESS:
             nxt = from_ext_fields(GetNextBrokerIdResponseHeader, ev.fields).next_broker_id
@@ -368,7 +358,7 @@ class ReplicasManager:
         note: list[Action] = [Problem(f"request {code} refused ({ev.code}): {ev.remark}")]
         return note + self._gave_up(p, now, definite=True)
 
-    def _gave_up(self, p: _Pending, now: int, *, definite: bool) -> list[Action]:
+    def _gave_up(self, p: Pending, now: int, *, definite: bool) -> list[Action]:
         """A request with no usable answer: the step it belonged to fails."""
         if p.code == Q.CONTROLLER_APPLY_BROKER_ID and definite:
             # the id is taken: forget it and start the register sequence again (Apache's rule)
@@ -379,7 +369,7 @@ class ReplicasManager:
         if self.state is State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE:
             return self._register_failed(now)
         if self.state is State.REGISTER_TO_CONTROLLER_DONE:
-            self._at(_Timer.RETRY, now + self.config.retry_interval_ms)
+            self._at(Timer.RETRY, now + self.config.retry_interval_ms)
         return []
 
     # ------------------------------------------------------------------ the register sequence
@@ -417,7 +407,7 @@ class ReplicasManager:
                 and self.broker_id is None:
             self.broker_id = self.metadata.broker_id
             out.append(SetLocalBrokerId(self.broker_id))
-            self._at(_Timer.HEARTBEAT, now)
+            self._at(Timer.HEARTBEAT, now)
             if self.temp is not None:  # a crash after brokerIdentity, before the temp file went
                 self.temp = None
                 return out + self._file(ClearTempMetadata(), lambda t, ok: self._register_step(t))
@@ -453,7 +443,7 @@ class ReplicasManager:
             self.metadata, self.register_state = meta, RegisterState.CREATE_METADATA_FILE_DONE
             self.temp = None
             self.broker_id = meta.broker_id
-            self._at(_Timer.HEARTBEAT, t)
+            self._at(Timer.HEARTBEAT, t)
             return [SetLocalBrokerId(meta.broker_id)] + self._file(ClearTempMetadata(),
                                                                    lambda t2, ok2: self._register_step(t2))
         return self._file(WriteMetadata(meta), written)
@@ -461,10 +451,10 @@ class ReplicasManager:
     def _register_failed(self, now: int) -> list[Action]:
         self._register_failures += 1
         if self._register_failures < self.config.register_attempts:
-            self._at(_Timer.RETRY, now + self.config.register_backoff_ms)
+            self._at(Timer.RETRY, now + self.config.register_backoff_ms)
             return []
         self._register_failures = 0
-        self._at(_Timer.RETRY, now + self.config.retry_interval_ms)
+        self._at(Timer.RETRY, now + self.config.retry_interval_ms)
         return [Problem(f"register to the controller failed {self.config.register_attempts} times")]
 
     def _registered(self, now: int, h: RegisterBrokerToControllerResponseHeader,
@@ -490,7 +480,7 @@ class ReplicasManager:
     def _elected(self, now: int, h: ElectMasterResponseHeader, body: Optional[bytes]) -> list[Action]:
         if not h.master_address or h.master_broker_id is None:
             if self.state is State.REGISTER_TO_CONTROLLER_DONE:
-                self._at(_Timer.RETRY, now + self.config.retry_interval_ms)
+                self._at(Timer.RETRY, now + self.config.retry_interval_ms)
             return [Problem("no master in this broker set yet")]
         members = elect_body_set(body)
         out = self._to_master_or_slave(h.master_broker_id, h.master_address, h.master_epoch or 0, members,
@@ -517,7 +507,7 @@ class ReplicasManager:
             self.is_master = True
             self.master_address, self.master_broker_id = self.config.broker_address, self.broker_id
         # checkSyncStateSetAndDoReport, submitted to run after the change (see the rules)
-        self._at(_Timer.CHECK_SYNC_STATE_SET, now + 1)
+        self._at(Timer.CHECK_SYNC_STATE_SET, now + 1)
         return out
 
     def _change_to_slave(self, master_address: Optional[str], epoch: int, master_id: int) -> list[Action]:
@@ -525,7 +515,7 @@ class ReplicasManager:
         unchanged = master_id == self.master_broker_id
         if not unchanged:
             self.is_master = False
-            self._timers.pop(_Timer.CHECK_SYNC_STATE_SET, None)
+            self._timers.pop(Timer.CHECK_SYNC_STATE_SET, None)
             self._alter_queued = None
             self.master_address, self.master_broker_id = master_address, master_id
         return [ChangeToSlave(master_address, epoch, master_id, unchanged)]
@@ -547,16 +537,17 @@ class ReplicasManager:
             return self._change_sync_state_set(frozenset(sse.sync_state_set), sse.sync_state_set_epoch)
         return []
 
-    def _notified(self, ev: RoleChangeNotified) -> list[Action]:
-        try:
-            h = from_ext_fields(NotifyBrokerRoleChangedRequestHeader, ev.fields)
-            sse = sync_state_set_of(ev.body)
-        except (HeaderError, JsonBodyError) as exc:
-            return [Problem(f"undecodable NOTIFY_BROKER_ROLE_CHANGED: {exc}")]
-        if h.master_broker_id is None or h.master_epoch is None:
-            return []
-        return self._to_master_or_slave(h.master_broker_id, h.master_address, h.master_epoch, sse.sync_state_set,
-                                        h.sync_state_set_epoch or 0, ev.now_ms)
+    def _replica_info_in_flight(self) -> bool:
+        return any(p.code == Q.CONTROLLER_GET_REPLICA_INFO for p in self._pending.values())
+
+    def _ask_replica_info(self) -> list[Action]:
+        """``syncBrokerMetadata``: ask the controller leader who the master is."""
+        return self._call(Q.CONTROLLER_GET_REPLICA_INFO, GetReplicaInfoRequestHeader(self.config.broker_name))
+
+    def _hinted(self) -> list[Action]:
+        """A 1008 push: a wake-up to ask the controller now; its content is never read."""
+        return self._ask_replica_info() if self.hints.on_hint(self.state is State.RUNNING,
+                                                              self._replica_info_in_flight()) else []
 
     # ------------------------------------------------------------------ SyncStateSet (master only)
     def _check_sync_state_set(self, now: int) -> list[Action]:

@@ -1,25 +1,37 @@
-"""NOTIFY_BROKER_ROLE_CHANGED (1008): a controller tells a broker in Controller mode who the master is.
+"""NOTIFY_BROKER_ROLE_CHANGED (1008): a wake-up telling a broker in Controller mode to ask the
+controller who the master is now. A wake-up, never an order (issue 27).
 
-Rules (Apache RocketMQ 5.3.3 ``AdminBrokerProcessor.notifyBrokerRoleChanged``):
+Rules (Apache RocketMQ 5.3.3 ``AdminBrokerProcessor.notifyBrokerRoleChanged``, with one named
+divergence):
 - Registered only on a broker with ``enableControllerMode=true`` (elsewhere the code stays
   unknown: ``REQUEST_CODE_NOT_SUPPORTED``).
-- Authenticated like the other admin requests: with ``aclEnable=true`` the request needs an admin
-  account (``require_found`` with ``admin_for``). Apache's controller sends it unsigned, so a
-  broker with ACL refuses it and learns the new master from its periodic
-  ``CONTROLLER_GET_REPLICA_INFO`` instead (``syncBrokerMetadataPeriod``).
-- The header (``masterAddress``, ``masterEpoch``, ``syncStateSetEpoch``, ``masterBrokerId``) and
-  the ``SyncStateSet`` body go to the ReplicasManager's driver undecoded (it decodes and ignores
-  a stale epoch); the answer is SUCCESS (not sent for Apache's oneway push).
+- Divergence: Apache applies the push's header (``masterBrokerId``, ``masterEpoch``, ...) as a
+  role change, so anyone who reaches the broker's port could make a slave a second master or
+  demote the master. Here the push carries no authority: neither its header nor its body is
+  decoded into anything (the body is never read; the header's claimed master is only logged, at
+  debug level). It wakes the broker's ReplicasManager, which sends
+  ``CONTROLLER_GET_REPLICA_INFO`` to the controller leader at once (the call of its
+  ``syncBrokerMetadataPeriod`` poll) and acts only on the controller's answer: a failover costs
+  one more controller round trip (~1 ms on a LAN), a forged push nothing but that call.
+- Bounded: at most one replica-info call is in flight and at most one push waits behind it
+  (:class:`broker.ha.autoswitch.replicas_manager_calls.RefreshGate`, the driver's queue); the rest
+  are counted (``/status`` ``ha.roleChangeHintsDropped``) and cost nothing more.
+- No ACL check of its own: the push carries no authority, so this processor asks for no admin
+  account (Apache's controller sends it unsigned). The broker's ACL hook
+  (``broker/remoting/acl.py``), which runs before every processor, still asks for an account for
+  a code it does not list as open; until 1008 is listed there, a broker with ``aclEnable=true``
+  answers Apache's unsigned push ``NO_PERMISSION`` and learns the new master from its poll.
+- The answer is SUCCESS (not sent for Apache's oneway push), whatever the push said.
 
 Theory of operation: a processor with one handler; the target is
-``ReplicasDriver.role_change_notified``, reached through the broker's ``ha`` (``ControllerModeHA``).
+``ReplicasDriver.role_change_notified``, reached through the broker's ``ha`` (``ControllerModeHA``),
+which drops the header and body it is handed.
 """
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable, Optional
 
-from broker.remoting.acl import require_found
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.server import RemotingConnection, RemotingServer
@@ -40,11 +52,10 @@ class ControllerNotifyProcessor:
         server.register(NOTIFY_BROKER_ROLE_CHANGED, self.notify)
 
     async def notify(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        require_found({}, admin_for="a controller's NOTIFY_BROKER_ROLE_CHANGED")
         self.received += 1
-        log.info("NOTIFY_BROKER_ROLE_CHANGED from %s: master %s (id %s) epoch %s", conn.remote_addr,
-                 cmd.ext_fields.get("masterAddress"), cmd.ext_fields.get("masterBrokerId"),
-                 cmd.ext_fields.get("masterEpoch"))
+        log.debug("NOTIFY_BROKER_ROLE_CHANGED from %s (a wake-up; it claims master %s, id %s, epoch %s)",
+                  conn.remote_addr, cmd.ext_fields.get("masterAddress"), cmd.ext_fields.get("masterBrokerId"),
+                  cmd.ext_fields.get("masterEpoch"))
         self.target(dict(cmd.ext_fields), cmd.body or None)
         return cmd.response(R.SUCCESS)
 

@@ -171,6 +171,16 @@ def polled(make: Callable[[], ReplicasManager]) -> Callable[[], ReplicasManager]
     return setup
 
 
+def pushed(make: Callable[[], ReplicasManager]) -> Callable[[], ReplicasManager]:
+    """The machine after a 1008 push made it ask CONTROLLER_GET_REPLICA_INFO (rid 4, to C1)."""
+    def setup() -> ReplicasManager:
+        rm = make()
+        assert shown(rm.handle(notify(1, ME, 99, (1,), 99))) == [call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO,
+                                                                      GetReplicaInfoRequestHeader("b"))]
+        return rm
+    return setup
+
+
 REGISTER_ME = RegisterBrokerToControllerRequestHeader("c", "b", 1, ME)
 ELECT_ME = ElectMasterRequestHeader.of_broker_trigger("c", "b", 1)
 REPLICA_INFO = GetReplicaInfoRequestHeader("b")
@@ -229,15 +239,26 @@ ROWS: list[tuple[str, Callable[[], ReplicasManager], Event, State, list[Action]]
      Tick(CFG.retry_interval_ms), State.REGISTER_TO_CONTROLLER_DONE,
      [call(4, C1, Q.CONTROLLER_ELECT_MASTER, ELECT_ME), call(5, C0, Q.CONTROLLER_GET_METADATA_INFO, EmptyHeader())]),
     # ---------------------------------------------------------------- role changes and stale epochs (slave of 2, epoch 3)
-    ("notify: same epoch is stale", running_slave, notify(3, THIRD, 3, (3,), 2), State.RUNNING, []),
-    ("notify: older epoch is stale", running_slave, notify(1, ME, 2, (1,), 2), State.RUNNING, []),
-    ("notify: newer epoch, this broker: master", running_slave, notify(1, ME, 4, (1,), 2), State.RUNNING,
-     [ChangeSyncStateSet(frozenset({1}), 2), ChangeToMaster(4, frozenset({1}), 2)]),
-    ("notify: newer epoch, same master", running_slave, notify(2, OTHER, 4, (2,), 2), State.RUNNING,
-     [ChangeToSlave(OTHER, 4, 2, master_unchanged=True)]),
-    ("notify: newer epoch, another master", running_slave, notify(3, THIRD, 4, (3,), 2), State.RUNNING,
-     [ChangeToSlave(THIRD, 4, 3)]),
-    ("notify without a master id: ignored", running_slave, notify(None, None, 9, (), 9), State.RUNNING, []),
+    # a 1008 push is a wake-up: whatever it says, only a CONTROLLER_GET_REPLICA_INFO goes out (issue 27)
+    ("push naming this slave master at epoch 99: only the query", running_slave, notify(1, ME, 99, (1,), 99),
+     State.RUNNING, [call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]),
+    ("push naming no master: only the query", running_slave, notify(None, None, 9, (), 9), State.RUNNING,
+     [call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]),
+    ("undecodable push: only the query", running_slave, RoleChangeNotified(0, {"masterEpoch": "x"}, b"{garbage"),
+     State.RUNNING, [call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]),
+    ("push before RUNNING: nothing (the elect sequence is asking)", electing, notify(1, ME, 99, (1,), 99),
+     State.REGISTER_TO_CONTROLLER_DONE, []),
+    # ... and the controller's answer drives the role (slave of 2, epoch 3)
+    ("pushed, answer: same epoch is stale", pushed(running_slave), replica_info(4, 3, THIRD, 3, (3,), 2),
+     State.RUNNING, []),
+    ("pushed, answer: older epoch is stale", pushed(running_slave), replica_info(4, 1, ME, 2, (1,), 2),
+     State.RUNNING, []),
+    ("pushed, answer: newer epoch, this broker: master", pushed(running_slave), replica_info(4, 1, ME, 4, (1,), 2),
+     State.RUNNING, [ChangeSyncStateSet(frozenset({1}), 2), ChangeToMaster(4, frozenset({1}), 2)]),
+    ("pushed, answer: newer epoch, same master", pushed(running_slave), replica_info(4, 2, OTHER, 4, (2,), 2),
+     State.RUNNING, [ChangeToSlave(OTHER, 4, 2, master_unchanged=True)]),
+    ("pushed, answer: newer epoch, another master", pushed(running_slave), replica_info(4, 3, THIRD, 4, (3,), 2),
+     State.RUNNING, [ChangeToSlave(THIRD, 4, 3)]),
     ("replica info: same epoch on a slave", polled(running_slave), replica_info(5, 2, OTHER, 3, (2, 1), 2),
      State.RUNNING, []),
     ("replica info: newer epoch, another master", polled(running_slave), replica_info(5, 3, THIRD, 5, (3,), 2),
@@ -252,11 +273,15 @@ ROWS: list[tuple[str, Callable[[], ReplicasManager], Event, State, list[Action]]
      State.RUNNING, [ChangeSyncStateSet(frozenset({1, 2}), 2)]),
     ("replica info: same epoch, same SyncStateSet epoch", polled(running_master),
      replica_info(5, 1, ME, 3, (1, 2), 1), State.RUNNING, []),
-    ("notify: same epoch on the master", running_master, notify(1, ME, 3, (1,), 1), State.RUNNING, []),
-    ("notify: newer epoch, still this master", running_master, notify(1, ME, 4, (1,), 2), State.RUNNING,
+    ("push naming another master to the master: only the query", running_master, notify(2, OTHER, 99, (2,), 99),
+     State.RUNNING, [call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]),
+    ("pushed, answer: same epoch on the master", pushed(running_master), replica_info(4, 1, ME, 3, (1,), 1),
+     State.RUNNING, []),
+    ("pushed, answer: newer epoch, still this master", pushed(running_master), replica_info(4, 1, ME, 4, (1,), 2),
+     State.RUNNING,
      [ChangeSyncStateSet(frozenset({1}), 2), ChangeToMaster(4, frozenset({1}), 2, master_unchanged=True)]),
-    ("notify: newer epoch, another master", running_master, notify(2, OTHER, 4, (2,), 2), State.RUNNING,
-     [ChangeToSlave(OTHER, 4, 2)]),
+    ("pushed, answer: newer epoch, another master", pushed(running_master), replica_info(4, 2, OTHER, 4, (2,), 2),
+     State.RUNNING, [ChangeToSlave(OTHER, 4, 2)]),
     ("the HA service proposes a set: ALTER_SYNC_STATE_SET", running_master,
      SyncStateSetProposed(0, frozenset({1, 2})), State.RUNNING,
      [call(4, C1, Q.CONTROLLER_ALTER_SYNC_STATE_SET, AlterSyncStateSetRequestHeader("b", 1, 3),
@@ -467,3 +492,34 @@ def test_a_failed_metadata_write_keeps_the_temp_file_and_applies_the_same_id_aga
     out = _calls(rm.handle(Tick(8 + CFG.register_backoff_ms)))
     assert out == [call(out[0].rid, C1, Q.CONTROLLER_APPLY_BROKER_ID,
                         ApplyBrokerIdRequestHeader("c", "b", 1, f"{ME};7"))]
+
+
+def test_pushes_while_a_query_is_in_flight_coalesce_into_one_follow_up() -> None:
+    rm = pushed(running_slave)()  # rid 4 in flight
+    for epoch in range(100, 110):  # a flood of forged pushes
+        assert shown(rm.handle(notify(1, ME, epoch, (1,), epoch))) == []
+    assert (rm.hints.hints, rm.hints.coalesced, rm.hints.dropped) == (11, 1, 9)
+    # the answer (nothing new) is taken, then the one follow-up goes out
+    assert shown(rm.handle(replica_info(4, 2, OTHER, 3, (2, 1), 2))) == [
+        call(5, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]
+    assert shown(rm.handle(replica_info(5, 2, OTHER, 3, (2, 1), 2))) == []  # and no more
+    assert rm.master_broker_id == 2 and not rm.is_master and rm.master_epoch == 3
+    # a failed query also releases the follow-up
+    assert shown(rm.handle(notify(1, ME, 99, (1,), 99))) == [call(6, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]
+    assert shown(rm.handle(notify(1, ME, 99, (1,), 99))) == []
+    out = shown(rm.handle(CallFailed(6, 10)))
+    assert out == [call(7, C2, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]  # rerouted: still one in flight
+    assert shown(rm.handle(CallFailed(7, 11))) == [call(8, C0, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]
+    assert shown(rm.handle(CallFailed(8, 12))) == [call(9, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]
+
+
+def test_the_poll_is_skipped_while_a_pushed_query_is_in_flight() -> None:
+    rm = running_slave()
+    assert shown(rm.handle(RoleChangeNotified(1000, {}, None))) == [
+        call(4, C1, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]
+    # the poll falls due with rid 4 unanswered: only the controller-metadata refresh goes out
+    assert shown(rm.handle(Tick(CFG.first_task_delay_ms))) == [call(5, C0, Q.CONTROLLER_GET_METADATA_INFO,
+                                                                    EmptyHeader())]
+    later = rm.handle(Tick(CFG.first_task_delay_ms + CFG.sync_broker_metadata_period_ms))
+    queries = [a for a in later if isinstance(a, ControllerCall) and a.code == Q.CONTROLLER_GET_REPLICA_INFO]
+    assert queries == [call(6, C2, Q.CONTROLLER_GET_REPLICA_INFO, REPLICA_INFO)]  # rid 4 timed out: rerouted, not doubled

@@ -1,0 +1,59 @@
+"""Issue 27, the driver's half: a NOTIFY_BROKER_ROLE_CHANGED push reaches the ReplicasManager as
+a wake-up with its content dropped, and a flood of pushes queues one and counts the rest, so it
+cannot fill the driver's queue and crowd out the other inputs. (The manager's half, a push
+producing only a CONTROLLER_GET_REPLICA_INFO and the answer driving the role, is in
+test_replicas_manager.py; the forged push over a live socket in tests/broker/test_controller_mode.py.)"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.ha.autoswitch.replicas_driver import QUEUE_SIZE, ReplicasDriver
+from broker.ha.autoswitch.replicas_messages import (
+    ChangeSyncStateSet, ChangeToMaster, ChangeToSlave, ReplicasConfig, RoleChangeNotified,
+)
+
+
+class View:
+    def last_epoch(self) -> int:
+        return 0
+
+    def max_phy_offset(self) -> int:
+        return 0
+
+    def confirm_offset(self) -> int:
+        return 0
+
+    def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
+        return frozenset()
+
+
+class Host:
+    def set_fenced(self, fenced: bool) -> None:
+        pass
+
+    def set_local_broker_id(self, broker_id: int) -> None:
+        pass
+
+    async def change_to_master(self, action: ChangeToMaster) -> None:
+        raise AssertionError("a push never changes the role by itself")
+
+    async def change_to_slave(self, action: ChangeToSlave) -> None:
+        raise AssertionError("a push never changes the role by itself")
+
+    def change_sync_state_set(self, action: ChangeSyncStateSet) -> None:
+        pass
+
+
+def test_a_flood_of_role_change_pushes_queues_one_wake_up_and_counts_the_rest(tmp_path: Path) -> None:
+    async def go() -> None:
+        d = ReplicasDriver(ReplicasConfig("c", "b", "127.0.0.1:1", ("127.0.0.1:2",)), View(), Host(), tmp_path)
+        for epoch in range(QUEUE_SIZE + 3):  # not started: nothing drains the queue
+            d.role_change_notified({"masterBrokerId": "1", "masterEpoch": str(epoch)}, b'{"syncStateSet":[1]}')
+        assert d._queue.qsize() == 1 and d.hints_dropped == QUEUE_SIZE + 2 and d.dropped == 0
+        queued = d._queue.get_nowait()
+        assert isinstance(queued, RoleChangeNotified) and not queued.fields and queued.body is None
+        d.sync_state_set_proposed(frozenset({1}))  # the other inputs still find room
+        assert d.dropped == 0 and d.status()["roleChangeHintsDropped"] == QUEUE_SIZE + 2
+        await d.stop()
+    asyncio.run(go())
