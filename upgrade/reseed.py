@@ -24,6 +24,11 @@ Rules
   differs is refused, naming it, unless ``--overwrite`` (then it is replaced by the source's).
 - ``--verify-only`` copies nothing and reports which old files are missing or differ (exit 2 if
   any). Every user error is one line ``mqupgrade reseed: error: ...`` with exit 2, no traceback.
+- A source with ``commitlogRegions.json`` was migrated to Controller mode: the command copies its
+  frozen regions, ``config/`` and the regions file (last) with the same guarantees
+  (:mod:`upgrade.reseed_regions`: what is copied, what HA gives instead); the options that only
+  mean something in DLedger mode are refused there. A migrated destination is never reseeded from
+  a source that is not.
 
 Theory of operation
 -------------------
@@ -40,31 +45,20 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-HELP = "copy the old commitlog region (below dividedCommitlogOffset) and config/ to a follower, verified"
+from upgrade import regions_file
+from upgrade.reseed_regions import (ReseedError, ReseedReport, copy_tree, copy_verified, describe_skipped,
+                                    numbered, reseed_migrated)
 
+__all__ = ["HELP", "ReseedError", "ReseedReport", "add_arguments", "divided_offset", "reseed", "run"]
 
-class ReseedError(Exception):
-    """A user-facing refusal (one line)."""
+HELP = ("copy what replication does not give a new member, verified: the old commitlog region below "
+        "dividedCommitlogOffset (DLedger mode) or the frozen regions below classicFrom (a store migrated to "
+        "Controller mode), and config/")
 
-
-@dataclass
-class ReseedReport:
-    divided_offset: Optional[int]
-    copied: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    differ: list[str] = field(default_factory=list)
-    trees: list[str] = field(default_factory=list)
-
-
-def _old_files(cl_dir: Path) -> list[Path]:
-    if not cl_dir.is_dir():
-        return []
-    return sorted(p for p in cl_dir.iterdir() if p.is_file() and len(p.name) == 20 and p.name.isdigit())
+_old_files = numbered
 
 
 def divided_offset(root: Path, dledger_data: Optional[Path] = None) -> Optional[int]:
@@ -83,8 +77,6 @@ def _lock_holder(root: Path) -> Optional[str]:
 def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = None,
            dst_commitlog: Optional[Path] = None, src_dledger_data: Optional[Path] = None,
            seed_consumequeue: str = "rebuild", overwrite: bool = False, verify_only: bool = False) -> ReseedReport:
-    from upgrade.fileops import atomic_copy_file, content_digest, first_difference
-
     src_root, dst_root = Path(src_root), Path(dst_root)
     if not src_root.is_dir():
         raise ReseedError(f"--from {src_root} is not a directory (give the source broker's storePathRootDir)")
@@ -95,6 +87,14 @@ def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = No
     from upgrade.store_links import refuse_links  # issue 23.8: never through a link out of a store
 
     refuse_links([src_root, dst_root, src_cl, dst_cl, src_dledger_data], ReseedError)
+    migrated = _regions(src_root)
+    if migrated is not None:
+        return _reseed_migrated(src_root, dst_root, migrated, src_commitlog, dst_commitlog, src_dledger_data,
+                                seed_consumequeue, overwrite, verify_only)
+    if regions_file.path_of(dst_root).exists():
+        raise ReseedError(f"the destination {dst_root} was migrated to Controller mode "
+                          f"({regions_file.REGIONS_FILE}) but the source {src_root} was not: --from names no member "
+                          "of the destination's group")
     files = _old_files(src_cl)
     divided = divided_offset(src_root, src_dledger_data)
     if not files and divided is None:
@@ -108,27 +108,7 @@ def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = No
     wanted = [p for p in files if divided is None or int(p.name) + size <= divided]
     report = ReseedReport(divided)
     for src in wanted:
-        dst = dst_cl / src.name
-        n = src.stat().st_size
-        if dst.exists():
-            if dst.stat().st_size == n and content_digest(dst, 0, n) == content_digest(src, 0, n):
-                report.kept.append(src.name)
-                continue
-            report.differ.append(src.name)
-            if verify_only:
-                continue
-            if not overwrite:
-                diff, _ = first_difference(src, dst, 0, min(n, dst.stat().st_size))
-                where = f"first difference at byte {diff}" if diff is not None else "sizes differ"
-                raise ReseedError(f"{dst} differs from {src} ({where}); "
-                                  f"pass --overwrite to replace it with the source's copy")
-        else:
-            report.missing.append(src.name)
-            if verify_only:
-                continue
-        dst_cl.mkdir(parents=True, exist_ok=True)
-        atomic_copy_file(src, dst, n)  # .upgrade-tmp, fsync, digest check, rename
-        report.copied.append(src.name)
+        copy_verified(src, dst_cl / src.name, src.name, report, overwrite=overwrite, verify_only=verify_only)
     if verify_only:
         return report
     trees = ["config"] + (["consumequeue", "index"] if seed_consumequeue == "copy" else [])
@@ -138,16 +118,38 @@ def reseed(src_root: Path, dst_root: Path, *, src_commitlog: Optional[Path] = No
     for tree in trees:
         s, d = src_root / tree, dst_root / tree
         if s.is_dir():
-            tmp = d.with_name(d.name + ".upgrade-tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(s, tmp)
-            if d.exists():
-                shutil.rmtree(d)
-            tmp.rename(d)
+            copy_tree(s, d)
             report.trees.append(tree)
     if seed_consumequeue == "copy" and (src_root / "checkpoint").is_file():
         shutil.copyfile(src_root / "checkpoint", dst_root / "checkpoint")
     return report
+
+
+def _regions(src_root: Path) -> Optional[regions_file.Regions]:
+    """The source's layout when it was migrated to Controller mode (every rule of the file checked)."""
+    try:
+        return regions_file.read(src_root)
+    except regions_file.RegionsError as exc:
+        raise ReseedError(f"the source's regions file is broken ({exc}); reseed from a healthy member") from None
+
+
+def _reseed_migrated(src_root: Path, dst_root: Path, regions: regions_file.Regions, src_commitlog: Optional[Path],
+                     dst_commitlog: Optional[Path], src_dledger_data: Optional[Path], seed_consumequeue: str,
+                     overwrite: bool, verify_only: bool) -> ReseedReport:
+    """A migrated source (``upgrade.reseed_regions``); the options of the DLedger-mode path that
+    mean nothing there are refused rather than ignored."""
+    named = regions_file.REGIONS_FILE
+    if dst_commitlog is not None:
+        raise ReseedError(f"--to-commitlog: the source is migrated to Controller mode and its {named} names the "
+                          "frozen regions' directories, which the new node reads; leave --to-commitlog out")
+    if src_dledger_data is not None:
+        raise ReseedError(f"--from-dledger-data: the source is migrated to Controller mode; its {named} names the "
+                          "DLedger region; leave --from-dledger-data out")
+    if seed_consumequeue == "copy":
+        raise ReseedError("--seed-consumequeue copy: the source is migrated to Controller mode; the new node "
+                          "re-dispatches its ConsumeQueues from the frozen regions at its first start (the default)")
+    return reseed_migrated(src_root, dst_root, regions, src_commitlog=src_commitlog, overwrite=overwrite,
+                           verify_only=verify_only)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -155,7 +157,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="storePathRootDir of a healthy member (usually the leader; may be running)")
     p.add_argument("--to", dest="dst", required=True, metavar="STORE_ROOT",
                    help="storePathRootDir of the follower to re-seed (its broker must be stopped)")
-    p.add_argument("--from-commitlog", metavar="DIR", help="the source's storePathCommitLog (default ROOT/commitlog)")
+    p.add_argument("--from-commitlog", metavar="DIR",
+                   help="the source's storePathCommitLog (default ROOT/commitlog); for a migrated source whose "
+                        "classic region path is absolute: where that directory is readable from here")
     p.add_argument("--to-commitlog", metavar="DIR", help="the destination's storePathCommitLog (default ROOT/commitlog)")
     p.add_argument("--from-dledger-data", metavar="DIR",
                    help="the source's DLedger data dir (default ROOT/dledger-*/data): gives dividedCommitlogOffset")
@@ -175,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     except (ReseedError, OSError) as exc:
         print(f"mqupgrade reseed: error: {exc}", file=sys.stderr)
         return 2
+    if rep.regions is not None:
+        return _print_migrated(rep, args.verify_only)
     div = "none (not upgraded: every file)" if rep.divided_offset is None else str(rep.divided_offset)
     print(f"dividedCommitlogOffset {div}")
     if args.verify_only:
@@ -186,4 +192,22 @@ def run(args: argparse.Namespace) -> int:
         return 2 if rep.missing or rep.differ else 0
     print(f"copied {len(rep.copied)} old commitlog files (verified), kept {len(rep.kept)} identical; "
           f"trees: {', '.join(rep.trees) or 'none'}")
+    return 0
+
+
+def _print_migrated(rep: ReseedReport, verify_only: bool) -> int:
+    assert rep.regions is not None
+    named = regions_file.REGIONS_FILE
+    print(f"migrated to Controller mode ({named}): {rep.regions.describe()}")
+    if verify_only:
+        print(f"verified: {len(rep.kept)} identical, {len(rep.missing)} missing, {len(rep.differ)} differ; "
+              f"{named} {rep.regions_state}")
+        for name in rep.missing:
+            print(f"  missing {name}")
+        for name in rep.differ:
+            print(f"  differs {name}")
+        return 2 if rep.missing or rep.differ or rep.regions_state != "identical" else 0
+    print(f"copied {len(rep.copied)} frozen-region files (verified), kept {len(rep.kept)} identical; trees: "
+          f"{', '.join(rep.trees) or 'none'}; {named} {rep.regions_state} (last)")
+    print(describe_skipped(rep.regions))
     return 0

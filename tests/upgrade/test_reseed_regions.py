@@ -1,0 +1,182 @@
+"""``mqupgrade reseed`` of a member of a group migrated to Controller mode (issue 27, H1): the frozen
+regions, config/ and commitlogRegions.json (last) are copied from a healthy member, verified; the
+writable classic files, the epoch file and the identity files are not. Store-level, on groups of
+two Apache DLedger members migrated by plan/apply as tests/upgrade/test_controller_dledger.py
+does, one group per fixture set, built once per module."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from broker.store.lockfile import StoreLock
+from broker.store.message_store import DefaultMessageStore, GetMessageStatus
+from tests.support import rmqfixtures as rf
+from tests.upgrade.test_controller_dledger import SIZE, member, quiet, snapshot, write_plan
+from tests.upgrade.upgrade_helpers import mqupgrade
+from upgrade import regions_file
+from upgrade.apply import apply_plan
+from upgrade.cli import main as cli_main
+
+#: planted in the source as a running Controller-mode member has them: none may reach the new node
+NODE_OWN = {"epochFileCheckpoint": "1\n1-{cf}\n", "brokerIdentity": "DefaultCluster#broker-a#1",
+            "storeshape": "mode=classic\nbrokerName=broker-a\n"}
+
+
+Group = tuple[rf.FixtureSet, Path, int]
+
+
+@pytest.fixture(scope="module")
+def groups(fixture_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Group]:
+    """``groups(set name)`` -> (fixture set, the healthy member n0's root, classicFrom) of a migrated
+    group n0 + n1, built once per module; n0 also holds what a member in Controller mode writes: a
+    writable classic file, its epoch and identity."""
+    built: dict[str, Group] = {}
+
+    def get(name: str) -> Group:
+        if name not in built:
+            fs = rf.SETS[name]
+            base = tmp_path_factory.mktemp(f"reseed-{fs.name}")
+            roots = [member(fixture_root, fs, base, sid) for sid in ("n0", "n1")]
+            plan, path = write_plan(roots, base)
+            assert plan.ok, plan.refusals
+            apply_plan(path, echo=quiet)
+            cf = plan.divided_commitlog_offset
+            n0 = roots[0]
+            (n0 / "commitlog" / f"{cf:020d}").write_bytes(bytes(SIZE))  # the writable region: HA's to ship
+            for own, text in NODE_OWN.items():
+                (n0 / own).write_text(text.format(cf=cf))
+            built[name] = (fs, n0, cf)
+        return built[name]
+
+    return get
+
+
+def _reseed(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli_main(["reseed", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _open(root: Path) -> DefaultMessageStore:
+    store = DefaultMessageStore(store_path_root_dir=str(root), mapped_file_size_commit_log=SIZE,
+                                max_hash_slot_num=10000, max_index_num=40000, warm_mapped_file_enable=False)
+    assert store.load()
+    store.start()
+    return store
+
+
+def _queue(store: DefaultMessageStore, topic: str, qid: int) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    while True:
+        got = store.get_message(topic, qid, len(out), 256)
+        if got.status is not GetMessageStatus.FOUND:
+            return out
+        out += [(p, bytes(b)) for p, b in zip(got.physical_offsets, got.buffers)]
+
+
+def test_reseeded_member_serves_every_old_message(groups: Callable[[str], Group], fixture_set: rf.FixtureSet,
+                                                  manifests, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fs, src, cf = groups(fixture_set.name)
+    dst = tmp_path / "new"
+    code, out, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    assert code == 0, err
+    regions = regions_file.read(src)
+    assert regions is not None and regions.classic_from == cf
+    assert f"migrated to Controller mode (commitlogRegions.json): {regions.describe()}" in out
+    assert "commitlogRegions.json written (last)" in out and "trees: config" in out
+    assert f"not copied: the writable classic commitlog from classicFrom {cf}" in out
+    assert (dst / "commitlogRegions.json").read_text() == (src / "commitlogRegions.json").read_text()
+    assert not (dst / "commitlog" / f"{cf:020d}").exists() and not any((dst / n).exists() for n in NODE_OWN)
+    frozen = {k: v for k, v in snapshot(src).items()
+              if k.startswith(("commitlog/", "dledger-n0/", "config/")) and k != f"commitlog/{cf:020d}"}
+    assert {k: v for k, v in snapshot(dst).items() if k != "commitlogRegions.json"} == frozen
+    rows = [r for r in manifests(fs.mixed) if r.get("inConsumeQueue", 1)]
+    t = time.monotonic()
+    new, old = _open(dst), _open(src)
+    try:
+        # a fresh node with no epoch file: its max offset is classicFrom, what it asks the master for
+        assert new.get_max_phy_offset() == cf and new.get_min_phy_offset() == 0
+        queues = sorted({(r["topic"], r["queueId"]) for r in rows})
+        served = {q: _queue(new, *q) for q in queues}
+        for q in queues:  # every old message by queue offset, byte-equal to the healthy member's
+            assert served[q] == _queue(old, *q), q
+        by_queue = {(r["topic"], r["queueId"], r["queueOffset"]): r["commitLogOffset"] for r in rows}
+        assert {(t_, q, i): p for (t_, q), msgs in served.items() for i, (p, _) in enumerate(msgs)} == by_queue
+        for r in rows:  # and by key
+            key = r["keys"].split(" ")[0]
+            if key:
+                found = new.query_message(r["topic"], key, 64)
+                assert r["commitLogOffset"] in [m.commitlog_offset for m in found], r
+    finally:
+        new.shutdown()
+        old.shutdown()
+    print(f"\n{fs.name}: {len(rows)} messages read back by queue offset and by key in {time.monotonic() - t:.1f}s")
+
+
+def test_verify_only_killed_run_resume_and_differing_file(groups: Callable[[str], Group], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _fs, src, _cf = groups("plain")  # the copy rules do not depend on the fixture set
+    dst = tmp_path / "new"
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst), "--verify-only")
+    assert code == 2 and "0 identical" in out and "commitlogRegions.json missing" in out
+    assert "  missing commitlog/00000000000000000000" in out and "  missing dledger-n0/index/00000000000000000000" in out
+    assert not dst.exists()  # verify-only writes nothing
+    assert _reseed(capsys, "--from", str(src), "--to", str(dst))[0] == 0
+    total = len(list((dst / "dledger-n0").rglob("*"))) - 2 + len(list((dst / "commitlog").iterdir()))  # - data/, index/
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst), "--verify-only")
+    assert code == 0 and f"verified: {total} identical, 0 missing, 0 differ; commitlogRegions.json identical" in out
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst))  # idempotent
+    assert code == 0 and f"copied 0 frozen-region files (verified), kept {total} identical" in out
+    assert "commitlogRegions.json identical (last)" in out
+    # a run killed after the DLedger region's last file went to .upgrade-tmp: no regions file yet
+    last = sorted((src / "dledger-n0" / "data").iterdir())[-1]
+    dead = dst / "dledger-n0" / "data" / last.name
+    dead.rename(dead.with_name(dead.name + ".upgrade-tmp"))
+    (dst / "commitlogRegions.json").unlink()
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst), "--verify-only")
+    assert code == 2 and f"  missing dledger-n0/data/{last.name}" in out and "commitlogRegions.json missing" in out
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    assert code == 0 and "copied 1 frozen-region files" in out and "commitlogRegions.json written" in out
+    assert dead.read_bytes() == last.read_bytes() and not list(dst.rglob("*.upgrade-tmp"))
+    # a frozen file that differs: reported, refused in one line, replaced with --overwrite
+    with open(dead, "r+b") as fh:
+        fh.seek(200)
+        b = fh.read(1)
+        fh.seek(200)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    code, out, _ = _reseed(capsys, "--from", str(src), "--to", str(dst), "--verify-only")
+    assert code == 2 and f"  differs dledger-n0/data/{last.name}" in out
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    assert code == 2 and "first difference at byte 200" in err and "--overwrite" in err
+    assert _reseed(capsys, "--from", str(src), "--to", str(dst), "--overwrite")[0] == 0
+    assert dead.read_bytes() == last.read_bytes()
+
+
+def test_refusals_running_destination_and_another_layout(groups: Callable[[str], Group], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    fs, src, cf = groups("plain")  # the refusals do not depend on the fixture set
+    dst = tmp_path / "new"
+    lock = StoreLock(dst).acquire()  # its broker runs
+    try:
+        code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    finally:
+        lock.release()
+    assert code == 2 and "stop its broker first" in err
+    assert not (dst / "commitlogRegions.json").exists() and not (dst / "dledger-n0").exists()
+    regions = regions_file.read(src)
+    assert regions is not None
+    other = regions_file.Regions.of([regions_file.Region("dledger", "dledger-n0", fs.divided_offset,
+                                                         cf + SIZE + 10)], SIZE)
+    regions_file.write(dst, other)
+    r = mqupgrade("reseed", "--from", str(src), "--to", str(dst), "--overwrite")  # the real command line, once
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("mqupgrade reseed: error: the destination already holds another commitlogRegions.json")
+    assert f"(classicFrom {cf + 2 * SIZE}:" in r.stderr and f"(classicFrom {cf}:" in r.stderr
+    assert not (dst / "dledger-n0").exists()
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(tmp_path / "x"), "--seed-consumequeue", "copy")
+    assert code == 2 and "re-dispatches its ConsumeQueues" in err
+    code, _, err = _reseed(capsys, "--from", str(dst), "--to", str(tmp_path / "y"))  # dst: regions, no region files
+    assert code == 2 and "region directory" in err
