@@ -45,10 +45,11 @@ from typing import Any, Callable, Iterator, Optional
 from broker.store.errors import StoreError
 from broker.store.lockfile import StoreLock, StoreLockedError
 from upgrade import fileops
+from upgrade.confirm import confirmed
 from broker.store.freeze import FreezeError, freeze_commitlog
 from upgrade.store_links import refuse_links
 from upgrade.inspect import inspect_store
-from upgrade.journal import Journal, plan_digest
+from upgrade.journal import Journal, Step, plan_digest
 from upgrade.plan_model import Action, Plan
 
 Echo = Callable[[str], None]
@@ -311,21 +312,15 @@ class _Applier:
                                  f"clean {then[1]} -> {now[1]}); run mqupgrade plan again")
 
     def run(self) -> int:
+        """Every step of the plan in order (:meth:`Journal.run_steps`); returns how many were skipped."""
         total = len(self.plan.actions)
-        skipped = 0
-        for i, a in enumerate(self.plan.actions, 1):
-            tag = f"[{i}/{total}] {a.kind} {a.node}" + (f" {a.params.get('name') or a.params.get('tree') or ''}".rstrip())
-            if self.journal.done(a.id):
-                self.echo(f"{tag}: done already")
-                continue
-            if a.optional == "freeze" and not self.freeze:
-                self.echo(f"{tag}: skipped (pass --freeze, or let the first DLedger start write the blank)")
-                skipped += 1
-                continue
-            detail = getattr(self, f"do_{a.kind}")(a)
-            self.journal.mark_done(a.id, detail)
-            self.echo(f"{tag}: done")
-        return skipped
+        return self.journal.run_steps((self._step(i, total, a) for i, a in enumerate(self.plan.actions, 1)), self.echo)
+
+    def _step(self, i: int, total: int, a: Action) -> Step:
+        tag = f"[{i}/{total}] {a.kind} {a.node}" + (f" {a.params.get('name') or a.params.get('tree') or ''}".rstrip())
+        skip = ("pass --freeze, or let the first DLedger start write the blank"
+                if a.optional == "freeze" and not self.freeze else None)
+        return Step(a.id, tag, lambda: getattr(self, f"do_{a.kind}")(a), skip)
 
 
 def apply_plan(plan_path: str | os.PathLike[str], *, freeze: bool = False, journal_path: Optional[str] = None,
@@ -371,11 +366,7 @@ def run(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan)
         if not args.yes:
             print(render(plan))
-            if not sys.stdin.isatty():
-                print("mqupgrade apply: not confirmed (pass --yes to apply without a terminal)", file=sys.stderr)
-                return 1
-            if input("apply this plan? type yes: ").strip().lower() != "yes":
-                print("mqupgrade apply: not confirmed", file=sys.stderr)
+            if not confirmed("apply", "apply"):
                 return 1
         data = apply_plan(args.plan, freeze=args.freeze, journal_path=args.journal,
                           progress=not args.no_progress and sys.stderr.isatty())

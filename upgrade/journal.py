@@ -11,6 +11,10 @@ Rules:
   (``<file>.bak-<started_at>``), so a resumed run makes the same backups as an uninterrupted one.
 - Step details are deterministic (digests, offsets, counts; no timings), so an interrupted and
   rerun apply leaves the same journal as an uninterrupted one, apart from ``runs``.
+- :meth:`Journal.run_steps` is the one loop of every journaled command (``apply``, ``rollback``):
+  in order, a step journaled done is passed over ("done already"), a step with a ``skip`` reason
+  is passed over unjournaled (and counted), any other runs and is journaled done, durably,
+  before the next one starts; an exception stops the loop with that step not journaled.
 
 Theory of operation: a dict in memory mirrored to disk on every change; a few hundred steps at
 most, so rewriting the whole file each time is cheap and keeps it valid JSON at every instant.
@@ -21,8 +25,9 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from upgrade.fileops import atomic_write_text
 
@@ -31,6 +36,16 @@ JOURNAL_VERSION = 1
 
 class JournalError(Exception):
     """The journal does not belong to this plan or is unreadable (one line)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One journaled step: ``run`` makes its effects durable and returns its deterministic detail."""
+
+    id: str
+    tag: str  # the head of its progress line, e.g. ``[2/7] copy_file n1 00000000000000000000``
+    run: Callable[[], dict[str, Any]]
+    skip: Optional[str] = None  # why this run passes it over (not journaled); None: it runs
 
 
 def plan_digest(plan_path: str | os.PathLike[str]) -> str:
@@ -80,6 +95,22 @@ class Journal:
         if key not in self.data:
             self.data[key] = value
             self._write()
+
+    def run_steps(self, steps: Iterable[Step], echo: Callable[[str], None]) -> int:
+        """Run ``steps`` in order under this journal (see the module rules); returns how many were
+        skipped."""
+        skipped = 0
+        for step in steps:
+            if self.done(step.id):
+                echo(f"{step.tag}: done already")
+                continue
+            if step.skip is not None:
+                echo(f"{step.tag}: skipped ({step.skip})")
+                skipped += 1
+                continue
+            self.mark_done(step.id, step.run())
+            echo(f"{step.tag}: done")
+        return skipped
 
     def finish(self, finished: bool) -> None:
         self.data["finished"] = finished

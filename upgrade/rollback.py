@@ -38,16 +38,18 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from broker.store.lockfile import StoreLock, StoreLockedError
 from dledger.store.safefile import fsync_dir
 from upgrade import regions_file
+from upgrade.confirm import confirmed
 from upgrade.controller_apply import CONTROLLER_FILES, SHAPE_FILES, files_from
 from upgrade.fileops import TMP_SUFFIX, atomic_write_text
 from upgrade.inspect import inspect_store
-from upgrade.journal import Journal, plan_digest
+from upgrade.journal import Journal, Step, plan_digest
 from upgrade.plan_model import Action, Plan
 
 Echo = Callable[[str], None]
@@ -137,6 +139,13 @@ class _Undo:
             fsync_dir(Path(root))
         return gone
 
+    def run(self, a: Action) -> dict[str, Any]:
+        """The undo of ``a``'s kind, run; a kind without one stops the rollback."""
+        fn: Optional[Callable[[Action], dict[str, Any]]] = getattr(self, f"undo_{a.kind}", None)
+        if fn is None:
+            raise RollbackError(f"{a.id}: a {a.kind} step cannot be rolled back")
+        return fn(a)
+
     def undo_write_conf(self, a: Action) -> dict[str, Any]:
         path, content = Path(a.params["path"]), a.params["content"]
         bak = path.with_name(path.name + self.backup_suffix)
@@ -217,17 +226,8 @@ def rollback_plan(plan_path: str | os.PathLike[str], *, journal_path: Optional[s
         gate(plan, steps)
         undo = _Undo(steps, f".bak-{journal.data.get('apply_started_at', '')}")
         actions = list(reversed(plan.actions))
-        for i, a in enumerate(actions, 1):
-            uid = f"undo-{a.id}"
-            tag = f"[{i}/{len(actions)}] undo {a.kind} {a.node}"
-            if journal.done(uid):
-                echo(f"{tag}: done already")
-                continue
-            fn = getattr(undo, f"undo_{a.kind}", None)
-            if fn is None:
-                raise RollbackError(f"{a.id}: a {a.kind} step cannot be rolled back")
-            journal.mark_done(uid, fn(a))
-            echo(f"{tag}: done")
+        journal.run_steps([Step(f"undo-{a.id}", f"[{i}/{len(actions)}] undo {a.kind} {a.node}", partial(undo.run, a))
+                           for i, a in enumerate(actions, 1)], echo)
         stamp = time.strftime("%Y%m%d%H%M%S")
         if apply_jp.exists():  # the same plan may be applied again later, from the start
             os.replace(apply_jp, apply_jp.with_name(f"{apply_jp.name}.rolled-back-{stamp}"))
@@ -256,13 +256,8 @@ def run(args: argparse.Namespace) -> int:
     from upgrade.plan import PlanError
 
     try:
-        if not args.yes:
-            if not sys.stdin.isatty():
-                print("mqupgrade rollback: not confirmed (pass --yes to roll back without a terminal)", file=sys.stderr)
-                return 1
-            if input("roll back this plan? type yes: ").strip().lower() != "yes":
-                print("mqupgrade rollback: not confirmed", file=sys.stderr)
-                return 1
+        if not args.yes and not confirmed("rollback", "roll back"):
+            return 1
         data = rollback_plan(args.plan, journal_path=args.journal)
     except (RollbackError, PlanError, JournalError) as exc:
         print(f"mqupgrade rollback: {exc}", file=sys.stderr)
