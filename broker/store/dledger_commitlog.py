@@ -21,15 +21,9 @@ Rules (reference §4, seed 001, DESIGN §4-5):
   and on followers/candidates, a put answers SERVICE_NOT_AVAILABLE with the leader in
   ``extra``. Leader-ready and role-change listeners let the broker's role handler follow.
 - A put completes when DLedger commits it (quorum, flushed). A put that fails after its local
-  append is FLUSH_SLAVE_TIMEOUT, "outcome unknown" (``dledger_put`` rules, issue 13.6). Status
-  mapping of DLedger codes refusing a put before it is appended (reference §4.5, decided
-  here): SUCCESS -> PUT_OK; NOT_LEADER, INCONSISTENT_LEADER,
-  LEADER_NOT_READY, LEADER_TRANSFERRING, TERM_CHANGED, DISK_FULL, DISK_ERROR ->
-  SERVICE_NOT_AVAILABLE; LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY; WAIT_QUORUM_ACK_TIMEOUT ->
-  FLUSH_SLAVE_TIMEOUT (stored locally, quorum not reached in time, may still commit: the same
-  "maybe stored" meaning as classic SYNC_MASTER's; Apache 4.9.8 says OS_PAGECACHE_BUSY, 5.x
-  IN_SYNC_REPLICAS_NOT_ENOUGH); UNEXPECTED_ARGUMENT (entry > 4 MiB) -> MESSAGE_ILLEGAL; other
-  codes -> UNKNOWN_ERROR. Only PUT_OK and FLUSH_SLAVE_TIMEOUT carry an append result.
+  append is FLUSH_SLAVE_TIMEOUT, "outcome unknown" (issue 13.6); a DLedger code refusing a put
+  before it is appended maps as ``dledger_put``'s rules say (reference §4.5, decided there).
+  Only PUT_OK and FLUSH_SLAVE_TIMEOUT carry an append result.
 - The classic HA slave path (``append_data``), ``reset_offset`` and ``truncate_dirty_files``
   are refused: in DLedger mode only DLedger writes the log. ``confirm_offset`` = ``max_offset``
   (setting it is ignored).
@@ -171,7 +165,7 @@ class DLedgerCommitLog:
         self._started = False
         self.counters = {"puts": 0, "put_messages": 0, "refused": 0, "quorum_timeouts": 0, "outcome_unknown": 0}
         self.reads = DLedgerReads(old=self.old, delay_levels=self.delay_levels, log=self)
-        self.put_path = DLedgerPutPath(server=lambda: self.server, loop=self._put_loop,
+        self.put_path = DLedgerPutPath(server=lambda: self.server, loop=lambda: self._loop if self._started else None,
                                        topic_queue_table=lambda: self.topic_queue_table,
                                        leader_ready=self._leader_ready, counters=self.counters,
                                        max_message_size=max_message_size)
@@ -442,10 +436,6 @@ class DLedgerCommitLog:
         return self.dledger_store
 
     # --- offsets ----------------------------------------------------------------------------
-    def _committed_pos(self) -> int:
-        dl = self.dledger_store
-        return dl.committed_pos if dl is not None else -1
-
     @property
     def min_offset(self) -> int:
         if self.old.mapped_file_queue.mapped_files:
@@ -456,10 +446,10 @@ class DLedgerCommitLog:
     @property
     def max_offset(self) -> int:
         """Committed position (or the DLedger min offset while nothing is committed)."""
-        committed = self._committed_pos()
+        dl = self.dledger_store
+        committed = dl.committed_pos if dl is not None else -1
         if committed > 0:
             return committed
-        dl = self.dledger_store
         if dl is not None and dl.data_file_list.min_offset > 0:
             return dl.data_file_list.min_offset
         return 0
@@ -509,10 +499,6 @@ class DLedgerCommitLog:
                    ) -> "concurrent.futures.Future[PutMessageResult]":
         """Encode here, append on the DLedger loop; the future resolves on commit or failure."""
         return self.put_path.submit(msgs, keep_store_timestamp)
-
-    def _put_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The DLedger loop while puts can be scheduled on it (started, server made)."""
-        return self._loop if self._started and self.server is not None else None
 
     # --- reading: delegates to ``reads`` (dledger_reads.py) ---------------------------------
     def parse_record(self, buf: memoryview, pos: int, check_crc: bool) -> DispatchRequest:

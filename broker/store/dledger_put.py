@@ -18,6 +18,14 @@ Rules (reference §4.5, DESIGN §5):
   unknown": FLUSH_SLAVE_TIMEOUT with the append result and ``extra["outcome_unknown"]``, since
   a quorum may hold the entries and a later leader commit them (issue 13.6: 100,000 puts
   answered NOT_MASTER were committed, and retried into duplicates).
+- Status mapping of DLedger codes refusing a put before it is appended (reference §4.5,
+  decided here, :func:`put_status_for`): SUCCESS -> PUT_OK; NOT_LEADER, INCONSISTENT_LEADER,
+  LEADER_NOT_READY, LEADER_TRANSFERRING, TERM_CHANGED, DISK_FULL, DISK_ERROR ->
+  SERVICE_NOT_AVAILABLE; LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY; WAIT_QUORUM_ACK_TIMEOUT ->
+  FLUSH_SLAVE_TIMEOUT (stored locally, quorum not reached in time, may still commit: the same
+  "maybe stored" meaning as classic SYNC_MASTER's; Apache 4.9.8 says OS_PAGECACHE_BUSY, 5.x
+  IN_SYNC_REPLICAS_NOT_ENOUGH); UNEXPECTED_ARGUMENT (entry > 4 MiB) and
+  REQUEST_WITH_EMPTY_BODYS -> MESSAGE_ILLEGAL; other codes -> UNKNOWN_ERROR.
 
 Theory of operation: :class:`DLedgerPutPath` is an object its DLedgerCommitLog composes (this
 module does not import the commitlog, which imports it), given exactly what it uses: the
@@ -76,7 +84,8 @@ def put_status_for(code: int) -> PutMessageStatus:
 class DLedgerPutPath:
     """The put path of a DLedgerCommitLog (module rules and theory)."""
 
-    def __init__(self, *, server: Callable[[], DLedgerServer | None], loop: Callable[[], asyncio.AbstractEventLoop | None],
+    def __init__(self, *, server: Callable[[], DLedgerServer | None],
+                 loop: Callable[[], asyncio.AbstractEventLoop | None],
                  topic_queue_table: Callable[[], dict[tuple[str, int], int]], leader_ready: threading.Event,
                  counters: dict[str, int], max_message_size: int) -> None:
         self._server = server
@@ -102,7 +111,7 @@ class DLedgerPutPath:
             out.set_result(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc)))
             return out
         loop = self._loop()
-        if loop is None:
+        if loop is None or self._server() is None:
             out.set_result(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="DLedger commitlog not started"))
             return out
         try:

@@ -13,9 +13,9 @@ are the commitlog interface both commitlogs answer (dispatch, recovery, the stor
 given exactly what it reads: the old commitlog and the delay levels (fixed), and the commitlog
 itself as a :class:`DividedLog`, read at each call: recovery sets its divided offset and opens
 its DLedger file store after construction, and the store sets its read guard's node name and
-flag (an attribute read, not an accessor call: these are read per message on the pull path). The message check itself is :func:`dledger_message_view`, over one data file and
-a committed end, so a frozen DLedger region of a migrated store (``frozen_regions``) reads by the
-same code.
+flag (attribute reads, not accessor calls: they are read per message on the pull path). The
+message check itself is :func:`dledger_message_view`, over one data file and a committed end, so
+a frozen DLedger region of a migrated store (``frozen_regions``) reads by the same code.
 """
 from __future__ import annotations
 

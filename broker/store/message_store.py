@@ -37,7 +37,9 @@ Rules:
   ``classic_from`` at the earliest (recovery dispatched the regions).
 
 Theory of operation: the facade owns no format knowledge; it wires the parts, holds the
-lifecycle, and translates between queue offsets and physical offsets. Flushing ConsumeQueues,
+lifecycle, and translates between queue offsets and physical offsets. It composes the reads
+(``store_reads.StoreReads``, given accessors of the parts ``load`` makes) and, per load, the
+shape checks (``shape_check.ShapeCheck``). Flushing ConsumeQueues,
 index and checkpoint runs on one background thread (FlushConsumeQueueService).
 """
 from __future__ import annotations
@@ -71,6 +73,7 @@ from broker.store.message import (
 from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_problem, topic_problem
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService
+from broker.store.shape_check import ShapeCheck
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
 from broker.store.store_settings import ASYNC_FLUSH, StoreSettings  # noqa: F401 - re-exported
 from broker.store.store_types import JsonObject
@@ -207,14 +210,15 @@ class DefaultMessageStore:
                 self._drop_empty_files_after_crash()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             self._open_regions()
-            recorded = self._check_shape_mode() if s.record_shape else None
+            check = ShapeCheck(self.root, s, str(getattr(self.broker_config, "broker_name", "") or ""),
+                               self.regions) if s.record_shape else None
             self.commitlog = self._make_commitlog()
             self.commitlog.on_appended = self.wake_dispatch
             store_verify.configure_read_guard(self.commitlog, self.settings.check_crc_on_read, self.broker_config,
                                               self.root)
             self.commitlog.load()
-            if s.record_shape and not s.enable_dleger_commit_log:  # before recovery can drop the CQs
-                shape.check_held(self.root, recorded, self._held_min())
+            if check is not None:  # classic: before recovery can drop the CQs
+                check.check_loaded(self.commitlog)
             self.consume_queue_store = ConsumeQueueStore(
                 self.root, s.mapped_file_size_consume_queue, checkpoint=self.checkpoint)
             self.consume_queue_store.load()
@@ -225,8 +229,8 @@ class DefaultMessageStore:
                 if self.regions is not None:
                     self.regions.index_end = self._index_end
             self.recover()
-            if s.record_shape:
-                self._record_shape(recorded)
+            if check is not None:
+                self.shape = check.record(self.commitlog)
         except BaseException:
             self._close_parts()
             self.lock.release()
@@ -238,41 +242,6 @@ class DefaultMessageStore:
         """The commitlog offset the index has reached (0 with no index file)."""
         files = self.index_service.index_files if self.index_service is not None else []
         return files[-1].end_phy_offset if files else 0
-
-    # --- the store's shape (broker.store.shape, issue 24.1) ----------------------------------
-    def _broker_name(self) -> str:
-        return str(getattr(self.broker_config, "broker_name", "") or "")
-
-    def _check_shape_mode(self) -> shape.StoreShape | None:
-        s = self.settings
-        if self.regions is not None:  # migrated: DLedger data under the root is the frozen region
-            return shape.read_shape(self.root)
-        return shape.check_mode(self.root, (s.dledger_settings or {}) if s.enable_dleger_commit_log else None,
-                                self._broker_name())
-
-    def _held_min(self) -> int:
-        """The lowest commitlog offset held (DLedger mode: of the old region; the divide when it is
-        empty), -1 when nothing is held that a shape records."""
-        cl = self.commitlog
-        assert cl is not None
-        if self.regions is not None:
-            return cl.min_offset
-        files = cl.classic_region.mapped_file_queue.mapped_files
-        return files[0].file_from_offset if files else cl.divided_commitlog_offset  # classic: -1
-
-    def _record_shape(self, recorded: shape.StoreShape | None) -> None:
-        s, cl = self.settings, self.commitlog
-        assert cl is not None
-        held = self._held_min()
-        if not s.enable_dleger_commit_log:
-            now = shape.StoreShape(shape.CLASSIC, self._broker_name(), min_offset=held)
-        else:
-            shape.check_held(self.root, recorded, held)
-            d = s.dledger_settings or {}
-            now = shape.StoreShape(shape.DLEDGER, self._broker_name(), str(d.get("group") or ""),
-                                   str(d.get("self_id") or ""), cl.divided_commitlog_offset, held)
-        self.shape = shape.ShapeRecorder(self.root, now)
-        cl.classic_region.mapped_file_queue.before_delete = self.shape.raise_min
 
     def _drop_empty_files_after_crash(self) -> None:
         """A crash between creating a ConsumeQueue file and sizing it leaves a 0-byte file, which
