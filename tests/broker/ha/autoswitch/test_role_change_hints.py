@@ -57,3 +57,23 @@ def test_a_flood_of_role_change_pushes_queues_one_wake_up_and_counts_the_rest(tm
         assert d.dropped == 0 and d.status()["roleChangeHintsDropped"] == QUEUE_SIZE + 2
         await d.stop()
     asyncio.run(go())
+
+
+def test_the_processor_asks_no_admin_account_and_answers_success() -> None:
+    """The push carries no authority, so the processor itself checks nothing: a request the ACL
+    hook let through with a non-admin account is answered SUCCESS (before issue 27: NO_PERMISSION).
+    (The hook in broker/remoting/acl.py still asks an account for 1008 first.)"""
+    from types import SimpleNamespace
+
+    from broker.remoting.acl import REQUEST_ACCOUNT, PlainAccount
+    from broker.remoting.codec import RemotingCommand
+    from broker.remoting.processors.controller_notify import NOTIFY_BROKER_ROLE_CHANGED, ControllerNotifyProcessor
+
+    woken: list[int] = []
+    p = ControllerNotifyProcessor(lambda fields, body: woken.append(1))
+    cmd = RemotingCommand.request(NOTIFY_BROKER_ROLE_CHANGED, {"masterBrokerId": 2, "masterEpoch": 99}, b"x")
+
+    async def run() -> int:
+        REQUEST_ACCOUNT.set(PlainAccount("reader", "secret"))  # this task's context only
+        return (await p.notify(cmd, SimpleNamespace(remote_addr="10.0.0.9:5"))).code  # type: ignore[arg-type]
+    assert asyncio.run(run()) == 0 and woken == [1] and p.received == 1
