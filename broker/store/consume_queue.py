@@ -7,9 +7,11 @@ Rules (RocketMQ 4.9.8 ``ConsumeQueue`` / ``DefaultMessageStore``; reference §2.
   ``SCHEDULE_TOPIC_XXXX``). Unit for queue offset *q* lives at byte ``q * 20`` of the queue's
   byte space.
 - Files: ``<root>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>``, each exactly
-  ``mappedFileSizeConsumeQueue`` bytes (default 6,000,000), preallocated sparse, mmapped. Blocks
-  are reserved (``mapped_file.BlockReserve``) before bytes are stored through the mapping: a
-  full disk raises ``DiskFullError`` naming the file and offset, never SIGBUS.
+  ``mappedFileSizeConsumeQueue`` bytes (default 6,000,000), preallocated sparse, mmapped: a
+  ``MappedFile``. Blocks are reserved (``mapped_file.BlockReserve``) before bytes are stored
+  through the mapping: a full disk raises ``DiskFullError`` naming the file and offset, never
+  SIGBUS. A file of another length, or not named by a 20-digit offset, is a ConsumeQueueError
+  naming it ("check it manually"), as is any write to a queue opened ``read_only``.
 - A unit is valid iff ``offset >= 0 and size > 0``; the first invalid unit ends the queue.
 - A queue whose first file is created at a non-zero queue offset is pre-filled with
   ``(0, 0x7FFFFFFF, 0)`` units up to that offset (``fillPreBlank``) and its min offset starts
@@ -31,14 +33,14 @@ end), :meth:`ConsumeQueueStore.recover` (each queue scans from its 3rd-last file
 invalid unit, truncates beyond it, and learns ``max_physic_offset``; the maximum over queues
 tells the commitlog where dispatch had got to), then, after commitlog recovery,
 :meth:`truncate_dirty` drops units pointing past the recovered commitlog end. While running,
-ReputMessageService calls :meth:`dispatch` for every committed record. Files are handled by the
-small private :class:`_CqFile` (mmap of one preallocated file); this module deliberately does not
-depend on the commitlog's MappedFile so that the validator can open queues read-only.
+ReputMessageService calls :meth:`dispatch` for every committed record. Each file is a
+:class:`~broker.store.mapped_file.MappedFile` (the commitlog's file abstraction: hidden-name
+creation, block reservation, size check, ``read_only`` opening for the upgrade tools and the
+validator); its wrote position is the queue's write position within it (committed follows it).
 """
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -47,7 +49,7 @@ from typing import Iterator, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
-from broker.store.mapped_file import BlockReserve
+from broker.store.mapped_file import FileSizeError, MappedFile
 from broker.store.names import InvalidNameError, check_queue_id, check_topic
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,6 @@ CQ_STORE_UNIT_SIZE = 20
 DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE = 300_000 * CQ_STORE_UNIT_SIZE
 _UNIT = struct.Struct(">qiq")
 _BLANK_UNIT = _UNIT.pack(0, 0x7FFFFFFF, 0)
-_PAGE = mmap.PAGESIZE
 
 #: Reserved topic of DLedger barrier messages; never dispatched into a ConsumeQueue.
 BARRIER_TOPIC = "RMQ_SYS_DLEDGER_BARRIER"
@@ -71,82 +72,40 @@ class ConsumeQueueError(StoreError):
     """A ConsumeQueue file on disk is not what RocketMQ would have written."""
 
 
-class _CqFile:
-    """One preallocated, mmapped ConsumeQueue file and its wrote/flushed positions."""
+def _open_file(path: Path, file_size: int, read_only: bool) -> MappedFile:
+    """An existing ConsumeQueue file as a MappedFile, positions at its end (recover() moves them);
+    a bad name or length is a ConsumeQueueError naming the file."""
+    if len(path.name) != 20 or not path.name.isdigit():
+        raise ConsumeQueueError(f"{path}: file name is not a 20-digit start offset")
+    try:
+        f = MappedFile(path, file_size, read_only=read_only)
+    except FileSizeError as exc:
+        raise ConsumeQueueError(
+            f"{path}: file size {exc.actual} does not match mappedFileSizeConsumeQueue "
+            f"{file_size}; check it manually"
+        ) from None
+    f.set_positions(file_size)
+    return f
 
-    def __init__(self, path: Path, file_size: int, *, create: bool, read_only: bool) -> None:
-        self.path = path
-        self.file_size = file_size
-        try:
-            self.from_offset = int(path.name)
-        except ValueError:
-            raise ConsumeQueueError(f"{path}: file name is not a 20-digit start offset") from None
-        if len(path.name) != 20:
-            raise ConsumeQueueError(f"{path}: file name is not a 20-digit start offset")
-        if create:
-            # Sized under a hidden name, then renamed: a crash between create and ftruncate must
-            # never leave a 0-byte file that the next load() rejects.
-            tmp = path.with_name(f".{path.name}.creating")
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.ftruncate(fd, file_size)  # sparse, like RandomAccessFile.setLength
-                BlockReserve(fd, path, file_size).ensure_head()  # DiskFullError: no file is left behind
-                os.rename(tmp, path)
-            except BaseException:
-                os.close(fd)
-                tmp.unlink(missing_ok=True)
-                raise
-        else:
-            fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
-            actual = os.fstat(fd).st_size
-            if actual != file_size:
-                os.close(fd)
-                raise ConsumeQueueError(
-                    f"{path}: file size {actual} does not match mappedFileSizeConsumeQueue "
-                    f"{file_size}; check it manually"
-                )
-        self._fd = fd
-        self._reserve = BlockReserve(fd, path, file_size)  # blocks before mmap stores: never SIGBUS
-        self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
-        self.wrote = 0 if create else file_size
-        self.flushed = self.wrote
-        self.first_create_in_queue = False
 
-    def is_full(self) -> bool:
-        return self.wrote >= self.file_size
+def _create_file(path: Path, file_size: int) -> MappedFile:
+    """A new, empty ConsumeQueue file (sparse, like RandomAccessFile.setLength; its first granule
+    reserved). A leftover of the same name (never expected) is replaced, not reused."""
+    if path.exists():
+        log.warning("ConsumeQueue: replacing leftover file %s", path)
+        path.unlink()
+    return MappedFile(path, file_size)
 
-    def append(self, data: bytes) -> None:
-        end = self.wrote + len(data)
-        if end > self.file_size:
-            raise ConsumeQueueError(f"{self.path}: append of {len(data)} bytes at {self.wrote} overflows the file")
-        if end > self._reserve.ready_to:
-            self._reserve.ensure(self.wrote, end)
-        self.mm[self.wrote:end] = data
-        self.wrote = end
 
-    def unit(self, pos: int) -> CqUnit:
-        return _UNIT.unpack_from(self.mm, pos)
+def _unit(f: MappedFile, pos: int) -> CqUnit:
+    return _UNIT.unpack_from(f.whole(), pos)
 
-    def flush(self) -> None:
-        if self.flushed >= self.wrote:
-            return
-        start = self.flushed - self.flushed % _PAGE
-        self.mm.flush(start, self.wrote - start)
-        self.flushed = self.wrote
 
-    def close(self) -> None:
-        if not self.mm.closed:
-            self.mm.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def destroy(self) -> None:
-        self.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+def _truncate_to(f: MappedFile, pos: int) -> None:
+    """Wrote/committed position to ``pos``; flushed no further than it."""
+    flushed = min(f.flushed_position, pos)
+    f.set_positions(pos)
+    f.flushed_position = flushed
 
 
 def _is_pre_blank(offset: int, size: int) -> bool:
@@ -154,14 +113,13 @@ def _is_pre_blank(offset: int, size: int) -> bool:
     return offset == 0 and size == 0x7FFFFFFF
 
 
-def _first_invalid(mm: mmap.mmap, start: int, end: int) -> int:
+def _first_invalid(view: memoryview, start: int, end: int) -> int:
     """Byte position of the first invalid unit in ``[start, end)`` (``end`` if all are valid)."""
-    with memoryview(mm) as mv:
-        pos = start
-        for offset, size, _tags in _UNIT.iter_unpack(mv[start:end]):
-            if offset < 0 or size <= 0:
-                return pos
-            pos += CQ_STORE_UNIT_SIZE
+    pos = start
+    for offset, size, _tags in _UNIT.iter_unpack(view[start:end]):
+        if offset < 0 or size <= 0:
+            return pos
+        pos += CQ_STORE_UNIT_SIZE
     return end
 
 
@@ -184,7 +142,7 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.read_only = read_only
         self.queue_dir = Path(store_path) / topic / str(queue_id)
-        self._files: list[_CqFile] = []
+        self._files: list[MappedFile] = []
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self._lock = threading.Lock()
@@ -204,9 +162,7 @@ class ConsumeQueue:
                 names.append(p.name)
         names.sort()
         for name in names:
-            self._files.append(
-                _CqFile(self.queue_dir / name, self.mapped_file_size, create=False, read_only=self.read_only)
-            )
+            self._files.append(_open_file(self.queue_dir / name, self.mapped_file_size, self.read_only))
         for prev, nxt in zip(self._files, self._files[1:]):
             if nxt.from_offset != prev.from_offset + self.mapped_file_size:
                 raise ConsumeQueueError(
@@ -221,9 +177,9 @@ class ConsumeQueue:
         process_offset = self._files[index].from_offset
         while True:
             f = self._files[index]
-            end = _first_invalid(f.mm, 0, self.mapped_file_size)
+            end = _first_invalid(f.whole(), 0, self.mapped_file_size)
             if end > 0:
-                offset, size, _ = f.unit(end - CQ_STORE_UNIT_SIZE)
+                offset, size, _ = _unit(f, end - CQ_STORE_UNIT_SIZE)
                 if not _is_pre_blank(offset, size):
                     self.max_physic_offset = offset + size
             process_offset = f.from_offset + end
@@ -235,12 +191,12 @@ class ConsumeQueue:
 
     def _truncate_files(self, offset: int) -> None:
         """MappedFileQueue.truncateDirtyFiles: positions at ``offset``, later files deleted."""
-        keep: list[_CqFile] = []
+        keep: list[MappedFile] = []
         for f in self._files:
             if f.from_offset + self.mapped_file_size <= offset:
                 keep.append(f)
             elif offset >= f.from_offset:
-                f.wrote = f.flushed = offset - f.from_offset
+                f.set_positions(offset - f.from_offset)
                 keep.append(f)
             elif self.read_only:
                 f.close()
@@ -287,13 +243,13 @@ class ConsumeQueue:
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         with self._lock:
             f = self._last_file_for(expect)
-            if f.first_create_in_queue and cq_offset != 0 and f.wrote == 0:
+            if f.first_create_in_queue and cq_offset != 0 and f.wrote_position == 0:
                 self.min_logic_offset = expect
                 until = expect % self.mapped_file_size
                 f.append(_BLANK_UNIT * (until // CQ_STORE_UNIT_SIZE))
                 log.info("ConsumeQueue %s-%d: pre-blank filled to %d", self.topic, self.queue_id, expect)
             if cq_offset != 0:
-                current = f.from_offset + f.wrote
+                current = f.from_offset + f.wrote_position
                 if expect < current:
                     log.warning(
                         "ConsumeQueue %s-%d: build cq repeatedly, expect %d < current %d",
@@ -310,7 +266,7 @@ class ConsumeQueue:
             self.max_physic_offset = offset + size
             return True
 
-    def _last_file_for(self, start_offset: int) -> _CqFile:
+    def _last_file_for(self, start_offset: int) -> MappedFile:
         """MappedFileQueue.getLastMappedFile(startOffset, true)."""
         last = self._files[-1] if self._files else None
         if last is not None and not last.is_full():
@@ -320,7 +276,7 @@ class ConsumeQueue:
         else:
             create_offset = last.from_offset + self.mapped_file_size
         self.queue_dir.mkdir(parents=True, exist_ok=True)
-        f = _CqFile(self.queue_dir / f"{create_offset:020d}", self.mapped_file_size, create=True, read_only=False)
+        f = _create_file(self.queue_dir / f"{create_offset:020d}", self.mapped_file_size)
         f.first_create_in_queue = last is None
         self._files.append(f)
         return f
@@ -337,9 +293,10 @@ class ConsumeQueue:
             self.max_physic_offset = -1
             while self._files:
                 f = self._files[-1]
+                wrote = f.wrote_position
                 pos = 0
-                while pos < f.wrote:
-                    offset, size, _ = f.unit(pos)
+                while pos < wrote:
+                    offset, size, _ = _unit(f, pos)
                     if not (offset >= 0 and size > 0) or offset >= phy_offset:
                         break
                     pos += CQ_STORE_UNIT_SIZE
@@ -348,11 +305,10 @@ class ConsumeQueue:
                     f.destroy()
                     self._files.pop()
                     continue
-                if pos < f.wrote:
-                    f.mm[pos:f.wrote] = bytes(f.wrote - pos)
-                f.wrote = pos
-                f.flushed = min(f.flushed, pos)
-                offset, size, _ = f.unit(pos - CQ_STORE_UNIT_SIZE)
+                if pos < wrote:
+                    f.write_at(pos, bytes(wrote - pos))
+                _truncate_to(f, pos)
+                offset, size, _ = _unit(f, pos - CQ_STORE_UNIT_SIZE)
                 if not _is_pre_blank(offset, size):
                     self.max_physic_offset = offset + size
                 return
@@ -363,8 +319,8 @@ class ConsumeQueue:
             if not self._files:
                 return
             f = self._files[0]
-            for pos in range(0, f.wrote, CQ_STORE_UNIT_SIZE):
-                offset, size, _ = f.unit(pos)
+            for pos in range(0, f.wrote_position, CQ_STORE_UNIT_SIZE):
+                offset, size, _ = _unit(f, pos)
                 if offset >= phy_min_offset and not _is_pre_blank(offset, size):
                     self.min_logic_offset = f.from_offset + pos
                     return
@@ -375,7 +331,7 @@ class ConsumeQueue:
         with self._lock:
             while len(self._files) > 1:
                 f = self._files[0]
-                last_offset = f.unit(self.mapped_file_size - CQ_STORE_UNIT_SIZE)[0]
+                last_offset = _unit(f, self.mapped_file_size - CQ_STORE_UNIT_SIZE)[0]
                 if last_offset >= phy_min_offset:
                     break
                 f.destroy()
@@ -395,7 +351,7 @@ class ConsumeQueue:
         if not self._files:
             return 0
         last = self._files[-1]
-        return (last.from_offset + last.wrote) // CQ_STORE_UNIT_SIZE
+        return (last.from_offset + last.wrote_position) // CQ_STORE_UNIT_SIZE
 
     @property
     def message_total_in_queue(self) -> int:
@@ -420,10 +376,10 @@ class ConsumeQueue:
                 return []
             f = self._files[idx]
             pos = byte_offset - f.from_offset
-            end = min(f.wrote, pos + max_num * CQ_STORE_UNIT_SIZE)
+            end = min(f.wrote_position, pos + max_num * CQ_STORE_UNIT_SIZE)
             if pos >= end:
                 return []
-            return list(_UNIT.iter_unpack(f.mm[pos:end]))
+            return list(_UNIT.iter_unpack(f.whole()[pos:end]))
 
     def iter_units(self, start: int = 0) -> Iterator[tuple[int, CqUnit]]:
         """``(queue offset, unit)`` for every unit from ``start`` to the end, across files."""
@@ -441,9 +397,9 @@ class ConsumeQueue:
         if not self._files:
             return -1
         f = self._files[-1]
-        if f.wrote == 0:
+        if f.wrote_position == 0:
             return -1
-        offset, size, _ = f.unit(f.wrote - CQ_STORE_UNIT_SIZE)
+        offset, size, _ = _unit(f, f.wrote_position - CQ_STORE_UNIT_SIZE)
         return offset + size if offset >= 0 and size > 0 else -1
 
     def roll_next_file(self, index: int) -> int:

@@ -3,10 +3,14 @@
 Rules (RocketMQ 4.9.8 ``IndexFile`` / ``IndexHeader`` / ``IndexService``; reference §2.2):
 
 - File ``<storePathRootDir>/index/<yyyyMMddHHmmssSSS>`` (local wall-clock time at creation), size
-  ``40 + maxHashSlotNum*4 + maxIndexNum*20``, preallocated sparse and mmapped. The pages a
-  ``put_key`` touches get their blocks first (``mapped_file.BlockReserve``): on a full disk it
-  raises ``DiskFullError`` naming the file and offset, having written nothing (a store through
-  the mapping into an unbackable hole would kill the process with SIGBUS). Dispatch retries.
+  ``40 + maxHashSlotNum*4 + maxIndexNum*20``, preallocated sparse and mmapped: a ``MappedFile``
+  (``from_offset=0``: the name is a time, not an offset). A new file is made whole, header
+  included, under the hidden ``.<name>.creating`` and renamed into place; load removes such a
+  leftover (and an older version's ``<name>.creating``). A file of another size is an
+  IndexFileError naming the file and the geometry. The pages a ``put_key`` touches get their
+  blocks first (page-sized ``BlockReserve`` granules): on a full disk it raises
+  ``DiskFullError`` naming the file and offset, having written nothing (a store through the
+  mapping into an unbackable hole would kill the process with SIGBUS). Dispatch retries.
 - Header ``>qqqqii``: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset,
   hashSlotCount (slots ever taken), indexCount (next entry number; starts at **1** so that a
   slot value of 0 means "empty"). Header fields are written through to the page on every change.
@@ -44,7 +48,7 @@ from typing import Callable, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
-from broker.store.mapped_file import BlockReserve
+from broker.store.mapped_file import FileSizeError, MappedFile
 from broker.store.java_hash import index_key_hash
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,12 @@ _TRANSACTION_ROLLBACK = 0xC
 
 
 TMP_SUFFIX = ".creating"
+
+
+def _is_creating(name: str) -> bool:
+    """A file whose creation a crash interrupted: ``.<name>.creating`` (MappedFile), or
+    ``<name>.creating`` (written by an older version)."""
+    return name.endswith(TMP_SUFFIX) and _NAME_RE.fullmatch(name[:-len(TMP_SUFFIX)].removeprefix(".")) is not None
 
 
 class IndexFileError(StoreError):
@@ -98,34 +108,6 @@ class IndexFile:
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
         self.read_only = read_only
-        exists = self.path.exists()
-        # a new file is made whole under a temporary name and renamed into place, so a crash
-        # never leaves a 0-byte or headerless index file behind (issue 13.4)
-        made = self.path.with_name(self.path.name + TMP_SUFFIX) if not exists else self.path
-        fd = os.open(made, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | (0 if exists else os.O_TRUNC), 0o644)
-        try:
-            actual = os.fstat(fd).st_size
-            if exists and actual != self.file_size:
-                raise IndexFileError(
-                    f"{self.path}: index file is {actual} bytes, but maxHashSlotNum={hash_slot_num} and "
-                    f"maxIndexNum={index_num} give {self.file_size}; configure the values it was written with"
-                )
-            # page-sized granules for the entries (appended in order); the slot table is reserved
-            # whole at the first key (reserve_keys)
-            self._reserve = BlockReserve(os.dup(fd), self.path, self.file_size, granule=mmap.PAGESIZE)
-            if not exists:
-                os.ftruncate(fd, self.file_size)
-                self._reserve.ensure_head()
-            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-            self._mm = mmap.mmap(fd, self.file_size, access=access)
-        except BaseException:
-            if hasattr(self, "_reserve"):
-                os.close(self._reserve.fd)
-            if not exists:
-                made.unlink(missing_ok=True)  # no half-made index file on a full disk
-            raise
-        finally:
-            os.close(fd)
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         self._slots_reserved = False
         self.begin_timestamp = 0
@@ -134,15 +116,27 @@ class IndexFile:
         self.end_phy_offset = 0
         self.hash_slot_count = 0
         self.index_count = 1
-        if exists:
-            self.load()
-        else:
+        exists = self.path.exists()
+        if not exists:
             if end_phy_offset > 0:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
-            self._write_header()
-            os.replace(made, self.path)
+        try:
+            # a new file is made whole (header included) under a hidden name and renamed into
+            # place, so a crash never leaves a 0-byte or headerless index file behind (issue
+            # 13.4); page-sized granules for the entries (appended in order), the slot table is
+            # reserved whole at the first key (reserve_keys)
+            self._file = MappedFile(self.path, self.file_size, read_only=read_only, from_offset=0,
+                                    granule=mmap.PAGESIZE, head=b"" if exists else self._header())
+        except FileSizeError as exc:
+            raise IndexFileError(
+                f"{self.path}: index file is {exc.actual} bytes, but maxHashSlotNum={hash_slot_num} and "
+                f"maxIndexNum={index_num} give {self.file_size}; configure the values it was written with"
+            ) from None
+        self._view = self._file.whole()
+        if exists:
+            self.load()
 
     @property
     def file_name(self) -> str:
@@ -156,7 +150,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = _HEADER.unpack_from(self._mm, 0)
+        ) = _HEADER.unpack_from(self._view, 0)
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > self.index_num + 1:
@@ -164,10 +158,16 @@ class IndexFile:
                 f"{self.path}: header indexCount {self.index_count} exceeds maxIndexNum {self.index_num}"
             )
 
+    def _header(self) -> bytes:
+        return _HEADER.pack(
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+            self.hash_slot_count, self.index_count,
+        )
+
     def _write_header(self) -> None:
-        self._reserve.ensure(0, INDEX_HEADER_SIZE)
+        self._file.reserve(0, INDEX_HEADER_SIZE)
         _HEADER.pack_into(
-            self._mm, 0,
+            self._view, 0,
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
             self.hash_slot_count, self.index_count,
         )
@@ -181,12 +181,12 @@ class IndexFile:
         hashes = [index_key_hash(key) for key in keys]
         if self.read_only or not keys:
             return hashes
-        reserve = self._reserve.ensure
+        reserve = self._file.reserve
         if not self._slots_reserved:
             # slots are written at random: blocks for the whole slot table in one call (20 MB at
             # the default 5M slots) rather than one fallocate per page touched (issue 22: that
             # was 30 us per message while the table filled)
-            self._reserve.ensure_bulk(0, self._entries_base)
+            self._file.reserve_bulk(0, self._entries_base)
             self._slots_reserved = True
         first = self._entries_base + self.index_count * INDEX_SIZE
         reserve(first, min(first + len(keys) * INDEX_SIZE, self.file_size))
@@ -202,11 +202,11 @@ class IndexFile:
             key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         abs_index = self._entries_base + self.index_count * INDEX_SIZE
-        reserve = self._reserve.ensure  # blocks first (DiskFullError names file and offset), then stores
+        reserve = self._file.reserve  # blocks first (DiskFullError names file and offset), then stores
         reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)  # (on tmpfs even reading a hole needs a page)
         reserve(abs_index, abs_index + INDEX_SIZE)
         reserve(0, INDEX_HEADER_SIZE)
-        mm = self._mm
+        mm = self._view
         (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
         if slot_value <= INVALID_INDEX or slot_value > self.index_count:
             slot_value = INVALID_INDEX
@@ -236,10 +236,10 @@ class IndexFile:
         """Append to ``out`` the offsets of entries whose hash matches ``key``, newest first."""
         key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        mm = self._mm
+        mm = self._view
         # pread, not the mapping: the slot may be a hole, and on a full tmpfs a read fault on a
         # hole of a shared mapping is SIGBUS (pread returns zeros); entries below the count exist
-        (slot_value,) = _SLOT.unpack(os.pread(self._reserve.fd, HASH_SLOT_SIZE, abs_slot))
+        (slot_value,) = _SLOT.unpack(self._file.read_at(abs_slot, HASH_SLOT_SIZE))
         count = self.index_count
         if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
             return
@@ -256,32 +256,21 @@ class IndexFile:
             nxt = prev
 
     def flush(self) -> None:
-        if self.read_only or self._mm.closed:
+        """Header through to the page, then ``fdatasync`` (every page written, slots included)."""
+        if self.read_only or self._file.closed:
             return
         self._write_header()
-        self._mm.flush()
-
-    def _close_fd(self) -> None:
-        if self._reserve.fd >= 0:
-            os.close(self._reserve.fd)
-            self._reserve.fd = -1
+        self._file.force()
 
     def close(self) -> None:
-        if not self._mm.closed:
+        if not self._file.closed:
             try:
                 self.flush()
             finally:
-                self._mm.close()
-                self._close_fd()
+                self._file.close()
 
     def destroy(self) -> None:
-        self._close_fd()
-        if not self._mm.closed:
-            self._mm.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        self._file.destroy()
 
     def __repr__(self) -> str:
         return (
@@ -344,7 +333,7 @@ class IndexService:
         index_ts = self.checkpoint.index_msg_timestamp if self.checkpoint is not None else 0
         paths = sorted(self.store_path.iterdir())
         for path in paths:
-            if path.name.endswith(TMP_SUFFIX) and _NAME_RE.fullmatch(path.name[:-len(TMP_SUFFIX)]) and not self.read_only:
+            if _is_creating(path.name) and not self.read_only:
                 log.warning("index dir: removing %s, an index file whose creation a crash interrupted", path)
                 path.unlink(missing_ok=True)
                 continue

@@ -252,3 +252,22 @@ def test_truncate_fixture_at_the_divide(fixture_set, manifests, store_copy):
     if fixture_set.name == "plain":
         assert set(expected.values()) == {625}
     again.shutdown()
+
+
+def test_bad_file_name_and_leftovers(tmp_path):
+    """A file not named by a 20-digit offset is named in the error; a ``.creating`` leftover of a
+    crash is removed at load; a new file never reuses a stale one of the same name."""
+    qdir = tmp_path / "consumequeue" / "T" / "0"
+    qdir.mkdir(parents=True)
+    (qdir / "0000000000000000000x").write_bytes(b"\0" * 100)
+    with pytest.raises(ConsumeQueueError, match=r"0000000000000000000x: file name is not a 20-digit start offset"):
+        ConsumeQueueStore(tmp_path, mapped_file_size=100).load()
+    (qdir / "0000000000000000000x").unlink()
+    (qdir / f".{0:020d}.creating").write_bytes(b"\1" * 100)
+    store = ConsumeQueueStore(tmp_path, mapped_file_size=100)
+    store.load()
+    assert not any(qdir.iterdir())
+    (qdir / f"{0:020d}").write_bytes(b"\1" * 100)  # appeared after load (no queue file known)
+    store.dispatch(DispatchRequest("T", 0, 0, 10, 0, 0, 0))
+    store.shutdown()
+    assert (qdir / f"{0:020d}").read_bytes() == struct.pack(">qiq", 0, 10, 0) + bytes(80)

@@ -173,9 +173,10 @@ def test_time_diff_is_clamped(tmp_path):
     assert f.put_key("k", 2, 5_000)  # earlier than begin: 0
     assert f.put_key("k", 3, 10_000 + (1 << 33) * 1000)  # far future: Integer.MAX_VALUE
     base = 40 + 2 * 4
-    diffs = [struct.unpack_from(">iqii", f._mm, base + k * 20)[2] for k in (1, 2, 3)]
-    assert diffs == [0, 0, 0x7FFFFFFF]
     f.close()
+    data = (tmp_path / "x").read_bytes()  # as written to the file
+    diffs = [struct.unpack_from(">iqii", data, base + k * 20)[2] for k in (1, 2, 3)]
+    assert diffs == [0, 0, 0x7FFFFFFF]
 
 
 def test_geometry_mismatch_is_named(fixture_root):
@@ -196,10 +197,13 @@ def test_a_crash_while_creating_an_index_file_leaves_nothing_that_blocks_start(t
     svc.dispatch(DispatchRequest("T", 0, 0, 100, 0, 10_000, 0, keys="k0"))
     [made] = svc.index_files
     assert made.path.stat().st_size == index_file_size(4, 3)
+    header = struct.unpack_from(">qqqqii", made.path.read_bytes())  # on disk before any flush
+    assert header == (10_000, 10_000, 0, 0, 1, 2)
     assert not list((tmp_path / "index").glob("*.creating"))  # renamed into place
     svc.shutdown()
     index_dir = tmp_path / "index"
     (index_dir / (time_millis_to_human_string(2_000_000) + ".creating")).write_bytes(b"\0" * 10)  # killed mid-create
+    (index_dir / ("." + time_millis_to_human_string(2_500_000) + ".creating")).write_bytes(b"\0" * 10)  # ditto, today
     (index_dir / time_millis_to_human_string(3_000_000)).write_bytes(b"")  # an older version's 0-byte file
     again = IndexService(tmp_path, 4, 3)
     again.load(last_exit_ok=True)
@@ -207,3 +211,7 @@ def test_a_crash_while_creating_an_index_file_leaves_nothing_that_blocks_start(t
     assert sorted(p.name for p in index_dir.iterdir()) == [made.path.name]
     assert again.query_offset("T", "k0", 10, 0, 10**13) == [0]
     again.shutdown()
+    rolled = IndexFile(index_dir / time_millis_to_human_string(4_000_000), 4, 3, 500, 7_000)
+    header = struct.unpack_from(">qqqqii", rolled.path.read_bytes())  # in place from the rename on
+    assert header == (7_000, 7_000, 500, 500, 0, 1)
+    rolled.destroy()

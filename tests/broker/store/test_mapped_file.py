@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.store.errors import StoreLayoutError
-from broker.store.mapped_file import MappedFile, file_name_to_offset, offset_to_file_name
+from broker.store.mapped_file import FileSizeError, MappedFile, file_name_to_offset, offset_to_file_name
 from broker.store.mapped_file_queue import AllocateMappedFileService, MappedFileQueue
 
 SIZE = 64 * 1024
@@ -104,3 +104,33 @@ def test_load_sets_positions_to_file_end_and_delete_expired(tmp_path: Path) -> N
     assert q2.get_min_offset() == 2 * SIZE
     assert q2.delete_expired_file_by_time(0) == 0  # the last file is never deleted by age
     q2.shutdown()
+
+
+def test_named_by_time_head_granule_size_error_and_read_only(tmp_path: Path) -> None:
+    """What ConsumeQueue and IndexFile use: a name that is not an offset (``from_offset``), bytes
+    in place before the rename (``head``), page granules, the size error's lengths, pread, and a
+    read-only open that never creates."""
+    path = tmp_path / "20240101000000000"
+    mf = MappedFile(path, 1 << 20, from_offset=0, head=b"HEAD", granule=4096)
+    assert mf.file_from_offset == 0 and path.read_bytes()[:4] == b"HEAD"
+    assert os.stat(path).st_blocks * 512 < 1 << 20  # only a page-sized granule reserved, not 1 MiB
+    assert not list(tmp_path.glob(".*.creating"))
+    mf.write_at(8192, b"xyz")
+    assert mf.read_at(8190, 6) == b"\0\0xyz\0" and mf.read_at(500_000, 4) == bytes(4)  # a hole reads zeros
+    mf.reserve_bulk(0, 1 << 20)
+    assert os.stat(path).st_blocks * 512 >= 1 << 20
+    mf.force()
+    mf.close()
+    assert mf.closed
+    again = MappedFile(path, 1 << 20, from_offset=0, head=b"NOPE")  # an existing file: head ignored
+    assert bytes(again.whole()[:4]) == b"HEAD"
+    again.close()
+    ro = MappedFile(path, 1 << 20, from_offset=0, read_only=True)
+    assert bytes(ro.whole()[8192:8195]) == b"xyz"
+    ro.close()
+    with pytest.raises(StoreLayoutError, match="does not exist"):
+        MappedFile(tmp_path / offset_to_file_name(0), SIZE, read_only=True)
+    assert not (tmp_path / offset_to_file_name(0)).exists()
+    with pytest.raises(FileSizeError, match=r"length 1048576 != configured mapped file size 4096") as info:
+        MappedFile(path, 4096, from_offset=0)
+    assert (info.value.actual, info.value.expected) == (1 << 20, 4096)
