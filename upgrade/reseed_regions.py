@@ -181,10 +181,9 @@ def _check_destination(regions: regions_file.Regions, dst_root: Path, overwrite:
                               "with the source's") from None
         return "differs"
     if have is not None and have != regions:
-        raise ReseedError(f"the destination already holds another {regions_file.REGIONS_FILE} (classicFrom "
-                          f"{have.classic_from}: {have.describe()}) than the source (classicFrom "
-                          f"{regions.classic_from}: {regions.describe()}); it is another migration's or another "
-                          "group's store: move it away, then run the command again")
+        raise ReseedError(f"the destination already holds another {regions_file.REGIONS_FILE} ({have.describe()}) "
+                          f"than the source's ({regions.describe()}); it is another migration's or another group's "
+                          "store: move it away, then run the command again")
     writable = [f for f in numbered(dst_root / "commitlog") if int(f.name) >= regions.classic_from]
     if writable and not (dst_root / "epochFileCheckpoint").exists():
         raise ReseedError(f"the destination holds writable commitlog files from classicFrom {regions.classic_from} "

@@ -172,11 +172,61 @@ def test_refusals_running_destination_and_another_layout(groups: Callable[[str],
                                                          cf + SIZE + 10)], SIZE)
     regions_file.write(dst, other)
     r = mqupgrade("reseed", "--from", str(src), "--to", str(dst), "--overwrite")  # the real command line, once
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.startswith("mqupgrade reseed: error: the destination already holds another commitlogRegions.json")
-    assert f"(classicFrom {cf + 2 * SIZE}:" in r.stderr and f"(classicFrom {cf}:" in r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("mqupgrade reseed:")]
+    assert r.returncode == 2 and len(said) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert said[0].startswith("mqupgrade reseed: error: the destination already holds another commitlogRegions.json")
+    assert f"classicFrom {cf + 2 * SIZE}) than the source's (" in said[0] and said[0].count(f"classicFrom {cf})") == 1
     assert not (dst / "dledger-n0").exists()
     code, _, err = _reseed(capsys, "--from", str(src), "--to", str(tmp_path / "x"), "--seed-consumequeue", "copy")
     assert code == 2 and "re-dispatches its ConsumeQueues" in err
     code, _, err = _reseed(capsys, "--from", str(dst), "--to", str(tmp_path / "y"))  # dst: regions, no region files
     assert code == 2 and "region directory" in err
+
+
+@pytest.mark.multiprocess
+def test_reseeded_third_node_joins_the_migrated_group(fixture_root: Path, manifests, tmp_path: Path) -> None:
+    """Real processes (tools/controller_cluster.py): a migrated group of two in Controller mode, one
+    controller; a third node reseeded from the running master's store root applies for its id, is
+    accepted by the master as a slave from classicFrom (no epoch file: its max offset), catches up,
+    and serves an old message of each frozen region by queue offset."""
+    from tools.controller_cluster import ControllerCluster
+    from tools.procs import wait_until
+    from upgrade.reseed import reseed
+
+    fs = rf.SETS["plain"]
+    members = ("n0", "n1")
+    roots = [member(fixture_root, fs, tmp_path / "stores", sid) for sid in members]
+    plan, path = write_plan(roots, tmp_path)
+    apply_plan(path, echo=quiet)
+    cf = plan.divided_commitlog_offset
+    nn = f"n{len(members)}"  # the new node
+    rows = [r for r in manifests(fs.mixed) if r.get("inConsumeQueue", 1)]
+    old = [rows[0], next(r for r in rows if r["commitLogOffset"] >= fs.divided_offset)]  # one per region
+    t0 = time.monotonic()
+    with ControllerCluster(tmp_path / "cluster", 1, 0,
+                           broker_extra={"maxHashSlotNum": 10000, "maxIndexNum": 40000}) as c:  # the fixture's
+        for sid, root in zip(members, roots):
+            c.add_broker(sid, store_root=root)
+        c.start(60, wait_master=True)
+        master = c.master()
+        with c.brokers[master].client() as client:
+            sent = client.send("TopicA", "after the migration", queue_id=0)
+        end = c.max_offset(master)
+        assert end is not None and end > cf, sent
+        new = tmp_path / "stores" / nn
+        rep = reseed(roots[int(master[1:])], new)  # its broker keeps running
+        assert rep.regions_state == "written" and not (new / "epochFileCheckpoint").exists()
+        t1 = time.monotonic()
+        c.add_broker(nn, store_root=new).start(timeout=60)
+        c.wait_role(nn, "SLAVE", 30)
+        wait_until(lambda: c.max_offset(nn) == c.max_offset(master) or None, 30, f"{nn} to catch up from classicFrom")
+        st = c.status(nn)
+        assert st is not None and st["brokerId"] >= 1 and st["commitLog"]["minOffset"] == 0
+        with c.brokers[nn].client() as client:
+            for r in old:
+                got = wait_until(lambda r=r: client.pull(r["topic"], r["queueId"], r["queueOffset"], 1).get("messages")
+                                 or None, 10, f"{nn} to serve {r['topic']}:{r['queueId']}@{r['queueOffset']}")
+                assert got[0]["commitLogOffset"] == r["commitLogOffset"] and got[0]["keys"] == r["keys"], (got, r)
+            tail = client.pull("TopicA", 0, sent["queueOffset"], 1)["messages"]
+            assert [m["bodyText"] for m in tail] == ["after the migration"]
+        print(f"\ncluster up in {t1 - t0:.1f}s; reseeded {nn} joined and caught up in {time.monotonic() - t1:.1f}s")
