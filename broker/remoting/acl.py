@@ -6,6 +6,9 @@ Rules (``PlainAccessValidator``, ``PlainPermissionManager``, ``AclUtils``, ``Per
   sorted order of their keys, concatenated as UTF-8, followed by the body. Signature =
   base64(HmacSHA1(secretKey, content)). The client adds ``AccessKey`` (and ali-ons
   ``OnsChannel``) to the fields before signing, so they are part of the content.
+- A request code the permission table lists as open (``Need.OPEN``: a controller's
+  ``NOTIFY_BROKER_ROLE_CHANGED``, a wake-up with no authority) passes unchecked and proves
+  nothing about its connection (:meth:`PlainAccessValidator.trust_of`).
 - Validation order: a remote address matching ``globalWhiteRemoteAddresses`` passes; no
   ``AccessKey`` -> "No accessKey is configured"; unknown key -> "No acl config for K"; an
   account's own ``whiteRemoteAddress`` match passes; wrong signature -> "Check signature failed
@@ -36,7 +39,8 @@ from typing import Any, Callable, Optional
 
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
-from broker.remoting.permissions import remoting_needs_admin
+from broker.remoting.limits import ADMIN_TRUST, AUTHENTICATED_TRUST, UNPROVEN_TRUST
+from broker.remoting.permissions import remoting_is_open, remoting_needs_admin
 from broker.remoting.server import RemotingConnection, RpcHookRefusal
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
@@ -313,6 +317,10 @@ class PlainAccessValidator:
                                  else f"No permission for {what} (accessKey={acc.access_key})")
 
     def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> None:
+        if remoting_is_open(cmd.code):  # no authority carried (permissions.Need.OPEN): nothing to check
+            REQUEST_ACCOUNT.set(None)
+            return
+
         def verify(acc: PlainAccount) -> None:
             expected = cal_signature(signed_content(cmd.ext_fields, cmd.body), acc.secret_key)
             if not hmac.compare_digest(expected, cmd.ext_fields.get("Signature") or ""):
@@ -323,6 +331,19 @@ class PlainAccessValidator:
                              admin_for=f"request code={cmd.code}" if remoting_needs_admin(cmd.code) else None,
                              resources=needed_resources(cmd))
         REQUEST_ACCOUNT.set(account)  # this request's task only (each request runs in its own task)
+
+
+    def trust_of(self, cmd: RemotingCommand) -> int:
+        """How far a request that passed :meth:`__call__` proves its connection to the port guard
+        (``broker.remoting.limits``): an open request nothing; a white address (no key needed) or
+        an ``admin: true`` account admin trust; any other account authenticated trust."""
+        if remoting_is_open(cmd.code):
+            return UNPROVEN_TRUST
+        key = cmd.ext_fields.get("AccessKey")
+        if not key:
+            return ADMIN_TRUST
+        acc = self.accounts.get(key)
+        return ADMIN_TRUST if acc is not None and acc.admin else AUTHENTICATED_TRUST
 
 
 def require_found(resources: dict[str, int], *, admin_for: Optional[str] = None) -> None:

@@ -39,6 +39,7 @@ class RequestCode:
     GET_CONSUMER_LIST_BY_GROUP = 38
     CHECK_TRANSACTION_STATE = 39
     NOTIFY_CONSUMER_IDS_CHANGED = 40
+    NOTIFY_BROKER_ROLE_CHANGED = 1008  # 5.x: a controller's push to a Controller-mode broker
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43

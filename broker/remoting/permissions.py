@@ -4,7 +4,10 @@ Rules (``aclEnable=true``; with ACL off nothing here is consulted):
 - Every operation a client can ask a broker for is named once in :data:`OPERATIONS`, with the
   kind of proof it needs (:class:`Need`):
 
-  ``OPEN``       nothing (liveness only: ``GET /health``);
+  ``OPEN``       nothing: liveness (``GET /health``) and a controller's role-change push
+                 (``NOTIFY_BROKER_ROLE_CHANGED``), a wake-up with no authority (the broker
+                 asks its controller and acts on that answer only). An open request proves
+                 nothing about its connection (no trust for the port guard);
   ``ACCOUNT``    any authenticated account: counters and names, never message data or
                  metadata dumps (RocketMQ's runtime-info requests need no admin either);
   ``RESOURCES``  RocketMQ's PUB / SUB on the topics and groups the request names
@@ -58,6 +61,7 @@ class Operation:
 
 _OPS = (
     Operation("health", Need.OPEN, "liveness only"),
+    Operation("role-change-hint", Need.OPEN, "nothing: a wake-up with no authority (Controller mode)"),
     Operation("send", Need.RESOURCES, "PUB on the topic"),
     Operation("send-back", Need.RESOURCES, "SUB on the group"),
     Operation("pull", Need.RESOURCES, "SUB on the topic and the group"),
@@ -137,6 +141,7 @@ REMOTING: dict[int, str] = {
     RC.GET_PRODUCER_CONNECTION_LIST: "producer-connections",
     RC.GET_ALL_PRODUCER_INFO: "all-producers",
     RC.QUERY_CONSUME_QUEUE: "read-consume-queue",
+    RC.NOTIFY_BROKER_ROLE_CHANGED: "role-change-hint",
     RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: "list-topics",
     RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "consumer-status", RC.GET_CONSUMER_RUNNING_INFO: "consumer-status",
     RC.CONSUME_MESSAGE_DIRECTLY: "consume-directly",
@@ -170,6 +175,11 @@ HTTP: dict[tuple[str, str], str] = {
 def remoting_operation(code: int) -> Operation | None:
     name = REMOTING.get(code)
     return OPERATIONS[name] if name is not None else None
+
+
+def remoting_is_open(code: int) -> bool:
+    op = remoting_operation(code)
+    return op is not None and op.need is Need.OPEN
 
 
 def remoting_needs_admin(code: int) -> bool:

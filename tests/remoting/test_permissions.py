@@ -52,3 +52,34 @@ def test_admin_operations_on_the_remoting_door() -> None:
             RC.DELETE_TOPIC_IN_BROKER, RC.TRIGGER_DELETE_FILES} <= admin
     assert not ({RC.SEND_MESSAGE, RC.PULL_MESSAGE, RC.VIEW_MESSAGE_BY_ID, RC.HEART_BEAT} & admin)
     assert not remoting_needs_admin(99999)  # unknown: needs an account only (answered "not supported")
+
+
+def test_a_role_change_push_is_open_and_proves_nothing(tmp_path: Path) -> None:
+    """``NOTIFY_BROKER_ROLE_CHANGED`` carries no authority (the broker asks its controller): the
+    ACL hook lets Apache's unsigned push through, and it earns its connection no trust; every
+    other unsigned request is still refused, and a signed admin request still proves admin."""
+    from types import SimpleNamespace
+
+    from broker.remoting.acl import PlainAccessValidator, sign_request
+    from broker.remoting.codec import RemotingCommand
+    from broker.remoting.limits import ADMIN_TRUST, AUTHENTICATED_TRUST, UNPROVEN_TRUST
+    from broker.remoting.server import RpcHookRefusal
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: admin-key\n    secretKey: admin-secret-1234\n    admin: true\n"
+                   "  - accessKey: user-key\n    secretKey: user-secret-1234\n    admin: false\n")
+    hook = PlainAccessValidator(acl)
+    conn = SimpleNamespace(remote_addr="192.0.2.7:40000")
+    push = RemotingCommand.request(RC.NOTIFY_BROKER_ROLE_CHANGED, {"masterBrokerId": 2, "masterEpoch": 99})
+    hook(push, conn)  # type: ignore[arg-type]  # no AccessKey, no Signature: passes
+    assert OPERATIONS[REMOTING[RC.NOTIFY_BROKER_ROLE_CHANGED]].need is Need.OPEN
+    assert hook.trust_of(push) == UNPROVEN_TRUST
+    with pytest.raises(RpcHookRefusal, match="No accessKey is configured"):
+        hook(RemotingCommand.request(RC.GET_MAX_OFFSET, {"topic": "T", "queueId": 0}), conn)  # type: ignore[arg-type]
+    signed = RemotingCommand.request(RC.GET_BROKER_CONFIG, {})
+    sign_request(signed, "admin-key", "admin-secret-1234")
+    hook(signed, conn)  # type: ignore[arg-type]
+    assert hook.trust_of(signed) == ADMIN_TRUST
+    user = RemotingCommand.request(RC.GET_MAX_OFFSET, {"topic": "T", "queueId": 0})
+    sign_request(user, "user-key", "user-secret-1234")
+    assert hook.trust_of(user) == AUTHENTICATED_TRUST

@@ -16,11 +16,10 @@ divergence):
 - Bounded: at most one replica-info call is in flight and at most one push waits behind it
   (:class:`broker.ha.autoswitch.replicas_manager_calls.RefreshGate`, the driver's queue); the rest
   are counted (``/status`` ``ha.roleChangeHintsDropped``) and cost nothing more.
-- No ACL check of its own: the push carries no authority, so this processor asks for no admin
-  account (Apache's controller sends it unsigned). The broker's ACL hook
-  (``broker/remoting/acl.py``), which runs before every processor, still asks for an account for
-  a code it does not list as open; until 1008 is listed there, a broker with ``aclEnable=true``
-  answers Apache's unsigned push ``NO_PERMISSION`` and learns the new master from its poll.
+- No ACL check: the push carries no authority, so the permission table lists it as open
+  (``broker.remoting.permissions``, ``Need.OPEN``): the broker's ACL hook lets Apache's unsigned
+  push through on a broker with ``aclEnable=true`` too, and it earns its connection no trust
+  with the port guard (``PlainAccessValidator.trust_of``).
 - The answer is SUCCESS (not sent for Apache's oneway push), whatever the push said.
 
 Theory of operation: a processor with one handler; the target is
