@@ -29,29 +29,16 @@ Rules:
   (``rocketmq_broker_listen_*``).
 - One log line per state change: started as ROLE, role changed, shutting down, stopped. HA and
   SlaveSynchronize log their own transitions (slave connected/disconnected, sync failing/ok).
-- A DLedger member that stops itself (disk full on a follower append, a failed flush or
-  hard-state write, a store that refused what consensus decided: ``DLedgerServer._fatal``) ends
-  the broker (issue 13.1): :meth:`member_stopped` marks it unhealthy at once (``/health`` answers
-  503 with the cause, ``/status`` carries ``memberStopped``, the gauge
-  ``rocketmq_broker_dledger_member_stopped`` is 1, writes are refused ``SERVICE_NOT_AVAILABLE``,
-  and the store's reads refuse instead of reporting data as removed/not found), then
-  :meth:`run_until_signal` shuts down and raises :class:`BrokerMemberStoppedError`, which
-  ``mqbroker`` prints as one line (cause and fix) with exit code 4.
-
-  Why exit rather than restart the member in place: the member stops exactly when its store and
-  the consensus state may disagree (a Ready half applied, a flush of unknown extent); the only
-  path that re-establishes what is durable is the recovery that runs at start-up. Re-running it
-  inside a live broker would mean tearing down the DLedgerCommitLog, the dispatch and the
-  ConsumeQueues under running request handlers. A non-zero exit lets the operator's supervisor
-  (systemd ``Restart=on-failure``, Kubernetes) restart it once the cause is fixed, through the
-  one tested start path; a supervisor also sees a crash loop, which a silent in-process retry
-  would hide.
+- How the process ends (:meth:`run_until_signal`: a stop signal, or a DLedger member that stopped
+  itself, issue 13.1, which makes the broker unhealthy and refuse writes at once, then exit with
+  code 4) is :class:`broker.lifetime.BrokerLifetime`'s; :meth:`member_stopped` is its door.
 
 Theory of operation: everything runs on one asyncio loop. The controller owns the objects; the
 request logic lives in :class:`broker.processor.BrokerProcessor`, store calls in
 :class:`broker.store_access.StoreAccess`, metadata calls in
 :class:`broker.metadata_access.MetadataAccessor`, classic replication in
-:class:`broker.classic_ha.ClassicHA`, so this module is only lifecycle and role. The objects it
+:class:`broker.classic_ha.ClassicHA`, the process's end in :class:`broker.lifetime.BrokerLifetime`,
+so this module is only lifecycle and role. The objects it
 wires get the parts they use, or the controller itself seen through a narrow Protocol
 (``ProcessorHost``, ``RoleHost``, ``GaugeSource``); none of them imports this module (issue 26).
 """
@@ -70,7 +57,6 @@ from broker.api.metrics import BrokerMetrics
 from broker.broker_gauges import register_broker_gauges
 from broker.classic_ha import HAStartError, ReplicationSeam
 from broker.controller_mode import controller_mode_enabled, make_replication
-from broker.gc_watch import freeze_startup
 from broker.api.http_acl import http_acl_for
 from broker.api.server import build_app
 from broker.native import native_status
@@ -78,8 +64,8 @@ from broker.metadata_access import MetadataAccessor
 from broker.processor import BrokerProcessor
 from broker.remoting.http_guard import install_middleware, start_http_listener
 from broker.remoting.limits import ListenLimits, PendingBudget, PortGuard
-from broker.shutdown import (WATCHDOG_GRACE_S, ExitWatchdog, ShutdownStep, SignalGate, in_thread, install_stack_dump,
-                             run_steps)
+from broker.lifetime import BrokerLifetime, BrokerMemberStoppedError, BrokerShutdownIncompleteError
+from broker.shutdown import ShutdownStep, in_thread, run_steps
 from broker.slave_sync import SlaveSynchronize, inner_credentials
 from broker.store.lockfile import AbortFile, StoreLock, StoreLockedError, undo_failed_start
 from broker.master_services import make_schedule, make_transactions
@@ -102,24 +88,6 @@ SLAVE = "SLAVE"
 
 class BrokerStartError(RuntimeError):
     """The broker could not start; the message says why in one sentence."""
-
-
-class BrokerShutdownIncompleteError(RuntimeError):
-    """A shutdown step timed out (abandoned) or failed (e.g. a full disk); each is logged by name."""
-
-
-class BrokerMemberStoppedError(RuntimeError):
-    """The DLedger member stopped itself while the broker ran; the message names cause and fix."""
-
-
-def member_stopped_fix(reason: str, root: Path) -> str:
-    """The operator's next step for a DLedger member that stopped itself with ``reason``."""
-    low = reason.lower()
-    if "disk full" in low or "no space" in low or "enospc" in low or "store is marked full" in low:
-        return (f"free space on the filesystem of storePathRootDir={root} (or give it a bigger disk), then restart "
-                f"mqbroker; recovery on start keeps every committed entry")
-    return (f"fix the cause above (see the log for the failing file), then restart mqbroker: recovery on start "
-            f"re-checks storePathRootDir={root}; if it refuses to start, run `mqupgrade validate` on that store")
 
 
 def _cfg(obj: Any, name: str, default: Any = None) -> Any:
@@ -186,8 +154,7 @@ class BrokerController:
         self.shutdown_problems: list[str] = []
         # ours: the whole orderly shutdown's budget; the exit watchdog ends the process 5 s after it
         self.shutdown_deadline_s = max(1.0, float(_cfg(broker_config, "shutdown_timeout_millis", 10_000)) / 1000.0)
-        self.member_failure: Optional[str] = None  # set once the DLedger member stopped itself (issue 13.1)
-        self._member_stopped = asyncio.Event()
+        self.lifetime = BrokerLifetime(self.broker_name, self.root_dir)  # how the process ends (issue 13.1)
         self.writable = False  # False until started, and while shutting down
         register_broker_gauges(self.metrics, self)
 
@@ -197,6 +164,15 @@ class BrokerController:
 
         conf = load_conf(path)
         return cls(conf.broker, conf.store, conf_path=path)
+
+    @property
+    def member_failure(self) -> Optional[str]:
+        """Why the broker cannot serve (its DLedger member stopped itself, or cannot be elected: ``broker.role``)."""
+        return self.lifetime.member_failure
+
+    @member_failure.setter
+    def member_failure(self, value: Optional[str]) -> None:
+        self.lifetime.member_failure = value
 
     # ------------------------------------------------------------------ addresses and role
     @property
@@ -507,46 +483,20 @@ class BrokerController:
             self._lock = None
 
     async def run_until_signal(self) -> None:
-        """Start, then wait for SIGTERM/SIGINT and shut down (broker.shutdown's rules); or, when
-        the DLedger member stopped itself, shut down and raise :class:`BrokerMemberStoppedError`.
-        A shutdown that was not clean raises :class:`BrokerShutdownIncompleteError`."""
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        watchdog = ExitWatchdog(lambda: self.shutdown_step or "after the shutdown steps")
-        SignalGate(loop, stop.set, watchdog, self.shutdown_deadline_s).install()  # for the life of the process
-        install_stack_dump(loop)
-        await self.start()
-        freeze_startup()  # full collections never walk what start-up left alive (broker.gc_watch)
-        waits = [loop.create_task(stop.wait()), loop.create_task(self._member_stopped.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-        watchdog.arm(self.shutdown_deadline_s + WATCHDOG_GRACE_S)  # also when the member stopped itself
-        await self.shutdown()
-        if self.member_failure is not None:
-            raise BrokerMemberStoppedError(f"{self.member_failure}; {member_stopped_fix(self.member_failure, self.root_dir)}")
-        if self.shutdown_problems:
-            raise BrokerShutdownIncompleteError(
-                f"shutdown not clean: {'; '.join(self.shutdown_problems)}; the next start recovers what was not "
-                f"stopped cleanly (the log has the details and, for a step that timed out, the stacks)")
+        """Start, serve until SIGTERM/SIGINT or the DLedger member's stop, shut down
+        (:meth:`broker.lifetime.BrokerLifetime.run_until_signal`: its rules, what it raises)."""
+        await self.lifetime.run_until_signal(self)
 
     def member_stopped(self, reason: str) -> None:
-        """The DLedger member stopped itself (broker loop): unhealthy from now on, then exit."""
-        if self.member_failure is not None:
-            return
-        self.member_failure = f"DLedger member of broker {self.broker_name} stopped itself: {reason}"
-        self.writable = False
-        log.critical("%s; the broker refuses reads and writes and shuts down (%s)", self.member_failure,
-                     member_stopped_fix(reason, self.root_dir))
-        self._member_stopped.set()
+        """The DLedger member stopped itself (broker loop): unhealthy and unwritable from now on, then exit."""
+        if self.lifetime.member_stopped(reason):
+            self.writable = False
 
     def health(self) -> dict[str, Any]:
         """``GET /health``: ok only while the broker can serve (its DLedger member is running)."""
-        if self.member_failure is not None:
-            return {"ok": False, "error": self.member_failure,
-                    "fix": member_stopped_fix(self.member_failure, self.root_dir)}
+        stopped = self.lifetime.unhealthy()
+        if stopped is not None:
+            return stopped
         full = self.store_access.disk_refusal() if self.store_access is not None and self.is_master() else None
         if full is not None:  # a master that refuses every put for disk space cannot serve (issue 24.4)
             return {"ok": False, "error": full}
@@ -605,3 +555,7 @@ class BrokerController:
     def config_file(self, name: str) -> dict[str, Any]:
         content, version = self.metadata.file_content(name)
         return {"name": name, "dataVersion": version, "content": content}
+
+
+# the two errors run_until_signal raises live with BrokerLifetime; mqbroker imports them from here
+__all__ = ["BrokerController", "BrokerMemberStoppedError", "BrokerShutdownIncompleteError", "BrokerStartError"]
