@@ -33,7 +33,11 @@ Rules
   ``.upgrade-tmp`` + fsync + digest check against the source + rename (:func:`copy_verified`); a
   file already holding the source's bytes is kept (idempotent re-run); one that differs is refused
   unless ``--overwrite``. A destination whose own regions file differs from the source's is refused
-  naming both layouts (another migration, or another group's store), ``--overwrite`` or not.
+  naming both layouts (another migration, or another group's store), ``--overwrite`` or not; so is
+  one holding writable classic files (at or above ``classicFrom``) but no epoch file: with an
+  empty epoch cache the slave would ask the master from the end of those files, unchecked. A node
+  that ran in the group (epoch file there) keeps its writable files: HA's truncation handshake
+  checks them.
 - The DLedger region is copied first: a run killed before the end leaves DLedger data files and no
   regions file, which the store refuses to start in Controller mode (``broker.store.shape``), so a
   half-seeded node cannot join the group; running the command again finishes it.
@@ -170,7 +174,8 @@ def _pairs(regions: regions_file.Regions, src_root: Path, dst_root: Path,
                     yield f, dst_dir / f.name, label(f)
 
 
-def _check_destination(regions: regions_file.Regions, dst_root: Path, overwrite: bool) -> Optional[str]:
+def _check_destination(regions: regions_file.Regions, dst_root: Path, classic_dirs: list[Path],
+                       overwrite: bool) -> Optional[str]:
     """The destination regions file's state ("missing", "identical", "differs"); refuses one that
     names another layout, and writable classic files with no epoch file to check them by."""
     try:
@@ -184,10 +189,11 @@ def _check_destination(regions: regions_file.Regions, dst_root: Path, overwrite:
         raise ReseedError(f"the destination already holds another {regions_file.REGIONS_FILE} ({have.describe()}) "
                           f"than the source's ({regions.describe()}); it is another migration's or another group's "
                           "store: move it away, then run the command again")
-    writable = [f for f in numbered(dst_root / "commitlog") if int(f.name) >= regions.classic_from]
+    writable = [f for d in [dst_root / "commitlog", *classic_dirs] for f in numbered(d)
+                if int(f.name) >= regions.classic_from]
     if writable and not (dst_root / "epochFileCheckpoint").exists():
         raise ReseedError(f"the destination holds writable commitlog files from classicFrom {regions.classic_from} "
-                          f"({writable[0].name}, ...) but no epoch file, so HA cannot check them against the master's "
+                          f"({writable[0]}, ...) but no epoch file, so HA cannot check them against the master's "
                           "history; move them away (HA ships that part), then run the command again")
     return "missing" if have is None else "identical"
 
@@ -197,9 +203,10 @@ def reseed_migrated(src_root: Path, dst_root: Path, regions: regions_file.Region
                     verify_only: bool = False) -> ReseedReport:
     """Copy (or with ``verify_only`` compare) what HA cannot give a new member (module rules)."""
     report = ReseedReport(None, regions=regions)
-    state = _check_destination(regions, dst_root, overwrite)
     dirs = [_region_dirs(r, src_root, dst_root, src_commitlog) for r in regions.regions]
     refuse_links([d for pair in dirs for d in pair], ReseedError)  # issue 23.8: never through a link
+    state = _check_destination(regions, dst_root, [d for r, (_, d) in zip(regions.regions, dirs)
+                                                    if r.kind == "classic"], overwrite)
     pairs = list(_pairs(regions, src_root, dst_root, src_commitlog))
     if verify_only:
         for src, dst, label in pairs:

@@ -183,6 +183,43 @@ def test_refusals_running_destination_and_another_layout(groups: Callable[[str],
     assert code == 2 and "region directory" in err
 
 
+def test_absolute_classic_region_stray_writable_files_and_a_broken_source(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A hand-made layout (reseed copies files, it does not parse them): a classic region whose path
+    is absolute (storePathCommitLog outside the root) is copied to that path, the source's copy read
+    from --from-commitlog; writable files with no epoch file, and a broken regions file, are refused."""
+    fsz = 4096
+    src, dst, mounted, cl = tmp_path / "src", tmp_path / "dst", tmp_path / "mounted-cl", tmp_path / "cl"
+    for d in (mounted, src / "dledger-n0" / "data", src / "dledger-n0" / "index", src / "config"):
+        d.mkdir(parents=True)
+    (mounted / f"{0:020d}").write_bytes(b"\1" * fsz)
+    (src / "dledger-n0" / "data" / f"{fsz:020d}").write_bytes(b"\2" * fsz)
+    (src / "dledger-n0" / "data" / f"{2 * fsz:020d}").write_bytes(b"\3" * fsz)  # past the region's end: not copied
+    (src / "config" / "topics.json").write_text("{}")
+    layout = regions_file.Regions.of([regions_file.Region("classic", str(cl), 0, fsz),
+                                      regions_file.Region("dledger", "dledger-n0", fsz, fsz + 100)], fsz)
+    regions_file.write(src, layout)
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    assert code == 2 and f"directory {cl} is absolute" in err and "--from-commitlog" in err
+    cl.mkdir()
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
+    assert code == 2 and f"directory {cl} is absolute" in err  # the source's files are not there either way
+    (dst / "commitlog").mkdir(parents=True)
+    stray = dst / "commitlog" / f"{2 * fsz:020d}"  # classicFrom's file, but no epoch file
+    stray.write_bytes(bytes(fsz))
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst), "--from-commitlog", str(mounted))
+    assert code == 2 and "no epoch file" in err and f"classicFrom {2 * fsz}" in err
+    stray.unlink()
+    code, out, err = _reseed(capsys, "--from", str(src), "--to", str(dst), "--from-commitlog", str(mounted))
+    assert code == 0 and "copied 2 frozen-region files" in out, err
+    assert (cl / f"{0:020d}").read_bytes() == b"\1" * fsz and not (dst / "commitlog" / f"{0:020d}").exists()
+    assert sorted(p.name for p in (dst / "dledger-n0" / "data").iterdir()) == [f"{fsz:020d}"]
+    assert regions_file.read(dst) == layout and (dst / "config" / "topics.json").read_text() == "{}"
+    (src / "commitlogRegions.json").write_text('{"version": 1}')
+    code, _, err = _reseed(capsys, "--from", str(src), "--to", str(tmp_path / "z"))
+    assert code == 2 and err.startswith("mqupgrade reseed: error: the source's regions file is broken")
+
+
 @pytest.mark.multiprocess
 def test_reseeded_third_node_joins_the_migrated_group(fixture_root: Path, manifests, tmp_path: Path) -> None:
     """Real processes (tools/controller_cluster.py): a migrated group of two in Controller mode, one
