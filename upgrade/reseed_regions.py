@@ -141,9 +141,12 @@ def _region_dirs(r: regions_file.Region, src_root: Path, dst_root: Path,
     p = Path(r.path)
     if not p.is_absolute():
         return src_root / p, dst_root / p
-    src = src_commitlog if (src_commitlog is not None and r.kind == "classic") else p
+    if r.kind != "classic":
+        raise ReseedError(f"the {r.kind} region's directory {p} is absolute (mqupgrade apply writes it relative to "
+                          "the store root); reseed copies an absolute path for the classic region only")
+    src = src_commitlog if src_commitlog is not None else p
     if src.resolve() == p.resolve():
-        raise ReseedError(f"the {r.kind} region's directory {p} is absolute: the new node's broker reads it there, "
+        raise ReseedError(f"the classic region's directory {p} is absolute: the new node's broker reads it there, "
                           "so its files are copied there; give --from-commitlog with the directory where the "
                           "source's copy of it is readable from this machine")
     return src, p

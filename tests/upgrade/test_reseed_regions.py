@@ -2,7 +2,8 @@
 regions, config/ and commitlogRegions.json (last) are copied from a healthy member, verified; the
 writable classic files, the epoch file and the identity files are not. Store-level, on groups of
 two Apache DLedger members migrated by plan/apply as tests/upgrade/test_controller_dledger.py
-does, one group per fixture set, built once per module."""
+does, one group per fixture set, built once per module (and one hand-made layout for the path
+rules); then one real-process test: a reseeded third node joins a running migrated group."""
 from __future__ import annotations
 
 import time
@@ -200,7 +201,7 @@ def test_absolute_classic_region_stray_writable_files_and_a_broken_source(tmp_pa
                                       regions_file.Region("dledger", "dledger-n0", fsz, fsz + 100)], fsz)
     regions_file.write(src, layout)
     code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
-    assert code == 2 and f"directory {cl} is absolute" in err and "--from-commitlog" in err
+    assert code == 2 and f"the classic region's directory {cl} is absolute" in err and "--from-commitlog" in err
     cl.mkdir()
     code, _, err = _reseed(capsys, "--from", str(src), "--to", str(dst))
     assert code == 2 and f"directory {cl} is absolute" in err  # the source's files are not there either way
