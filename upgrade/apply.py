@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator, Optional
 from broker.store.errors import StoreError
 from broker.store.lockfile import StoreLock, StoreLockedError
 from upgrade import fileops
-from upgrade.confirm import confirmed
+from upgrade.journaled_cli import confirmed, stopped
 from broker.store.freeze import FreezeError, freeze_commitlog
 from upgrade.store_links import refuse_links
 from upgrade.inspect import inspect_store
@@ -370,12 +370,8 @@ def run(args: argparse.Namespace) -> int:
                 return 1
         data = apply_plan(args.plan, freeze=args.freeze, journal_path=args.journal,
                           progress=not args.no_progress and sys.stderr.isatty())
-    except (ApplyError, PlanError, JournalError) as exc:
-        print(f"mqupgrade apply: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ApplyError) else 1
-    except KeyboardInterrupt:
-        print("mqupgrade apply: interrupted; run it again to resume", file=sys.stderr)
-        return 130
+    except (ApplyError, PlanError, JournalError, KeyboardInterrupt) as exc:
+        return stopped("apply", exc, ApplyError)
     done = sum(1 for s in data["steps"].values() if s["state"] == "done")
     print(f"applied: {done}/{len(plan.actions)} steps done" + ("" if data["finished"] else
           " (freeze steps skipped: the first DLedger start writes the blank)"))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any, Callable, Optional
 from broker.store.lockfile import StoreLock, StoreLockedError
 from dledger.store.safefile import fsync_dir
 from upgrade import regions_file
-from upgrade.confirm import confirmed
+from upgrade.journaled_cli import confirmed, stopped
 from upgrade.controller_apply import CONTROLLER_FILES, SHAPE_FILES, files_from
 from upgrade.fileops import TMP_SUFFIX, atomic_write_text
 from upgrade.inspect import inspect_store
@@ -259,11 +258,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.yes and not confirmed("rollback", "roll back"):
             return 1
         data = rollback_plan(args.plan, journal_path=args.journal)
-    except (RollbackError, PlanError, JournalError) as exc:
-        print(f"mqupgrade rollback: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, RollbackError) else 1
-    except KeyboardInterrupt:
-        print("mqupgrade rollback: interrupted; run it again to resume", file=sys.stderr)
-        return 130
+    except (RollbackError, PlanError, JournalError, KeyboardInterrupt) as exc:
+        return stopped("rollback", exc, RollbackError)
     print(f"rolled back: {len(data['steps'])} steps undone; the stores are in their previous mode again")
     return 0
