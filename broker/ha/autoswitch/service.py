@@ -307,8 +307,8 @@ class _Connection:
             # slave at classicFrom instead would give it a log that silently lacks every old message.
             refusal = (f"slave {machine.slave_id} asks for offset {asked}, below classicFrom {cl.classic_from}: this store "
                        "was migrated from DLedger mode and the messages below classicFrom are frozen regions HA does not "
-                       "ship; seed the slave from a replica first (copy that replica's stopped store root, "
-                       "commitlogRegions.json and dledger-* included), then start it")
+                       "ship; seed the slave first with `mqupgrade reseed --from <a replica's store root> --to <this slave's "
+                       "store root>` (its broker stopped), then start it")
             log.warning("AutoSwitch HA refuses %s: %s", self.address, refusal)
             self.service.last_refused = refusal
             self.close(refusal)

@@ -44,7 +44,7 @@ async def test_a_fresh_slave_of_a_migrated_master_is_refused_with_the_fix(store_
         await wait_until(lambda: service.last_refused is not None, what="the refusal")
         assert service.last_refused is not None
         assert f"asks for offset 0, below classicFrom {start}" in service.last_refused
-        assert "seed the slave from a replica first" in service.last_refused
+        assert "mqupgrade reseed --from" in service.last_refused
         assert fresh.cl.max_offset == 0  # not one byte shipped: no frozen DLedger bytes, no log starting above them
     finally:
         if client is not None:
