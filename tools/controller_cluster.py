@@ -20,6 +20,18 @@ Rules:
   are SIGKILLed (a SIGSTOPped one too), controllers get SIGTERM then SIGKILL. Nothing outlives it.
 - Who is master is read from the brokers' HTTP ``/status`` (``isMaster`` and ``brokerId`` 0,
   exactly one); who leads the controllers from the controllers' HTTP ``/status`` (``isLeader``).
+- ``links`` (a :class:`Links`, e.g. a fault proxy; default none: every address is the real one)
+  interposes on the peer links, named by node (``controller-n0``, ``broker-n0``, ``namesrv``):
+  each controller dials each other controller's DLedger port through its own link
+  (``controller-a`` -> ``controller-b``, a per-controller peer list); every broker reaches a
+  controller's door through one shared link (``*`` -> ``controller-b-door``: the door is both
+  in ``controllerAddr`` and in ``controllerRemotingPeers``, whose entry the controllers hand the
+  brokers as the leader's address, so it cannot differ per broker); each broker reaches the name
+  server through its own link; a broker's HA port is reached through one shared link
+  (``*`` -> ``broker-b-ha``) listening on ``brokerIP2:haListenPort`` (a slave asks the master
+  for exactly that pair), so the link keeps the port on another loopback host. Not interposed:
+  the clients' and the HTTP ``/status`` doors, and what dials a broker's remoting door (clients,
+  other brokers' metadata calls, the controllers' role pushes): one port serves them all.
 
 Theory of operation: three small process wrappers (:class:`ControllerGroup`,
 :class:`NamesrvProc`, :class:`BrokerProc`), each composing a :class:`Child` (one
@@ -44,7 +56,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
 from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, wait_exit, wait_until, write_conf
@@ -59,6 +71,21 @@ FAST_BROKER: dict[str, Any] = {
     "brokerHeartbeatInterval": 200, "controllerHeartBeatTimeoutMills": 2000, "syncBrokerMetadataPeriod": 500,
     "checkSyncStateSetPeriod": 500, "syncControllerMetadataPeriod": 2000, "haSendHeartbeatInterval": 500,
     "slaveSyncIntervalMs": 500, "syncFlushTimeout": 1000}
+
+
+class Links(Protocol):
+    """Interposes on a peer link (module rules), e.g. a fault proxy."""
+
+    def link(self, src: str, dst: str, target: tuple[str, int], *, framed: bool = False,
+             same_port: bool = False) -> tuple[str, int]:
+        """The address ``src`` (``"*"``: any node) dials to reach ``dst`` listening at ``target``;
+        ``framed``: u32be length-prefixed frames (DLedger RPC); ``same_port``: the answer must keep
+        ``target``'s port (a 127.0.0.0/8 host other than ``target``'s)."""
+        ...
+
+
+def _addr(a: tuple[str, int]) -> str:
+    return f"{a[0]}:{a[1]}"
 
 
 class Child:
@@ -125,20 +152,30 @@ def http_json(port: int, path: str = "/status", timeout: float = 2.0) -> Optiona
 
 # ---- controllers --------------------------------------------------------------------------------
 class ControllerGroup:
-    """``n`` controller processes ``n0..`` (DLedger group ``g``), confs and stores under ``base``."""
+    """``n`` controller processes ``n0..`` (DLedger group ``g``), confs and stores under ``base``;
+    ``links``: their DLedger links and doors interposed (module rules)."""
 
-    def __init__(self, base: Path, n: int = 3, extra: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, base: Path, n: int = 3, extra: Optional[Mapping[str, Any]] = None,
+                 links: Optional[Links] = None) -> None:
         self.base = base
         ports = free_ports(3 * n)
         self.ids = [f"n{i}" for i in range(n)]
         self.raft = {pid: ports[3 * i] for i, pid in enumerate(self.ids)}
         self.door = {pid: ports[3 * i + 1] for i, pid in enumerate(self.ids)}
         self.http = {pid: ports[3 * i + 2] for i, pid in enumerate(self.ids)}
-        peers = ";".join(f"{p}-127.0.0.1:{self.raft[p]}" for p in self.ids)
-        doors = ";".join(f"{p}-127.0.0.1:{self.door[p]}" for p in self.ids)
+        local = {pid: ("127.0.0.1", self.raft[pid]) for pid in self.ids}
+        #: the door address brokers dial and controllers advertise (a link's when interposed)
+        self.door_address = {pid: ("127.0.0.1", self.door[pid]) for pid in self.ids}
+        if links is not None:
+            self.door_address = {pid: links.link("*", f"controller-{pid}-door", a)
+                                 for pid, a in self.door_address.items()}
+        doors = ";".join(f"{p}-{_addr(self.door_address[p])}" for p in self.ids)
         lines = {**FAST_CONTROLLER, **(extra or {})}
         self.children: dict[str, Child] = {}
         for pid in self.ids:
+            seen = {p: local[p] if p == pid or links is None
+                    else links.link(f"controller-{pid}", f"controller-{p}", local[p], framed=True) for p in self.ids}
+            peers = ";".join(f"{p}-{_addr(seen[p])}" for p in self.ids)
             conf = base / f"controller-{pid}.conf"
             conf.parent.mkdir(parents=True, exist_ok=True)
             conf.write_text(
@@ -153,7 +190,7 @@ class ControllerGroup:
     @property
     def addresses(self) -> str:
         """``controllerAddr`` of the brokers: every door, ``;``-separated."""
-        return ";".join(f"127.0.0.1:{self.door[p]}" for p in self.ids)
+        return ";".join(_addr(self.door_address[p]) for p in self.ids)
 
     def start(self, pid: str) -> None:
         self.children[pid].start()
@@ -176,6 +213,10 @@ class ControllerGroup:
 
     def alive(self, pid: str) -> bool:
         return self.children[pid].alive()
+
+    def pids(self) -> dict[str, Optional[int]]:
+        """``controller-<id>`` -> process id of its last start (None before), as :class:`Links` names them."""
+        return {f"controller-{p}": self.children[p].pid for p in self.ids}
 
     def stop_all(self) -> None:
         for pid in self.ids:
@@ -311,14 +352,16 @@ class BrokerProc:
 class ControllerCluster:
     """``controllers`` controllers, a name server and ``brokers`` brokers ``n0..`` of ``broker-a``.
 
-    ``with ControllerCluster(base, 3, 3) as c: c.start(); ...`` or ``try/finally: c.close()``."""
+    ``with ControllerCluster(base, 3, 3) as c: c.start(); ...`` or ``try/finally: c.close()``;
+    ``links``: peer links interposed (module rules)."""
 
     def __init__(self, base: Path, controllers: int = 3, brokers: int = 2, *,
                  controller_extra: Optional[Mapping[str, Any]] = None,
-                 broker_extra: Optional[Mapping[str, Any]] = None) -> None:
+                 broker_extra: Optional[Mapping[str, Any]] = None, links: Optional[Links] = None) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
-        self.group = ControllerGroup(base, controllers, controller_extra)
+        self.links = links
+        self.group = ControllerGroup(base, controllers, controller_extra, links)
         self.namesrv = NamesrvProc(base)
         self.broker_extra = dict(broker_extra or {})
         self.brokers: dict[str, BrokerProc] = {}
@@ -340,10 +383,14 @@ class ControllerCluster:
                 extra["brokerElectionPriority"] = idx + 1
         port, ha = free_ports(2)
         root = store_root or self.base / f"broker-{name}"
+        namesrv = self.namesrv.address
+        if self.links is not None:
+            namesrv = _addr(self.links.link(f"broker-{name}", "namesrv", ("127.0.0.1", self.namesrv.port)))
+            extra["brokerIP2"] = self.links.link("*", f"broker-{name}-ha", ("127.0.0.1", ha), same_port=True)[0]
         conf = write_conf(template, self.base / f"broker-a-{name}.conf", {
             "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
             "storePathCommitLog": root / "commitlog", "controllerAddr": self.group.addresses,
-            "namesrvAddr": self.namesrv.address, **FAST_BROKER, **extra, **self.broker_extra, **(overrides or {})})
+            "namesrvAddr": namesrv, **FAST_BROKER, **extra, **self.broker_extra, **(overrides or {})})
         self.brokers[name] = BrokerProc(name, conf, port, ha, root, self.base)
         return self.brokers[name]
 
@@ -383,6 +430,12 @@ class ControllerCluster:
 
     def slaves(self, master: str) -> list[str]:
         return [n for n in self.brokers if n != master]
+
+    def pids(self) -> dict[str, Optional[int]]:
+        """Every node's process id of its last start, named as :class:`Links` names them
+        (``controller-<id>``, ``broker-<name>``, ``namesrv``)."""
+        return {**self.group.pids(), **{f"broker-{n}": p.child.pid for n, p in self.brokers.items()},
+                "namesrv": self.namesrv.child.pid}
 
     def wait_role(self, name: str, role: str = "SLAVE", timeout: float = 30.0) -> None:
         wait_until(lambda: self.ha(name).get("role") == role or None, timeout, f"{name} is {role}")
