@@ -167,10 +167,10 @@ class DLedgerPutPath:
         positions = server.append_batch_then(bodies, lambda _results, error: self._complete(error, ar, out))
         if isinstance(positions, DLedgerError):
             code = positions.code
-            self.counters["refused"] += 1
             if code == Code.NOT_LEADER:
-                out.set_result(self._not_leader(str(positions)))
+                out.set_result(self._not_leader(str(positions)))  # counts the refusal
             else:
+                self.counters["refused"] += 1
                 out.set_result(PutMessageResult(put_status_for(code), error=str(positions)))
             return
         table.update(local)
