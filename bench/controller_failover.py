@@ -56,7 +56,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from tools.controller_cluster import BrokerProc, ContinuousProducer, ControllerCluster, NamesrvProc, read_queues
+from tools.controller_cluster import ContinuousProducer, ControllerCluster, read_queues
+from tools.nodes import BrokerProc, NamesrvProc
 from tools.procs import REPO, free_ports, wait_until, write_conf
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
@@ -233,7 +234,8 @@ class DLedgerTopology:
                 "listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http, "storePathRootDir": root,
                 "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
                 "namesrvAddr": self.namesrv.address})
-            self.brokers[n] = BrokerProc(n, conf, http[i], 0, root, work)
+            self.brokers[n] = BrokerProc(conf, http[i], n, work, log_name=f"broker-{n}", store_root=root,
+                                         ready_timeout=60.0)
         try:
             self.namesrv.start()
             for p in self.brokers.values():

@@ -33,9 +33,10 @@ Rules:
   the clients' and the HTTP ``/status`` doors, and what dials a broker's remoting door (clients,
   other brokers' metadata calls, the controllers' role pushes): one port serves them all.
 
-Theory of operation: three small process wrappers (:class:`ControllerGroup`,
-:class:`NamesrvProc`, :class:`BrokerProc`), each composing a :class:`Child` (one
-``subprocess.Popen`` with its log file), and :class:`ControllerCluster` composing them; all
+Theory of operation: the processes are :mod:`tools.nodes`' (:class:`~tools.nodes.Child` per
+controller in :class:`ControllerGroup`, :class:`~tools.nodes.NamesrvProc`,
+:class:`~tools.nodes.BrokerProc` per broker, logs ``broker-<name>.log``), and
+:class:`ControllerCluster` composes them; all
 polling goes through :func:`tools.procs.wait_until`. Reading back: :func:`read_queues` pulls a
 topic's queues over HTTP from a per-queue cursor (``read_all`` from 0). Load:
 :class:`ContinuousProducer` keeps closed-loop writers sending on a thread of its own and records
@@ -47,19 +48,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
+from typing import Any, Iterable, Mapping, Optional, Protocol
 
 from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
-from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, wait_exit, wait_until, write_conf
+from tools.nodes import BrokerProc, Child, NamesrvProc, quietly
+from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, wait_until, write_conf
 
 CONF_DIR = REPO / "conf" / "controller" / "broker"
 #: the controllers' extra conf lines: no ACL on loopback, fast scans of dead brokers / masters
@@ -86,58 +84,6 @@ class Links(Protocol):
 
 def _addr(a: tuple[str, int]) -> str:
     return f"{a[0]}:{a[1]}"
-
-
-class Child:
-    """One child process (``python -m <module> <args>``) with its output in ``log_path``."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
-        self.name, self.argv, self.log_path = name, argv, log_path
-        self.proc: Optional[subprocess.Popen[bytes]] = None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=str(REPO),
-                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self.proc.pid if self.proc is not None else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check(self) -> None:
-        """Raise when the process was started and has exited (its log tail in the message)."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log()}")
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def terminate(self, bound: float = SHUTDOWN_BOUND_S) -> Optional[int]:
-        """SIGTERM and the exit code within ``bound`` (past it: stacks, SIGKILL, ShutdownTooSlow)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
-            self.proc.send_signal(signal.SIGTERM)
-            wait_exit(self.proc, self.name, bound, lambda: self.log(20_000))
-        return self.proc.returncode
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None, f"{self.name} was never started"
-        self.proc.send_signal(sig)
-
-    def log(self, chars: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
 
 
 def http_json(port: int, path: str = "/status", timeout: float = 2.0) -> Optional[dict[str, Any]]:
@@ -242,112 +188,6 @@ class ControllerGroup:
         return self.children[pid].log(n)
 
 
-# ---- name server --------------------------------------------------------------------------------
-class NamesrvProc:
-    """One ``mqnamesrv`` on a free port."""
-
-    def __init__(self, base: Path, port: Optional[int] = None) -> None:
-        self.port = port or free_ports(1)[0]
-        self.child = Child("namesrv", ["namesrv", "-p", str(self.port), "--host", "127.0.0.1"],
-                           base / f"namesrv-{self.port}.log")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> "NamesrvProc":
-        self.child.start()
-
-        def listening() -> bool:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.5):
-                    return True
-            except OSError:
-                return False
-        wait_until(listening, timeout, f"mqnamesrv listening on {self.port}", check=self.child.check)
-        return self
-
-    def kill9(self) -> None:
-        self.child.kill9()
-
-    def route(self, topic: str, timeout: float = 5.0) -> Optional[dict[str, Any]]:
-        """The name server's route of ``topic`` (GET_ROUTEINFO_BY_TOPIC), or None."""
-        from broker.remoting.client import RemotingClient
-        from broker.remoting.codes import RequestCode, ResponseCode
-
-        async def run() -> Optional[dict[str, Any]]:
-            cl = await RemotingClient.connect("127.0.0.1", self.port)
-            try:
-                r = await cl.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, b"", timeout=timeout)
-            finally:
-                await cl.close()
-            return json.loads(r.body) if r.code == ResponseCode.SUCCESS and r.body else None
-        try:
-            return asyncio.run(run())
-        except (OSError, asyncio.TimeoutError, ValueError):
-            return None
-
-
-# ---- brokers ------------------------------------------------------------------------------------
-class BrokerProc:
-    """One Controller-mode ``mqbroker -c conf``; its HTTP API and remoting share ``api_port``."""
-
-    def __init__(self, name: str, conf: Path, api_port: int, ha_port: int, store_root: Path, base: Path) -> None:
-        self.name, self.conf, self.api_port, self.ha_port, self.store_root = name, conf, api_port, ha_port, store_root
-        self.child = Child(f"broker-{name}", ["broker.cli.mqbroker", "-c", str(conf)], base / f"broker-{name}.log")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.api_port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.child.log_path
-
-    def client(self, timeout: float = 15.0) -> SyncBrokerClient:
-        return SyncBrokerClient(self.address, timeout=timeout)
-
-    def start(self, wait: bool = True, timeout: float = 60.0) -> "BrokerProc":
-        self.child.start()
-        if wait:
-            self.wait_ready(timeout)
-        return self
-
-    def status(self, timeout: float = 2.0) -> Optional[dict[str, Any]]:
-        """``GET /status`` of this process, or None (not running, not answering)."""
-        if not self.child.alive():
-            return None
-        try:
-            with self.client(timeout=timeout) as c:
-                return c.status()
-        except (BrokerClientError, OSError):
-            return None
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until this process (not a leftover on the port) answers ``/status`` (fenced or not)."""
-        wait_until(lambda: (st := self.status()) is not None and st.get("pid") == self.child.pid
-                   and st.get("writable") is not None, timeout, f"{self.child.name} ready on {self.address}",
-                   interval=0.1, check=self.child.check)
-
-    def alive(self) -> bool:
-        return self.child.alive()
-
-    def kill9(self) -> None:
-        self.child.kill9()
-
-    def stop(self, timeout: float = SHUTDOWN_BOUND_S) -> Optional[int]:
-        return self.child.terminate(timeout)
-
-    def pause(self) -> None:
-        self.child.signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.child.signal(signal.SIGCONT)
-
-    def log(self, chars: int = 6000) -> str:
-        return self.child.log(chars)
-
-
 # ---- the cluster --------------------------------------------------------------------------------
 class ControllerCluster:
     """``controllers`` controllers, a name server and ``brokers`` brokers ``n0..`` of ``broker-a``.
@@ -391,7 +231,8 @@ class ControllerCluster:
             "listenPort": port, "haListenPort": ha, "storePathRootDir": root,
             "storePathCommitLog": root / "commitlog", "controllerAddr": self.group.addresses,
             "namesrvAddr": namesrv, **FAST_BROKER, **extra, **self.broker_extra, **(overrides or {})})
-        self.brokers[name] = BrokerProc(name, conf, port, ha, root, self.base)
+        self.brokers[name] = BrokerProc(conf, port, name, self.base, log_name=f"broker-{name}", ha_port=ha,
+                                        store_root=root, ready_timeout=60.0)
         return self.brokers[name]
 
     def start(self, timeout: float = 60.0, wait_master: bool = False) -> "ControllerCluster":
@@ -473,9 +314,9 @@ class ControllerCluster:
     def close(self) -> None:
         """Everything this cluster started is ended (idempotent, never raises)."""
         for p in self.brokers.values():
-            _quietly(p.kill9)
-        _quietly(self.group.stop_all)
-        _quietly(self.namesrv.kill9)
+            quietly(p.kill9)
+        quietly(self.group.stop_all)
+        quietly(self.namesrv.kill9)
 
     def __enter__(self) -> "ControllerCluster":
         return self
@@ -540,10 +381,3 @@ class ContinuousProducer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:  # noqa: BLE001 - cleanup must not mask the error that led here
-        pass

@@ -35,7 +35,7 @@ from tools.procs import wait_until
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, slave_conf
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.java.lines import ProcessLines
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.test_mqadmin_compat import apache

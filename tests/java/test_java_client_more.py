@@ -38,7 +38,7 @@ from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, sla
 from tests.broker.test_dledger_group import DLedgerGroup
 from tests.java.lines import ProcessLines
 from tests.java.test_java_client import APACHE, FAST, HAVE_JAVA
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(170),
               pytest.mark.skipif(not HAVE_JAVA, reason="needs Apache RocketMQ 4.9.8 (APACHE_ROCKETMQ), java and javac")]

@@ -13,7 +13,8 @@ from namesrv.route_info import RouteInfoManager
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.remoting.procs import NamesrvProc, request
+from tools.nodes import NamesrvProc
+from tests.remoting.procs import request
 
 TC = {"topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
       "dataVersion": {"counter": 1}}

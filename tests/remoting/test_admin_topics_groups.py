@@ -32,7 +32,8 @@ from broker.remoting.codec import RemotingCommand
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
-from tests.remoting.procs import REPO, NamesrvProc
+from tools.nodes import NamesrvProc
+from tools.procs import REPO
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
 HAVE_MQADMIN = (APACHE / "bin" / "mqadmin").exists() and shutil.which("java") is not None

@@ -16,7 +16,8 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
 from tests.remoting.node_client import NodeProc, acked, check_exactly_once, delivered, ensure_ali_ons
-from tests.remoting.procs import NamesrvProc, request
+from tools.nodes import NamesrvProc
+from tests.remoting.procs import request
 
 pytestmark = pytest.mark.multiprocess
 TOPIC, GROUP = "TopicE2E", "GID_e2e"

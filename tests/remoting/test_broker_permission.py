@@ -17,7 +17,8 @@ import pytest
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
-from tests.remoting.procs import NamesrvProc, request
+from tools.nodes import NamesrvProc
+from tests.remoting.procs import request
 
 pytestmark = pytest.mark.multiprocess
 

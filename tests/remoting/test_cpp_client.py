@@ -26,7 +26,8 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
 from tests.remoting.node_client import NodeProc, acked, delivered
-from tests.remoting.procs import NamesrvProc, request
+from tools.nodes import NamesrvProc
+from tests.remoting.procs import request
 from tests.remoting.test_ali_ons import DLEDGER_IDS, _dledger_confs, route
 
 pytestmark = pytest.mark.multiprocess

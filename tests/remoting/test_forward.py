@@ -20,7 +20,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.forward import FORWARDED_FLAG, SendForwarder
 from tests.broker.api.broker_procs import BrokerProc, kill_all, wait_until
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.remoting.test_ali_ons import DLEDGER_IDS, _dledger_confs
 from tests.remoting.test_cpp_client import create_topics
 

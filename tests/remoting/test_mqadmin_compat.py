@@ -24,7 +24,7 @@ from tools.procs import free_port
 from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.remoting import mqadmin_jvm
 from tests.remoting import py_zygote
 from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the zygote stops after the module

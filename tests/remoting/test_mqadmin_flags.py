@@ -32,7 +32,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.client import RemotingClient
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.remoting.test_broker2client import FakeConsumer, _encode
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test

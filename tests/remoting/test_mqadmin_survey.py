@@ -35,7 +35,7 @@ from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tests.remoting.py_zygote import py_zygotes  # noqa: F401 - autouse: the zygote stops after the module
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.remoting.test_mqadmin_compat import APACHE, HAVE_APACHE, apache, config_table, ours
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300),

@@ -22,7 +22,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
 from tests.remoting.node_client import NodeProc, acked, ensure_ali_ons
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 
 pytestmark = pytest.mark.multiprocess
 SECRET = "s3cr3t-Value-42"

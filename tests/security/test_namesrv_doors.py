@@ -33,7 +33,7 @@ from broker.remoting.codes import ResponseCode as R
 from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
-from tests.remoting.procs import NamesrvProc
+from tools.nodes import NamesrvProc
 from tests.security._listen_support import listening_hosts, proc_status_kb
 
 BROKER_AK, BROKER_SK = "broker-account", "broker-secret-1234"
