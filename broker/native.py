@@ -50,6 +50,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.gc_quiet",
     "broker.ha.protocol",
     "broker.store.java_hash",
+    "broker.store.mapped_file",  # consume_queue and index_file call it per unit (issue 26.5)
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

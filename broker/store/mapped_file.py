@@ -33,6 +33,12 @@ Rules:
   (``granule=``) and :meth:`MappedFile.reserve` / :meth:`MappedFile.reserve_bulk` directly.
 - ``flush`` is ``fdatasync`` of the whole file: it covers every page written through the mapping
   (at any position), so the ConsumeQueue's and IndexFile's writes need no range ``msync``.
+- Compiled with mypyc (``broker.native``): the compiled ConsumeQueue and IndexFile call it once
+  or more per unit, and a call from compiled code into an interpreted module cost the
+  ConsumeQueue ~80% more CPU per unit (measured: 200k ``put_message_position_info``, best of 3,
+  process time, 0.73 us with its private file class, 1.33 us on an interpreted MappedFile,
+  0.75 us compiled). So everything here is fully typed; compiled code checks declared types at
+  run time (bytes, bytearray or memoryview for data; nothing else).
 
 Theory of operation: a MappedFile is a thin, bounds-checked window on an ``mmap``. Slices are
 handed out as ``memoryview``s so reads copy nothing; because an mmap cannot be closed while a
@@ -48,6 +54,8 @@ import os
 import time
 from pathlib import Path
 from typing import Iterator, Optional
+
+from mypy_extensions import mypyc_attr
 
 from broker.store.errors import StoreError, StoreLayoutError
 
@@ -75,6 +83,7 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None
         pos += done
 
 
+@mypyc_attr(native_class=False)  # an OSError too: a builtin base mypyc cannot compile natively
 class DiskFullError(StoreError, OSError):
     """No space for blocks of ``path`` at ``offset`` (ENOSPC/EDQUOT); nothing was written.
 
