@@ -13,6 +13,9 @@ Rules
   APIs directly.
 * A cluster never outlives its test: :meth:`Cluster.kill_all` (SIGKILL, also ends SIGSTOPped
   processes) and :meth:`Cluster.close` (proxies, tmpfs mounts) run in ``finally``.
+* The processes are :class:`tools.nodes.BrokerProc` (the project's one process harness); what is
+  specific to fault runs stays here: the proxy wiring, the fault handler in every broker, tmpfs
+  disks, reading the replicas' stores back.
 * :meth:`Cluster.read_replicas` reads the stores of cleanly stopped nodes with the project's
   store code (DLedger entries up to the checkpointed committed index, or the classic commitlog),
   and checks each message's ConsumeQueue unit; it returns the workload topic's messages in log
@@ -20,9 +23,7 @@ Rules
 """
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import struct
 import subprocess
 from pathlib import Path
@@ -31,8 +32,8 @@ from typing import Any, Optional
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import BLANK_MAGIC_CODE, MessageFormatError, decode_message
-from tools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, free_ports, write_conf
 
 from .proxy import ProxyHub
 
@@ -42,19 +43,10 @@ KEY_PROP = "FKEY"
 DLEDGER_IDS = ("n0", "n1", "n2")
 
 
-class FaultProc(BrokerProc):
-    """A BrokerProc whose next start may run under a wrapper (``unshare --time ...``)."""
-
-    wrapper: list[str] = []
-
-    def start(self, wait: bool = True, timeout: float = 30.0) -> "FaultProc":
-        self._log_fh = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # SIGBUS/SIGSEGV tracebacks in the log
-        cmd = [*self.wrapper, sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)]
-        self.proc = subprocess.Popen(cmd, stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
-        if wait:
-            self.wait_ready(timeout)
-        return self
+def fault_broker(conf: Path, api_port: int, name: str, run_dir: Path) -> BrokerProc:
+    """A broker with Python's fault handler on (SIGBUS/SIGSEGV tracebacks in its log); its
+    ``wrapper`` may put its next start under ``unshare --time ...`` (the clock nemesis)."""
+    return BrokerProc(conf, api_port, name, run_dir, env={"PYTHONFAULTHANDLER": "1"})
 
 
 # Retention on a full disk deletes the oldest files whatever their age (cleanFileForciblyEnable,
@@ -71,7 +63,7 @@ class Cluster:
         self.run_dir = run_dir
         self.hub = ProxyHub(seed)
         self.file_size = file_size
-        self.procs: dict[str, FaultProc] = {}
+        self.procs: dict[str, BrokerProc] = {}
         self.roots: dict[str, Path] = {}
         self.http: dict[str, int] = {}
         self.mounts: list[Path] = []
@@ -137,11 +129,7 @@ class Cluster:
         return codes
 
     def kill_all(self) -> None:
-        for p in self.procs.values():
-            try:
-                p.kill9()
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+        kill_all(self.procs.values())
         self.paused.clear()
 
     def close(self) -> None:
@@ -220,7 +208,7 @@ class DLedgerCluster(Cluster):
                          "mappedFileSizeCommitLog": file_size, "slaveSyncIntervalMs": 500,
                          "dLegerElectionTimeoutMs": "500-1000", **NO_FORCED_CLEAN, **extra}
             conf = write_conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", run_dir / f"broker-{n}.conf", overrides)
-            self.procs[n] = FaultProc(conf, self.http[n], n, run_dir)
+            self.procs[n] = fault_broker(conf, self.http[n], n, run_dir)
 
     def links_from_to(self, a: str, b: str) -> list[str]:
         return [f"{a}->{b}"]
@@ -304,8 +292,8 @@ class ClassicPair(Cluster):
                            {"listenPort": self.http["s"], "haListenPort": free_ports(1)[0],
                             "haMasterAddress": f"127.0.0.1:{link_port}", "storePathRootDir": self.roots["s"],
                             "storePathCommitLog": self.roots["s"] / "commitlog", **common})
-        self.procs = {"m": FaultProc(mconf, self.http["m"], "m", run_dir),
-                      "s": FaultProc(sconf, self.http["s"], "s", run_dir)}
+        self.procs = {"m": fault_broker(mconf, self.http["m"], "m", run_dir),
+                      "s": fault_broker(sconf, self.http["s"], "s", run_dir)}
 
     def links_from_to(self, a: str, b: str) -> list[str]:
         return ["s->m"]
