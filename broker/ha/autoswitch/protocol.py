@@ -22,7 +22,10 @@ Apache: ``slavePhyOffset != 0``), heartbeats included; a frame whose epoch diffe
 one received appends ``<epoch, epochStartOffset>`` to the epoch cache (the cache refuses an
 entry that does not grow, as Apache's ``appendEntry``); data is appended at ``offset``; the
 confirm offset becomes ``min(confirmOffset, maxPhyOffset)``; the new max offset is acked when it
-grew. Every ``haSendHeartbeatInterval`` without a write the last reported offset is acked again.
+grew. Every ``haSendHeartbeatInterval`` without a write the last reported offset is acked again;
+in HANDSHAKE the deadline comes every interval too (a driver sleeping until it is not woken when the
+master's handshake moves the machine to TRANSFER; the first re-ack then waited for
+``haHousekeepingInterval``, and on an empty log nothing else makes a slave ack).
 
 Master (``AutoSwitchHAConnection``): HANDSHAKE -slave's handshake-> sends its handshake (max
 offset, last epoch, all entries; again for every repeated slave handshake, as Apache) -first
@@ -243,6 +246,7 @@ class SlaveMachine(_Machine):
         self.current_reported_offset = 0
         self.last_read_ms = 0.0
         self.last_write_ms = 0.0
+        self.look_again_ms = 0.0  # in HANDSHAKE: when a driver asleep until next_deadline looks again
         self._mac: Optional[SessionMac] = None
         self._decoder = MasterFrameDecoder(max_body_size=max_body_size)
         self._master_entries: tuple[EpochEntry, ...] = ()
@@ -254,6 +258,7 @@ class SlaveMachine(_Machine):
         self.current_received_epoch = -1
         self.current_reported_offset = local_max_offset
         self.last_read_ms = self.last_write_ms = now_ms
+        self.look_again_ms = now_ms + self.heartbeat_interval_ms
         return self._step(Ev.CONNECTED, Send(encode_slave_handshake(self.handshake, mac)))
 
     def closed(self) -> Step:
@@ -341,14 +346,22 @@ class SlaveMachine(_Machine):
                 f"(haHousekeepingInterval {self.housekeeping_interval_ms:.0f} ms)"))
         if self.state is S.TRANSFER and now_ms - self.last_write_ms > self.heartbeat_interval_ms:
             return self._step(Ev.HEARTBEAT_DUE, self._ack(self.current_reported_offset, now_ms))
+        if self.state is S.HANDSHAKE and now_ms >= self.look_again_ms:
+            self.look_again_ms = now_ms + self.heartbeat_interval_ms
         return None
 
     def next_deadline(self) -> Optional[float]:
+        """When :meth:`poll` may next have something to do. In HANDSHAKE that is every
+        ``haSendHeartbeatInterval`` too: the master's handshake moves the machine to TRANSFER,
+        whose re-ack is due one interval after the handshake's ack, and a driver asleep until the
+        deadline it read in HANDSHAKE is not woken by that (it would re-ack only after
+        ``haHousekeepingInterval``: on an empty log, where nothing else makes the slave ack, its
+        SyncStateSet proposal was not repeated for 20 s)."""
         if self.state is S.TRANSFER:
             return min(self.last_read_ms + self.housekeeping_interval_ms,
                        self.last_write_ms + self.heartbeat_interval_ms)
         if self.state is S.HANDSHAKE:
-            return self.last_read_ms + self.housekeeping_interval_ms
+            return min(self.last_read_ms + self.housekeeping_interval_ms, self.look_again_ms)
         return None
 
 

@@ -15,6 +15,9 @@ Rules:
   set, calls ``on_sync_state_set_changed(proposal)`` (the broker sends ALTER_SYNC_STATE_SET and
   applies the answer with :meth:`AutoSwitchHAService.set_sync_state_set`). :meth:`shrink` is
   ``maybeShrinkSyncStateSet`` for the broker's periodic task.
+- On an empty commitlog no transfer starts (``MasterMachine.start_transfer`` says why; Apache's
+  ``getMinOffset`` is -1 there too and it only sends heartbeats): the slaves' heartbeat acks count
+  as caught up, so a slave outside the SyncStateSet is proposed at each of them until it is in.
 - :meth:`wait_for_ack` is ``GroupTransferService``: the put ending at ``next_offset`` is
   acknowledged once :func:`sync_state.transfer_ok` holds, or times out (False).
 - At most ``ha_max_connections + ha_max_pending_connections`` sockets are open at once; a socket

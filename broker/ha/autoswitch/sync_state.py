@@ -11,11 +11,16 @@ Rules (Apache's, the methods named after its own):
   their union while synchronizing (what confirm offsets and puts are computed over: a member
   being removed still counts, one being added already counts); :meth:`in_sync_replicas_nums` is
   ``max(|local|, |remote|)`` while synchronizing, else ``|local|``.
+- Every proposal is built on the one on its way while synchronizing (the remote set), else on
+  the local set (Apache builds each on the local set: see the divergences).
 - :meth:`maybe_expand` (``maybeExpandInSyncStateSet``): a slave not in the local set joins the
   proposal when its ack reaches the confirm offset (:meth:`get_confirm_offset`) *and* the start
   offset of the master's current (last) epoch, i.e. it holds something of this leader's epoch.
   It is only called when the connection-level rule holds (not an async learner, ack >= the
-  master's max offset at the last transfer: :class:`broker.ha.autoswitch.protocol.SlaveAcked`).
+  master's max offset at the last transfer: :class:`broker.ha.autoswitch.protocol.SlaveAcked`;
+  on an empty log that is every ack: no transfer starts there, in Apache either, and the acks
+  come from the heartbeats), so a slave outside the local set is proposed again on every such ack,
+  as Apache does: a lost or refused alteration is repeated at the slave's next heartbeat.
 - :meth:`maybe_shrink` (``maybeShrinkSyncStateSet``): a member whose last caught-up time is
   more than ``haMaxTimeSlaveNotCatchup`` old leaves, and so does a member (other than the master
   itself) with no caught-up time at all (never connected since this master started).
@@ -39,7 +44,16 @@ not grow, so a master elected at the very offset where the previous epoch began 
 epoch's label and writes under it; a replica that wrote a tail in that epoch (the previous master)
 then finds a consistent point past the fork and keeps its own bytes under the new master's: the
 replicas silently diverge (found by tests/broker/ha/autoswitch/test_replication_properties.py).
-Connections are keyed by slave id (Apache keeps a list, so two connections of
+Proposals are built on the one on its way, not on the local set: the ReplicasManager sends one
+alteration at a time and then only the latest waiting proposal, stamped with the SyncStateSet epoch
+of the answer, so a proposal built on the old local set undid the answer (two slaves joining at
+once: {0,1} out, {0,2} waiting, the controller agreed to both in turn and slave 1 was out until its
+next heartbeat; found by tests/broker/ha/autoswitch/test_two_slaves_join.py). Apache sends both at
+once with the same epoch, so the second is fenced and repeated at the next ack (its window is
+narrower, not closed: an ack read just after an answer builds on the set before it). The cost: while
+an alteration the controller refuses (a proposed slave it finds not alive) is the one on its way,
+every later proposal carries it and is refused too, until that slave is alive, lags out
+(:meth:`maybe_shrink`) or disconnects. Connections are keyed by slave id (Apache keeps a list, so two connections of
 one slave could count twice for a put). Apache's effective confirm offset can move back when the
 controller's answer adds a member that acked the old max offset while the master kept writing
 (the answer recomputes the minimum): kept as Apache does, since the lower value is the true
@@ -88,6 +102,10 @@ class SyncStateSet:
         self.synchronizing = True
         self.remote = set(proposal)
 
+    def _proposal_base(self) -> set[int]:
+        """What a new proposal is built on: the one on its way while synchronizing, else the local set."""
+        return set(self.remote) if self.synchronizing else set(self.local)
+
     def set_sync_state_set(self, members: AbstractSet[int], max_phy_offset: int) -> None:
         """The controller's answer (or the set an election gave): it becomes the local set."""
         self.synchronizing = False
@@ -101,7 +119,7 @@ class SyncStateSet:
     def connection_removed(self, slave_id: int) -> Optional[frozenset[int]]:
         """``removeConnection``: the new proposal when the slave was a member, else None."""
         self.acks.pop(slave_id, None)
-        proposal = set(self.local)
+        proposal = self._proposal_base()
         if slave_id not in proposal:
             return None
         proposal.discard(slave_id)
@@ -134,20 +152,21 @@ class SyncStateSet:
             return None
         if slave_max_offset < leader_epoch.start_offset:
             return None
-        proposal = set(self.local) | {slave_id}
+        proposal = self._proposal_base() | {slave_id}
         self._mark_synchronizing(proposal)
         return frozenset(proposal)
 
     def maybe_shrink(self, now_ms: float) -> tuple[frozenset[int], bool]:
         """The set after dropping the slaves behind for too long, and whether it changed."""
-        proposal = set(self.local)
+        base = self._proposal_base()
+        proposal = set(base)
         for slave_id, at in self.caught_up_ms.items():
             if slave_id in proposal and now_ms - at > self.ha_max_time_slave_not_catchup_ms:
                 proposal.discard(slave_id)
         for slave_id in list(proposal):
             if slave_id != self.local_broker_id and slave_id not in self.caught_up_ms:
                 proposal.discard(slave_id)
-        changed = proposal != self.local
+        changed = proposal != base
         if changed:
             self._mark_synchronizing(proposal)
         return frozenset(proposal), changed
