@@ -21,8 +21,6 @@ import json
 import os
 import platform
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,54 +28,35 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from broker.api.client import BrokerClient, BrokerClientError, SyncBrokerClient
-from tools.procs import REPO, port_pair, wait_exit, write_conf
-
-
-def _conf(template: str, out: Path, **kv: Any) -> Path:
-    return write_conf(REPO / "conf" / "classic" / template, out, kv)
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred():
-                return
-        except BrokerClientError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(what)
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all, stop_all
+from tools.procs import wait_until
 
 
 class Pair:
+    """A classic master (``role``) and its slave under ``work``: :class:`tools.nodes.BrokerProc`."""
+
     def __init__(self, role: str, work: Path) -> None:
         self.work = work
-        self.mport, self.sport = port_pair(), port_pair()
         common = {"mappedFileSizeCommitLog": 64 << 20, "autoCreateTopicEnable": "true"}
-        self.mconf = _conf("broker-a.conf", work / "m.conf", brokerRole=role, listenPort=self.mport,
-                           haListenPort=self.mport + 1, storePathRootDir=work / "m",
-                           storePathCommitLog=work / "m" / "commitlog", **common)
-        self.sconf = _conf("broker-a-s.conf", work / "s.conf", listenPort=self.sport, haListenPort=self.sport + 1,
-                           haMasterAddress=f"127.0.0.1:{self.mport + 1}", storePathRootDir=work / "s",
-                           storePathCommitLog=work / "s" / "commitlog", **common)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        mconf, self.mport = master_conf(work, role, **common)
+        sconf, self.sport = slave_conf(work, self.mport, **common)
+        self.procs = [BrokerProc(mconf, self.mport, "m", work), BrokerProc(sconf, self.sport, "s", work)]
 
     def start(self) -> None:
-        for conf, name in ((self.mconf, "m"), (self.sconf, "s")):
-            log = open(self.work / f"{name}.log", "wb")
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "broker.cli.mqbroker", "-c", str(conf)],
-                                               stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
-        m = SyncBrokerClient(f"127.0.0.1:{self.mport}", timeout=2)
-        _wait(lambda: m.status(), 30, "master up")
-        _wait(lambda: SyncBrokerClient(f"127.0.0.1:{self.sport}", timeout=2).status(), 30, "slave up")
-        _wait(lambda: m.status()["ha"].get("connections"), 30, "slave connected")
+        for p in self.procs:
+            p.start(wait=False)
+        for p in self.procs:
+            p.wait_ready(30)
+        master = self.procs[0]
+        wait_until(lambda: ((master.status() or {}).get("ha") or {}).get("connections"), 30, "slave connected",
+                   interval=0.1)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            wait_exit(p, f"broker pid {p.pid}")  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
+        try:
+            stop_all(p.child for p in self.procs)  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
+        finally:
+            kill_all(self.procs)
 
 
 @contextlib.contextmanager

@@ -57,8 +57,9 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from tools.controller_cluster import ContinuousProducer, ControllerCluster, read_queues
-from tools.nodes import BrokerProc, NamesrvProc
-from tools.procs import REPO, free_ports, wait_until, write_conf
+from tools.broker_confs import dledger_group_confs
+from tools.nodes import BrokerProc, NamesrvProc, kill_all
+from tools.procs import REPO, wait_until
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
 TOPIC = "FailoverBench"
@@ -223,19 +224,10 @@ class DLedgerTopology:
     def __init__(self, work: Path) -> None:
         self.namesrv = NamesrvProc(work)
         self.names = ["n0", "n1", "n2"]
-        ports = free_ports(6)
-        http, raft = ports[:3], ports[3:]
-        peers = ";".join(f"n{i}-127.0.0.1:{raft[i]}" for i in range(3))
-        peers_http = ";".join(f"n{i}-127.0.0.1:{http[i]}" for i in range(3))
-        self.brokers: dict[str, BrokerProc] = {}
-        for i, n in enumerate(self.names):
-            root = work / f"dledger-{n}"
-            conf = write_conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", work / f"dledger-{n}.conf", {
-                "listenPort": http[i], "dLegerPeers": peers, "dLegerPeersHttp": peers_http, "storePathRootDir": root,
-                "storePathCommitLog": root / "commitlog", "mappedFileSizeCommitLog": 1 << 20,
-                "namesrvAddr": self.namesrv.address})
-            self.brokers[n] = BrokerProc(conf, http[i], n, work, log_name=f"broker-{n}", store_root=root,
-                                         ready_timeout=60.0)
+        confs = dledger_group_confs(work, len(self.names), conf_name="dledger-n{i}.conf", store_name="dledger-n{i}",
+                                    namesrvAddr=self.namesrv.address)
+        self.brokers = {n: BrokerProc(conf, port, n, work, log_name=f"broker-{n}", store_root=work / f"dledger-{n}",
+                                      ready_timeout=60.0) for n, (conf, port) in zip(self.names, confs)}
         try:
             self.namesrv.start()
             for p in self.brokers.values():
@@ -280,9 +272,7 @@ class DLedgerTopology:
                    f"{name} committed the leader's index {goal}")
 
     def close(self) -> None:
-        for p in self.brokers.values():
-            p.kill9()
-        self.namesrv.kill9()
+        kill_all([*self.brokers.values(), self.namesrv])
 
 
 # ---- trials -------------------------------------------------------------------------------------

@@ -41,81 +41,48 @@ import os
 import platform
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from broker.api.client import BrokerClientError, MasterFollowingProducer, SyncBrokerClient
-from tools.procs import wait_exit
+from broker.api.client import BrokerClientError, MasterFollowingProducer
+from tools.broker_confs import dledger_group_confs
+from tools.nodes import BrokerProc, kill_all, stop_all
+from tools.procs import wait_until
 
-REPO = Path(__file__).resolve().parents[1]
 IDS = ("n0", "n1", "n2")
 
 
-def _free_ports(n: int) -> list[int]:
-    from tools.procs import free_ports  # noqa: WPS433 - outside the ephemeral range
-
-    return free_ports(n)
-
-
-def _conf(template: Path, out: Path, kv: dict[str, Any]) -> Path:
-    lines = [ln for ln in template.read_text().splitlines() if ln.split("=", 1)[0].strip() not in kv]
-    out.write_text("\n".join(lines + [f"{k}={v}" for k, v in kv.items()]) + "\n")
-    return out
-
-
 class Group:
-    """Three DLedger-mode brokers as child processes; always stop() in ``finally``."""
+    """Three DLedger-mode brokers (:class:`tools.nodes.BrokerProc`); always stop() in ``finally``."""
 
     def __init__(self, work: Path, file_size: int) -> None:
-        ports = _free_ports(6)
-        self.http = {n: ports[i] for i, n in enumerate(IDS)}
-        peers = ";".join(f"{n}-127.0.0.1:{ports[3 + i]}" for i, n in enumerate(IDS))
-        http_peers = ";".join(f"{n}-127.0.0.1:{self.http[n]}" for n in IDS)
         self.work = work
-        self.confs = {n: _conf(REPO / "conf" / "dledger" / f"broker-{n}.conf", work / f"{n}.conf", {
-            "listenPort": self.http[n], "dLegerPeers": peers, "dLegerPeersHttp": http_peers,
-            "storePathRootDir": work / n, "storePathCommitLog": work / n / "commitlog",
-            "mappedFileSizeCommitLog": file_size}) for n in IDS}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        confs = dledger_group_confs(work, len(IDS), mappedFileSizeCommitLog=file_size)
+        self.procs = {n: BrokerProc(conf, port, n, work) for n, (conf, port) in zip(IDS, confs)}
 
     def address(self, n: str) -> str:
-        return f"127.0.0.1:{self.http[n]}"
+        return self.procs[n].address
 
     def start(self, n: str) -> None:
-        log = open(self.work / f"{n}.log", "ab")
-        self.procs[n] = subprocess.Popen([sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.confs[n])],
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        log.close()
+        self.procs[n].start(wait=False)
 
     def status(self, n: str) -> dict[str, Any] | None:
-        try:
-            return SyncBrokerClient(self.address(n), timeout=3).status()
-        except BrokerClientError:
-            return None
+        return self.procs[n].status(timeout=3)
 
     def master(self) -> str | None:
-        for n in IDS:
-            p = self.procs.get(n)
-            if p is not None and p.poll() is None and (st := self.status(n)) and st.get("isMaster"):
-                return n
-        return None
+        return next((n for n in IDS if (st := self.status(n)) and st.get("isMaster")), None)
+
+    def _check(self) -> None:
+        """A node that exited by itself (not our kill -9) ends the run."""
+        for n, p in self.procs.items():
+            if p.proc is not None and p.proc.poll() not in (None, -signal.SIGKILL):
+                raise RuntimeError(f"{n} exited with {p.proc.returncode}; see {p.log_path}")
 
     def wait(self, pred: Any, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for n, p in self.procs.items():
-                if p.poll() not in (None, -signal.SIGKILL):
-                    raise RuntimeError(f"{n} exited with {p.returncode}; see {self.work / (n + '.log')}")
-            value = pred()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise TimeoutError(f"timed out waiting for {what}")
+        return wait_until(pred, timeout, what, check=self._check)
 
     def in_sync(self) -> bool:
         seen = set()
@@ -130,16 +97,13 @@ class Group:
         return len(seen) == 1
 
     def kill9(self, n: str) -> None:
-        p = self.procs[n]
-        p.kill()
-        p.wait(10)
+        self.procs[n].kill9()
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for n, p in self.procs.items():
-            wait_exit(p, f"broker {n}")  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
+        try:
+            stop_all(p.child for p in self.procs.values())  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow
+        finally:
+            kill_all(self.procs.values())
 
 
 class RawHttpProducer:
@@ -382,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [group.address(n) for n in IDS]
         for kind, clients in (("single", args.clients), ("batch", args.batch_clients)):
             leader = group.master()
-            pids = {n: group.procs[n].pid for n in IDS} | {"client": os.getpid()}
+            pids = {n: group.procs[n].child.pid or 0 for n in IDS} | {"client": os.getpid()}
             cpu0, t0 = {k: _cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
             res = asyncio.run(_throughput(seeds, kind, clients, args.duration, args.batch, args.size, args.client))
             wall = time.monotonic() - t0

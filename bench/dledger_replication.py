@@ -43,9 +43,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +55,8 @@ sys.path.insert(0, str(REPO))
 
 from dledger.rpc import framing as fr  # noqa: E402
 from dledger.rpc.client import DLedgerClient  # noqa: E402
-from tools.procs import free_ports
+from tools.nodes import Child, kill_all, stop_all  # noqa: E402
+from tools.procs import ShutdownTooSlow, free_ports  # noqa: E402
 
 
 def _secret() -> Optional[str]:
@@ -80,14 +79,13 @@ class Cluster:
         self.peers_s = fr.format_peers(self.peers)
         self.extra = extra
         self.data_file_size = data_file_size
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Child] = {}
 
     def start(self, nid: str) -> None:
-        cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", "bench", "--id", nid,
-               "--peers", self.peers_s, "--store", str(self.root / nid), "--data-file-size", self.data_file_size,
-               "--log-level", "WARNING", *_auth_args(), *self.extra]
-        log = open(self.root / f"{nid}.log", "ab")
-        self.procs[nid] = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        argv = ["dledger.cli", "server", "--group", "bench", "--id", nid, "--peers", self.peers_s,
+                "--store", str(self.root / nid), "--data-file-size", self.data_file_size, "--log-level", "WARNING",
+                *_auth_args(), *self.extra]
+        self.procs[nid] = Child(nid, argv, self.root / f"{nid}.log").start()
 
     def start_all(self) -> None:
         for nid in self.ids:
@@ -95,28 +93,25 @@ class Cluster:
 
     def kill(self, nid: str) -> None:
         p = self.procs.pop(nid, None)
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        if p is not None:
+            p.kill9()
 
     def stop_all(self) -> None:
-        for nid, p in list(self.procs.items()):
-            if p.poll() is None:
-                p.terminate()
-        for nid, p in list(self.procs.items()):
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
+        """SIGTERM to all, each gone within 10 s; one that is not is killed and named on stderr."""
+        try:
+            stop_all(self.procs.values(), bound=10.0)
+        except ShutdownTooSlow as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+        finally:
+            kill_all(self.procs.values())
+            self.procs.clear()
 
     def log_tails(self, lines: int = 15) -> str:
         out = []
         for nid in self.ids:
             path = self.root / f"{nid}.log"
             text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
-            state = "running" if nid in self.procs and self.procs[nid].poll() is None else "not running"
+            state = "running" if nid in self.procs and self.procs[nid].alive() else "not running"
             out.append(f"--- {nid} ({state})\n" + "\n".join(text))
         return "\n".join(out)
 
@@ -221,11 +216,11 @@ def measured_load(cluster: "Cluster", clients: int, procs: int, size: int, batch
     """``run_load`` plus the leader's counters, members' CPU and load average around it."""
     leader = asyncio.run(cluster.leader())
     before = asyncio.run(_leader_counters(cluster, leader))
-    cpu0 = {n: _cpu_seconds(p.pid) for n, p in cluster.procs.items()}
+    cpu0 = {n: _cpu_seconds(p.pid or 0) for n, p in cluster.procs.items()}
     load0 = os.getloadavg()
     res = run_load(cluster.peers, clients, procs, size, batch, warmup, seconds)
     load1 = os.getloadavg()
-    cpu1 = {n: _cpu_seconds(p.pid) for n, p in cluster.procs.items()}
+    cpu1 = {n: _cpu_seconds(p.pid or 0) for n, p in cluster.procs.items()}
     after = asyncio.run(_leader_counters(cluster, leader))
     d = {k: after.get(k, 0) - before.get(k, 0) for k in ("append_requests", "append_batches", "appends", "flushes",
                                                           "flush_seconds")}

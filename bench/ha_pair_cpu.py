@@ -204,8 +204,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["ha_master_us_per_msg"] = round(out["master_us_per_msg"] - out["base_master_us_per_msg"], 1)
         finally:
             assert child.stdin is not None
-            child.stdin.close()
-            child.wait(30)
+            child.stdin.close()  # the slave's stop signal
+            try:
+                child.wait(30)
+            finally:
+                if child.poll() is None:  # a slave that did not stop is not left running
+                    child.kill()
+                    child.wait(10)
             await service.shutdown()
             master.shutdown()
     return out

@@ -48,7 +48,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
-from tools.procs import REPO, free_ports, wait_exit, wait_until, write_conf
+from tools.nodes import Child
+from tools.procs import REPO, free_ports, wait_until, write_conf
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
 IDS = ("n0", "n1", "n2")
@@ -60,18 +61,22 @@ LEADER_LINES = {"ours": re.compile(r"role LEADER term \d+"), "apache": re.compil
 
 
 class Proc:
-    """One child process with its log file; ``pid`` is the process that does the work."""
+    """One child process (:class:`tools.nodes.Child`, in a session of its own) with its log file;
+    ``pid`` is the process that does the work."""
 
     def __init__(self, name: str, cmd: list[str], log: Path, env: Optional[dict[str, str]] = None,
                  logs: tuple[Path, ...] = ()) -> None:
         self.name, self.log = name, log
         self.logs = logs or (log,)  # files in which its leader elections are logged
-        self._fh = open(log, "ab")
-        self.p = subprocess.Popen(cmd, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                  env=dict(os.environ, **(env or {})), start_new_session=True)
+        self.child = Child(name, cmd[1:], log, env=env, program=cmd[:1], new_session=True).start()
+
+    @property
+    def p(self) -> "subprocess.Popen[bytes]":
+        assert self.child.proc is not None
+        return self.child.proc
 
     def alive(self) -> bool:
-        return self.p.poll() is None
+        return self.child.alive()
 
     def cpu_s(self) -> float:
         try:
@@ -107,12 +112,10 @@ class Proc:
         return dict(re.findall(r'^Thread (\d+) \(\w+\): "([^"]*)"', text, re.M))
 
     def stop(self) -> int:
-        if self.alive():
-            self.p.send_signal(signal.SIGTERM)
-        try:
-            return wait_exit(self.p, self.name, log=lambda: self.log.read_text(errors="replace")[-3000:])
-        finally:
-            self._fh.close()
+        """SIGTERM and the exit code within SHUTDOWN_BOUND_S (past it: stacks, SIGKILL, ShutdownTooSlow)."""
+        code = self.child.terminate()
+        assert code is not None
+        return code
 
     def elections(self, pattern: "re.Pattern[str]") -> int:
         n = 0
@@ -198,8 +201,7 @@ class Setup:
     def _broker(self, name: str, conf: Path) -> Proc:
         log = self.work / f"{name}.log"
         if self.impl == "ours":
-            return Proc(name, [sys.executable, "-m", "broker.cli.mqbroker", "-c", str(conf)], log,
-                        {"PYTHONUNBUFFERED": "1"})
+            return Proc(name, [sys.executable, "-m", "broker.cli.mqbroker", "-c", str(conf)], log)
         home = self.work / f"{name}-home"
         return Proc(name, [str(APACHE / "bin" / "mqbroker"), "-c", str(conf)], log,
                     {"JAVA_OPT": f"-Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g -Duser.home={home}"},

@@ -34,19 +34,19 @@ def classic_conf(template: str, out: Path, **overrides: Any) -> Path:
 def master_conf(tmp: Path, role: str = "SYNC_MASTER", **extra: Any) -> tuple[Path, int]:
     """``tmp/broker-a.conf``: a classic master (``role``) with its store under ``tmp/broker-a``."""
     port = port_pair()
-    conf = classic_conf("broker-a.conf", tmp / "broker-a.conf", brokerRole=role, listenPort=port,
-                        haListenPort=port + 1, storePathRootDir=tmp / "broker-a",
-                        storePathCommitLog=tmp / "broker-a" / "commitlog", mappedFileSizeCommitLog=1 << 20, **extra)
+    conf = classic_conf("broker-a.conf", tmp / "broker-a.conf", **{
+        "brokerRole": role, "listenPort": port, "haListenPort": port + 1, "storePathRootDir": tmp / "broker-a",
+        "storePathCommitLog": tmp / "broker-a" / "commitlog", "mappedFileSizeCommitLog": 1 << 20, **extra})
     return conf, port
 
 
 def slave_conf(tmp: Path, master_port: int, **extra: Any) -> tuple[Path, int]:
     """``tmp/broker-a-s.conf``: the slave of the master on ``master_port`` (its HA port is +1)."""
     port = port_pair()
-    conf = classic_conf("broker-a-s.conf", tmp / "broker-a-s.conf", listenPort=port, haListenPort=port + 1,
-                        haMasterAddress=f"127.0.0.1:{master_port + 1}", storePathRootDir=tmp / "broker-a-s",
-                        storePathCommitLog=tmp / "broker-a-s" / "commitlog", mappedFileSizeCommitLog=1 << 20,
-                        **extra)
+    conf = classic_conf("broker-a-s.conf", tmp / "broker-a-s.conf", **{
+        "listenPort": port, "haListenPort": port + 1, "haMasterAddress": f"127.0.0.1:{master_port + 1}",
+        "storePathRootDir": tmp / "broker-a-s", "storePathCommitLog": tmp / "broker-a-s" / "commitlog",
+        "mappedFileSizeCommitLog": 1 << 20, **extra})
     return conf, port
 
 

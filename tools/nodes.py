@@ -6,7 +6,8 @@ these: :mod:`tools.controller_cluster` (Controller mode), the fault clusters of
 ``tests/faults/harness``, the confs of :mod:`tools.broker_confs`.
 
 Rules:
-- A child runs ``[*wrapper, python, -m, module, *args]`` from the repository root with
+- A child runs ``[*wrapper, python, -m, module, *args]`` (or another ``program``: the Apache JVMs
+  a benchmark compares with) from the repository root with
   ``PYTHONUNBUFFERED=1`` (plus the caller's ``env``), stdin from /dev/null, stdout and stderr
   appended to its log file (``<log dir>/<name>.log``, the dir is made); errors quote the log's
   tail. ``new_session`` puts it in a session of its own (a terminal's Ctrl-C reaches only the
@@ -20,6 +21,7 @@ Rules:
   code within the bound (:data:`tools.procs.SHUTDOWN_BOUND_S`; :func:`tools.procs.wait_exit`: past
   it the stacks, SIGKILL, ShutdownTooSlow naming the process). ``kill9`` is SIGKILL (also ends a
   SIGSTOPped process) and the reap; it is idempotent and never raises for a process that is gone.
+  :func:`stop_all` stops a group at once (all signalled, then each waited for within the bound).
 - Whoever starts a process ends it in a ``finally`` (``kill9``, :func:`kill_all`, or a group's
   ``close``): nothing outlives a test, a benchmark or the demo.
 
@@ -42,15 +44,19 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from tools.procs import REPO, SHUTDOWN_BOUND_S, free_port, wait_exit, wait_until
+from tools.procs import REPO, SHUTDOWN_BOUND_S, ShutdownTooSlow, free_port, wait_exit, wait_until
 
 
 class Child:
-    """One child process ``[*wrapper, python, -m, *argv]`` with its output in ``log_path``."""
+    """One child process ``[*wrapper, *program, *argv]`` with its output in ``log_path``;
+    ``program`` defaults to ``python -m`` (``argv`` starts with the module), another program
+    (a JVM's start script) is given as its command."""
 
     def __init__(self, name: str, argv: Sequence[str], log_path: Path, *, env: Optional[Mapping[str, str]] = None,
-                 wrapper: Sequence[str] = (), new_session: bool = False) -> None:
+                 wrapper: Sequence[str] = (), new_session: bool = False,
+                 program: Optional[Sequence[str]] = None) -> None:
         self.name, self.argv, self.log_path = name, list(argv), log_path
+        self.program = list(program) if program is not None else [sys.executable, "-m"]
         self.env = dict(env or {})
         #: the command the next start runs under (e.g. ``unshare --time ...``); empty: none
         self.wrapper = list(wrapper)
@@ -60,7 +66,7 @@ class Child:
     def start(self) -> "Child":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*self.wrapper, sys.executable, "-m", *self.argv], stdout=log,
+            self.proc = subprocess.Popen([*self.wrapper, *self.program, *self.argv], stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
                                          start_new_session=self.new_session,
                                          env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))
@@ -125,6 +131,28 @@ def kill_all(procs: Iterable[Killable]) -> None:
     """SIGKILL every process of ``procs`` (paused ones too), for a ``finally``; never raises."""
     for p in procs:
         quietly(p.kill9)
+
+
+def stop_all(children: Iterable[Child], bound: float = SHUTDOWN_BOUND_S) -> dict[str, Optional[int]]:
+    """SIGTERM to every live child at once (SIGCONT first), then each one's exit code within
+    ``bound`` (name -> code; None: never started). One past the bound is killed with its stacks
+    logged; the first :class:`~tools.procs.ShutdownTooSlow` is raised once all were waited for."""
+    every = list(children)
+    started = [c for c in every if c.proc is not None]
+    for c in started:
+        if c.alive():
+            c.signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
+            c.signal(signal.SIGTERM)
+    codes: dict[str, Optional[int]] = {c.name: None for c in every}
+    slow: Optional[ShutdownTooSlow] = None
+    for c in started:
+        try:
+            codes[c.name] = c.wait_exit(bound)
+        except ShutdownTooSlow as exc:
+            slow = slow or exc
+    if slow is not None:
+        raise slow
+    return codes
 
 
 # ---- name server --------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ Rules
 """
 from __future__ import annotations
 
-import signal
 import struct
 import subprocess
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any, Optional
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.message import BLANK_MAGIC_CODE, MessageFormatError, decode_message
-from tools.nodes import BrokerProc, kill_all
+from tools.nodes import BrokerProc, kill_all, stop_all
 from tools.procs import REPO, free_ports, write_conf
 
 from .proxy import ProxyHub
@@ -119,14 +118,8 @@ class Cluster:
         """SIGTERM every live node at once; returns exit codes (0 = clean)."""
         for n in list(self.paused):
             self.resume(n)
-        live = {n: p for n, p in self.procs.items() if p.alive()}
-        for p in live.values():
-            p.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-        codes: dict[str, Optional[int]] = {}
-        for n, p in live.items():
-            codes[n] = p.wait_exit()  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow with the stacks
-            p.stop()
-        return codes
+        live = [p.child for p in self.procs.values() if p.alive()]
+        return stop_all(live)  # within SHUTDOWN_BOUND_S, or ShutdownTooSlow with the stacks
 
     def kill_all(self) -> None:
         kill_all(self.procs.values())
