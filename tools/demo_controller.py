@@ -51,9 +51,10 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from tools.controller_cluster import Child, http_json
+from tools.controller_cluster import http_json
 from tools.demo import IDS, Ack, Phase
-from tools.demo_procs import REPO, BrokerProc, DemoError, Procs, free_ports, read_conf_value, wait_until, write_conf
+from tools.demo_procs import REPO, DemoError, Procs, free_ports, read_conf_value, wait_until, write_conf
+from tools.nodes import BrokerProc, Child, kill_all
 from tools.demo_readback import (
     Resume, check_migrated_node, check_resume, check_served, classic_from_of, offsets_of, served,
 )
@@ -178,9 +179,7 @@ class Controllers:
         return bad
 
     def kill_all(self) -> None:
-        for c in self.children.values():
-            with contextlib.suppress(Exception):
-                c.kill9()
+        kill_all(self.children.values())
 
 
 class ControllerJourney:
@@ -199,9 +198,8 @@ class ControllerJourney:
         h = self.h
         nodes = h.nodes
         for p in nodes.values():
-            p.start()
-        for p in nodes.values():
-            p.wait_ready()
+            p.start(wait=False)
+        h.procs.ready(*nodes.values())
         leader = h.wait_leader()
         h.say(f"[C1/5] DLedger group back in service: leader {leader}")
         names = {p.address: n for n, p in nodes.items()}
@@ -290,12 +288,11 @@ class ControllerJourney:
         for n in IDS:
             conf = self.conf_of[n]
             port = int(read_conf_value(conf, "httpListenPort") or read_conf_value(conf, "listenPort") or 0)
-            self.brokers[n] = h.procs.add(BrokerProc(f"controller-mode-{n}", conf, port, h.logs))
+            self.brokers[n] = h.procs.broker(f"controller-mode-{n}", conf, port, h.logs)
         t = time.monotonic()
         for p in self.brokers.values():
-            p.start()
-        for p in self.brokers.values():
-            p.wait_ready()
+            p.start(wait=False)
+        h.procs.ready(*self.brokers.values())
         master = self.wait_master()
         slaves = [n for n in IDS if n != master]
         self.wait_in_sync(master, slaves)
@@ -352,7 +349,7 @@ class ControllerJourney:
               if not problems else f"[C4/5] the new master {new}: {len(problems)} PROBLEM(S)")
         self.print_problems({new: problems})
         t = time.monotonic()
-        self.brokers[killed].start().wait_ready()
+        h.procs.ready(self.brokers[killed].start(wait=False))
         wait_until(lambda: ((self.brokers[killed].status() or {}).get("ha") or {}).get("role") == "SLAVE" or None,
                    60, f"{killed} to rejoin as a slave", 0.1, self.check_brokers)
         self.wait_in_sync(new, [n for n in IDS if n != new])
@@ -374,7 +371,7 @@ class ControllerJourney:
     def check_brokers(self) -> None:
         for p in self.brokers.values():
             if p.proc is not None and p.proc.returncode is None:
-                p.check_alive()
+                p.check()
         if self.controllers is not None:
             self.controllers.check()
 
@@ -480,8 +477,6 @@ class ControllerJourney:
         except BrokerClientError as exc:
             raise DemoError(f"a broker refused a request: {exc}") from None
         finally:
-            for p in self.brokers.values():
-                with contextlib.suppress(Exception):
-                    p.kill9()
+            kill_all(self.brokers.values())
             if self.controllers is not None:
                 self.controllers.kill_all()

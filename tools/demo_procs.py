@@ -13,22 +13,23 @@ Rules:
   ``mqupgrade plan`` adds) is checked as a whole.
 - Each broker's stdout/stderr goes to ``<log dir>/<name>.log``; errors quote its tail.
 
-Theory of operation: thin wrappers over ``subprocess.Popen`` and the synchronous HTTP client
-(:class:`broker.api.client.SyncBrokerClient`), polled with :func:`wait_until`; ports, conf files
-and polling are :mod:`tools.procs` (shared with bench and tests), raising DemoError.
+Theory of operation: the brokers are :class:`tools.nodes.BrokerProc` (the process harness shared
+with bench and tests) made by :meth:`Procs.broker`; ports, conf files and polling are
+:mod:`tools.procs`. What is the demo's own is how failures read: :func:`wait_until`,
+:meth:`Procs.ready` and a child's exit raise DemoError (one line for the user), and
+:meth:`Procs.stop_all` names the brokers that did not stop cleanly instead of raising.
 """
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Callable, Iterable, Optional, TypeVar
 
-from broker.api.client import BrokerClientError, SyncBrokerClient
+from tools import nodes
 from tools import procs as devprocs
+from tools.nodes import BrokerProc
 from tools.procs import REPO, SHUTDOWN_BOUND_S, free_ports, write_conf  # noqa: F401 - the demo's names
 
 T = TypeVar("T")
@@ -54,78 +55,21 @@ def read_conf_value(path: Path, key: str) -> Optional[str]:
 
 def wait_until(predicate: Callable[[], Optional[T]], timeout: float, what: str, interval: float = 0.05,
                check: Optional[Callable[[], None]] = None) -> T:
-    """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died)."""
-    return devprocs.wait_until(predicate, timeout, what, interval, check, error=DemoError)
+    """Poll ``predicate`` until it returns something truthy; ``check`` may raise (a child died:
+    its RuntimeError becomes a DemoError)."""
+    return devprocs.wait_until(predicate, timeout, what, interval, _as_demo_error(check) if check else None,
+                               error=DemoError)
 
 
-# ---- broker processes ---------------------------------------------------------------------------
-class BrokerProc:
-    """One ``mqbroker -c conf`` child process and its HTTP API address."""
-
-    def __init__(self, name: str, conf: Path, api_port: int, log_dir: Path) -> None:
-        self.name, self.conf, self.api_port = name, conf, api_port
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: Optional[subprocess.Popen[bytes]] = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.api_port}"
-
-    def start(self) -> "BrokerProc":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli.mqbroker", "-c", str(self.conf)], stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), start_new_session=True,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise DemoError(f"{self.name} exited with code {self.proc.returncode}; last log lines:\n{self.log_tail()}")
-
-    def status(self, timeout: float = 3.0) -> Optional[dict[str, Any]]:
-        """``GET /status``, or None while the broker does not answer."""
+# ---- broker processes: tools.nodes.BrokerProc, errors as DemoError -------------------------------
+def _as_demo_error(check: Callable[[], None]) -> Callable[[], None]:
+    """``check`` with its RuntimeError (a child exited; its log tail) raised as DemoError."""
+    def run() -> None:
         try:
-            with SyncBrokerClient(self.address, timeout=timeout) as c:
-                return c.status()
-        except (BrokerClientError, OSError):
-            return None
-
-    def client(self, timeout: float = 15.0) -> SyncBrokerClient:
-        return SyncBrokerClient(self.address, timeout=timeout)
-
-    def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
-        return wait_until(self.status, timeout, f"{self.name} to answer on {self.address}", 0.1, self.check_alive)
-
-    def stop(self, timeout: float = SHUTDOWN_BOUND_S, signalled: bool = False) -> bool:
-        """SIGTERM (once: unless ``signalled``) and wait; True when it exited with 0 (a clean shutdown)."""
-        if self.proc is None:
-            return True
-        if self.proc.poll() is None:
-            if not signalled:
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                return False
-        return self.proc.returncode == 0
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except FileNotFoundError:
-            return "(no log)"
+            check()
+        except RuntimeError as exc:
+            raise DemoError(str(exc)) from None
+    return run
 
 
 def spark_jvms_of(parent: int) -> set[int]:
@@ -171,27 +115,37 @@ def kill_pids(pids: Iterable[int], grace: float = 0.0) -> None:
 
 
 class Procs:
-    """Every child the demo started; :meth:`kill_all` in ``finally`` leaves nothing running."""
+    """Every broker the demo started; :meth:`kill_all` in ``finally`` leaves nothing running."""
 
     def __init__(self) -> None:
         self.items: list[BrokerProc] = []
 
-    def add(self, p: BrokerProc) -> BrokerProc:
+    def broker(self, name: str, conf: Path, api_port: int, log_dir: Path) -> BrokerProc:
+        """A broker of the demo (not started): ``mqbroker -c conf`` in a session of its own."""
+        p = BrokerProc(conf, api_port, name, log_dir, new_session=True, ready_timeout=60.0)
         self.items.append(p)
         return p
 
-    def stop_all(self, procs: Iterable[BrokerProc]) -> list[str]:
-        """SIGTERM to all of ``procs`` at once, then wait: names of those that did not stop cleanly."""
+    @staticmethod
+    def ready(*procs: BrokerProc, timeout: float = 60.0) -> None:
+        """Until each of ``procs`` answers (``BrokerProc.wait_ready``); a failure is a DemoError."""
+        for p in procs:
+            try:
+                p.wait_ready(timeout)
+            except (RuntimeError, TimeoutError) as exc:
+                raise DemoError(str(exc)) from None
+
+    @staticmethod
+    def stop_all(procs: Iterable[BrokerProc]) -> list[str]:
+        """SIGTERM to all of ``procs`` at once, then wait: names of those that did not stop cleanly
+        (one past the bound is killed, its stacks in its log)."""
         live = [p for p in procs if p.alive()]
-        for p in live:
-            assert p.proc is not None
-            p.proc.send_signal(signal.SIGTERM)
+        try:
+            nodes.stop_all(p.child for p in live)
+        except devprocs.ShutdownTooSlow:
+            pass  # killed; named below by its exit code
         return [f"{p.name} (exit code {p.proc.returncode if p.proc else None})" for p in live
-                if not p.stop(signalled=True)]
+                if p.proc is None or p.proc.returncode != 0]
 
     def kill_all(self) -> None:
-        for p in self.items:
-            try:
-                p.kill9()
-            except Exception:  # noqa: BLE001 - best effort, never mask the original error
-                pass
+        nodes.kill_all(self.items)
