@@ -1,20 +1,24 @@
 """Helpers shared by the mqupgrade tests: store copies, slaves made behind/divergent/dirty,
-a lock holder in another real process, and a digest of a whole setup for state comparisons."""
+a lock holder in another real process, and a digest of a whole setup for state comparisons.
+
+Process rules are the harness's (``tools/``, issue 26.7): every wait is bounded (the lock holder's
+first line, :func:`wait_for` through :func:`tools.procs.wait_until`), and a holder that fails to
+start is killed before the error is raised; the caller kills a running holder in ``finally``."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tests.support import rmqfixtures as rf
+from tools.procs import REPO, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 
 
@@ -61,12 +65,21 @@ def make_dirty(root: Path, max_offset: int, file_size: int, corrupt: bool = Fals
         fh.write(b"\xab" * 64 if corrupt else torn)
 
 
-def hold_lock(root: Path) -> subprocess.Popen:
-    """Another real process holding the store lock (a running broker)."""
+def hold_lock(root: Path, timeout: float = 30.0) -> subprocess.Popen:
+    """Another real process holding the store lock (a running broker); the caller kills it in a
+    ``finally``. Bounded: a holder that has not said ``locked`` within ``timeout`` s is killed here."""
     code = ("import sys,time; from broker.store.lockfile import StoreLock; StoreLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); time.sleep(600)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None and p.stdout.readline().strip() == "locked"
+    p = subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=REPO, stdout=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert p.stdout is not None
+        said = p.stdout.readline().strip() if select.select([p.stdout], [], [], timeout)[0] else None
+        assert said == "locked", f"the lock holder said {said!r} (exit code {p.poll()})"
+    except BaseException:
+        p.kill()
+        p.wait(10)
+        raise
     return p
 
 
@@ -97,10 +110,10 @@ def journal_state(path: Path, base: Path) -> dict[str, Any]:
     return {"steps": data["steps"], "finished": data["finished"]}
 
 
-def wait_for(pred, timeout: float = 60.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return False
+def wait_for(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.02) -> bool:
+    """True once ``pred()`` is truthy, False after ``timeout`` s (:func:`tools.procs.wait_until`)."""
+    try:
+        wait_until(pred, timeout, "the predicate", interval)
+        return True
+    except TimeoutError:
+        return False
