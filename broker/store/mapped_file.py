@@ -53,7 +53,7 @@ import mmap
 import os
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Final, Iterator, Optional
 
 from mypy_extensions import mypyc_attr
 
@@ -61,18 +61,18 @@ from broker.store.errors import StoreError, StoreLayoutError
 
 log = logging.getLogger(__name__)
 
-OS_PAGE_SIZE = mmap.PAGESIZE
-_WARM_CHUNK = 1 << 20
-_ZEROS = bytes(_WARM_CHUNK)
+OS_PAGE_SIZE: Final = mmap.PAGESIZE
+_WARM_CHUNK: Final = 1 << 20
+_ZEROS: Final = bytes(_WARM_CHUNK)
 
 
-_GRANULE = 1 << 20
+_GRANULE: Final = 1 << 20
 #: appends of at least this many bytes go through ``pwrite`` on the file descriptor instead of a
 #: copy into the mapping: the kernel fills the page cache (which the MAP_SHARED mapping shows at
 #: once) without a user-space page fault per fresh 4 KiB page, and the GIL is released while it
 #: copies. Measured (bench/store_append, 1 KiB x 256 batches, fresh files): the mapping copy ran
 #: at ~325 MB/s, a quarter of the raw write bandwidth, all of it first-touch page faults.
-_PWRITE_MIN = 16 * 1024
+_PWRITE_MIN: Final = 16 * 1024  # Final: compiled code inlines it (no module-dict lookup per append)
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
