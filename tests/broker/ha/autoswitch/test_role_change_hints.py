@@ -12,20 +12,7 @@ from broker.ha.autoswitch.replicas_driver import QUEUE_SIZE, ReplicasDriver
 from broker.ha.autoswitch.replicas_messages import (
     ChangeSyncStateSet, ChangeToMaster, ChangeToSlave, ReplicasConfig, RoleChangeNotified,
 )
-
-
-class View:
-    def last_epoch(self) -> int:
-        return 0
-
-    def max_phy_offset(self) -> int:
-        return 0
-
-    def confirm_offset(self) -> int:
-        return 0
-
-    def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
-        return frozenset()
+from tests.broker.ha.autoswitch.fakes import EmptyHA as View
 
 
 class Host:
