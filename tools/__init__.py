@@ -4,7 +4,7 @@ the benchmarks (``bench/``) and the tests (issue 26.7): :mod:`tools.nodes` (``Ch
 ``NamesrvProc``, ``BrokerProc`` in any mode, ``stop_all``, ``kill_all``), :mod:`tools.broker_confs`
 (classic and DLedger confs on free ports), :mod:`tools.controller_cluster` (controllers, a name
 server and Controller-mode brokers as one group), :mod:`tools.procs` (ports, conf files, waits).
-The test tree's helpers (``tests/broker/api/broker_procs.py``, the fault harness) build on these.
+The tests import these directly; the fault harness (``tests/faults/harness``) builds on them.
 
 Rules: nothing under ``broker``, ``dledger``, ``namesrv`` or ``upgrade`` imports this package
 (a running broker or ``mqupgrade`` never needs it), and ``pyproject.toml`` does not package it:

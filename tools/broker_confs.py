@@ -1,8 +1,8 @@
 """Broker ``.conf`` files for local processes: a classic master or slave, a one-member DLedger
 broker, a DLedger group; from the samples under ``conf/`` with free 127.0.0.1 ports.
 
-Used by the tests (re-exported by ``tests/broker/api/broker_procs.py``), ``bench/`` and the fault
-harness, with :class:`tools.nodes.BrokerProc` to run what they describe.
+Used by the tests, ``bench/`` and the fault harness, with :class:`tools.nodes.BrokerProc` to run
+what they describe.
 
 Rules:
 - A conf is a copy of a sample (``conf/classic/<name>.conf``, ``conf/dledger/broker-n<i>.conf``)

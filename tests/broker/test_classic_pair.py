@@ -14,14 +14,10 @@ from typing import Iterator
 import pytest
 
 from broker.api.client import BrokerClientError, body_bytes
-from tests.broker.api.broker_procs import (
-    BrokerProc,
-    commitlog_bytes,
-    kill_all,
-    master_conf,
-    slave_conf,
-    wait_until,
-)
+from tests.support.store_reads import commitlog_bytes
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 

@@ -10,7 +10,9 @@ from broker.api.client import BrokerClient, BrokerClientError, body_bytes
 from broker.config.conf_file import load_conf
 from broker.controller import BrokerController
 from broker.store.lockfile import StoreLock
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, port_pair, wait_until, write_conf
+from tools.broker_confs import classic_conf, master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import port_pair, wait_until
 
 
 @pytest.mark.timeout(60)
@@ -94,7 +96,7 @@ def test_port_in_use_is_a_clear_start_error(tmp_path: Path) -> None:
     import sys
 
     port = port_pair()
-    conf = write_conf("broker-a.conf", tmp_path / "busy.conf", listenPort=port, haListenPort=port + 1,
+    conf = classic_conf("broker-a.conf", tmp_path / "busy.conf", listenPort=port, haListenPort=port + 1,
                       storePathRootDir=tmp_path / "s", storePathCommitLog=tmp_path / "s" / "commitlog",
                       mappedFileSizeCommitLog=1 << 20)
     with socket.socket() as blocker:

@@ -16,7 +16,9 @@ from broker.put_dedup import RecentSends
 from broker.put_dedup_rebuild import rebuild_window
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
-from tests.broker.api.broker_procs import BrokerProc, dledger_single_conf, kill_all, master_conf, wait_until
+from tools.broker_confs import dledger_single_conf, master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 TOPIC = "TopicDedupRestart"
 

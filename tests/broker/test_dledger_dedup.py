@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.client import MasterFollowingProducer, message_json
-from tests.broker.api.broker_procs import wait_until
+from tools.procs import wait_until
 from tests.broker.test_dledger_group import IDS, TOPIC, DLedgerGroup
 
 pytestmark = pytest.mark.multiprocess

@@ -28,7 +28,8 @@ from broker.store.message import decode_message
 from dledger.store.file_store import DLedgerMmapFileStore
 from dledger.store.state_files import CheckpointFile
 from tools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 
 pytestmark = pytest.mark.multiprocess
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.api.broker_procs import REPO, wait_until
+from tools.procs import REPO, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 
 pytestmark = pytest.mark.multiprocess

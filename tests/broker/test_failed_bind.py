@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc
+from tools.nodes import BrokerProc
+from tools.procs import REPO
 
 pytestmark = pytest.mark.multiprocess
 

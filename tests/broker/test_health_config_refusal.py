@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tools.procs import wait_until
-from tests.broker.api.broker_procs import BrokerProc, dledger_group_confs
+from tools.broker_confs import dledger_group_confs
+from tools.nodes import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import BrokerProc, dledger_single_conf, kill_all, wait_until
+from tools.broker_confs import dledger_single_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -76,7 +78,7 @@ def test_topics_longer_than_127_are_sent_pulled_and_written_with_v2_magic(tmp_pa
     import struct
 
     from broker.api.client import BrokerClientError
-    from tests.broker.api.broker_procs import master_conf
+    from tools.broker_confs import master_conf
 
     topic = "L" * 100 + "-" + "x" * 99
     conf, port = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable="true")

@@ -16,7 +16,9 @@ import pytest
 from broker.api.client import BrokerClientError, message_json
 from broker.put_dedup import RecentSends
 from broker.store.dispatch import DispatchRequest
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 
 def req(topic: str, uniq: str, qoff: int, phy: int) -> DispatchRequest:

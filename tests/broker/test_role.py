@@ -21,7 +21,7 @@ from broker.config.conf_file import parse_conf
 from broker.controller import BrokerController
 from tools.procs import free_ports
 from broker.role import slave_broker_id
-from tests.broker.api.broker_procs import master_conf
+from tools.broker_confs import master_conf
 
 
 def _controllers(tmp: Path, ids: list[str]) -> list[BrokerController]:

@@ -21,7 +21,9 @@ import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from tools.procs import wait_until
-from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
+from tools.broker_confs import dledger_group_confs
+from tools.nodes import BrokerProc
+from tools.procs import REPO
 
 pytestmark = pytest.mark.multiprocess
 

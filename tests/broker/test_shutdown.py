@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from broker.shutdown import EXIT_SHUTDOWN_INCOMPLETE, ShutdownStep, run_steps
-from tests.broker.api.broker_procs import REPO, BrokerProc, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc
+from tools.procs import REPO, wait_until
 
 
 async def test_steps_run_in_order_and_a_hung_or_failing_step_is_named_not_awaited() -> None:

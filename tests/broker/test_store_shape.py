@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from broker.store.shape import read_shape
-from tests.broker.api.broker_procs import BrokerProc, dledger_single_conf, kill_all, port_pair, wait_until, write_conf
+from tools.broker_confs import classic_conf, dledger_single_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import port_pair, wait_until
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
@@ -28,7 +30,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 def _classic_conf(tmp: Path, root: Path, name: str) -> tuple[Path, int]:
     port = port_pair()
-    conf = write_conf("broker-a.conf", tmp / f"{name}.conf", brokerRole="ASYNC_MASTER", listenPort=port,
+    conf = classic_conf("broker-a.conf", tmp / f"{name}.conf", brokerRole="ASYNC_MASTER", listenPort=port,
                       haListenPort=port + 1, storePathRootDir=root, storePathCommitLog=root / "commitlog",
                       mappedFileSizeCommitLog=1 << 20)
     return conf, port

@@ -26,7 +26,9 @@ import pytest
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.store.message import decode_message, decode_message_id
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 TX = dict(transactionTimeOut=1000, transactionCheckInterval=300, transactionCheckMax=2)

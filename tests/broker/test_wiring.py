@@ -11,7 +11,7 @@ import pytest
 from broker.config.conf_file import load_conf
 from broker.controller import BrokerController, BrokerStartError
 from broker.store.lockfile import StoreLock
-from tests.broker.api.broker_procs import master_conf
+from tools.broker_confs import master_conf
 from tests.test_import_graph import REPO, circles, import_graph
 
 WIRED = ("broker.processor", "broker.role", "broker.store_access", "broker.master_services", "broker.broker_gauges",

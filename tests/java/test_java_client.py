@@ -32,7 +32,9 @@ from typing import Any
 import pytest
 
 from tools.procs import wait_until
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, slave_conf
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.java.lines import ProcessLines
 from tools.nodes import NamesrvProc

@@ -34,7 +34,8 @@ import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from tools.procs import REPO, wait_until
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all
 from tests.broker.test_dledger_group import DLedgerGroup
 from tests.java.lines import ProcessLines
 from tests.java.test_java_client import APACHE, FAST, HAVE_JAVA

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 

@@ -29,7 +29,9 @@ import pytest
 
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
 from tools.nodes import NamesrvProc

@@ -14,7 +14,9 @@ import pytest
 from tools.procs import REPO, free_port, write_conf
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, slave_conf, wait_until
+from tools.broker_confs import master_conf, slave_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.remoting.node_client import NodeProc, acked, check_exactly_once, delivered, ensure_ali_ons
 from tools.nodes import NamesrvProc
 from tests.remoting.procs import request

@@ -23,7 +23,8 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.server import MAX_CALLS_PER_CONNECTION, ClientCallError, RemotingServer
 from broker.store.message import decode_message
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
 
 TOPIC, GROUP = "CallTopic", "CallGroup"
 

@@ -19,7 +19,8 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.forward import FORWARDED_FLAG, SendForwarder
-from tests.broker.api.broker_procs import BrokerProc, kill_all, wait_until
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tools.nodes import NamesrvProc
 from tests.remoting.test_ali_ons import DLEDGER_IDS, _dledger_confs
 from tests.remoting.test_cpp_client import create_topics

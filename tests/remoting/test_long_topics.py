@@ -15,7 +15,8 @@ import pytest
 
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
 
 pytestmark = pytest.mark.multiprocess
 

@@ -22,7 +22,9 @@ import pytest
 
 from tools.procs import free_port
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tools.nodes import NamesrvProc
 from tests.remoting import mqadmin_jvm

@@ -31,7 +31,9 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tools.nodes import NamesrvProc
 from tests.remoting.test_broker2client import FakeConsumer, _encode
 from tests.remoting import mqadmin_jvm

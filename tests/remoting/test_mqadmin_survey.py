@@ -30,7 +30,9 @@ import pytest
 
 from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.broker.test_dledger_group import IDS, DLedgerGroup
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test

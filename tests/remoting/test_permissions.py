@@ -16,7 +16,7 @@ from broker.config.conf_file import load_conf
 from broker.controller import BrokerController
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.permissions import HTTP, OPERATIONS, REMOTING, Need, remoting_needs_admin
-from tests.broker.api.broker_procs import master_conf
+from tools.broker_confs import master_conf
 
 
 @pytest.mark.timeout(60)

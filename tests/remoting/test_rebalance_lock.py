@@ -17,7 +17,8 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.rebalance_lock import (MAX_QUEUES_PER_REQUEST, LockBodyError, RebalanceLockManager,
                                                        parse_lock_body)
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
 
 Q0, Q1, Q2 = ("T", "b", 0), ("T", "b", 1), ("T", "b", 2)
 

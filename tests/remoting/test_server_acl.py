@@ -20,7 +20,8 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
 from tests.remoting.node_client import NodeProc, acked, ensure_ali_ons
 from tools.nodes import NamesrvProc
 

@@ -22,7 +22,9 @@ from typing import Iterator
 import pytest
 
 from tools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc, dledger_group_confs
+from tools.broker_confs import dledger_group_confs
+from tools.nodes import BrokerProc
+from tools.procs import REPO
 
 pytestmark = pytest.mark.multiprocess
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from broker.api.signing import sign_headers
-from tests.broker.api.broker_procs import BrokerProc, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc
 
 ADMIN = ("rmq-admin-key", "admin-secret-0123456789")
 PRODUCER = ("rmq-prod-key", "prod-secret-0123456789")

@@ -20,7 +20,8 @@ from broker.config.conf_file import load_conf
 from tools.procs import free_ports, write_conf
 from broker.store.message import MessageExt, encode_message
 from broker.store.message_store import DefaultMessageStore
-from tests.broker.api.broker_procs import REPO, BrokerProc, wait_until
+from tools.nodes import BrokerProc
+from tools.procs import REPO, wait_until
 
 pytestmark = pytest.mark.multiprocess
 

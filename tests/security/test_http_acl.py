@@ -20,7 +20,9 @@ import pytest
 
 from broker.api.client import SyncBrokerClient
 from broker.api.signing import sign_headers
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, slave_conf, wait_until
+from tools.broker_confs import slave_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tests.security._http_support import (ADMIN, CONSUMER, METRICS_TOKEN, NOBODY, PRODUCER, SECRETS, SLAVE,
                                           now_ms, raw_request, resend, start_acl_master)
 

@@ -21,7 +21,9 @@ import pytest
 from broker.remoting.codec import FrameDecoder, RemotingCommand, decode_frame, encode
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tests.security._listen_support import (all_closed, close_all, closed_by_peer, connect, frame_header,
                                             listening_hosts, other_local_address, port_counters, proc_status_kb)
 

@@ -27,7 +27,8 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand, encode
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import BrokerProc, kill_all, wait_until
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.security._http_support import ADMIN, NOBODY, PRODUCER, now_ms, raw_request, start_acl_master
 from tests.security._listen_support import close_all, closed_by_peer, connect
 

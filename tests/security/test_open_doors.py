@@ -15,7 +15,9 @@ import pytest
 
 from broker.config.conf_file import parse_conf
 from broker.security_policy import exposed_warnings, open_doors
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO
 from tests.upgrade.upgrade_helpers import PEERS, copy
 from upgrade.plan import make_plan, parse_self_ids
 

@@ -30,7 +30,9 @@ import pytest
 from broker.remoting.codec import FrameDecoder, RemotingCommand, decode_frame, encode
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import BrokerProc, kill_all, port_pair, wait_until, write_conf
+from tools.broker_confs import classic_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import port_pair, wait_until
 from tests.security._listen_support import close_all, connect, proc_status_kb
 
 pytestmark = pytest.mark.multiprocess
@@ -50,7 +52,7 @@ PAD = 60_000  # bytes of an extra header field: the frame stays under the 64 KiB
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
     tmp = tmp_path_factory.mktemp("pull-bounds")
     port = port_pair()  # master_conf's broker with 128 MiB commitlog files (1 MB messages)
-    conf = write_conf("broker-a.conf", tmp / "broker-a.conf", brokerRole="ASYNC_MASTER", listenPort=port,
+    conf = classic_conf("broker-a.conf", tmp / "broker-a.conf", brokerRole="ASYNC_MASTER", listenPort=port,
                       haListenPort=port + 1, storePathRootDir=tmp / "broker-a",
                       storePathCommitLog=tmp / "broker-a" / "commitlog", mappedFileSizeCommitLog=128 << 20)
     b = BrokerProc(conf, port, "pull-bounds", tmp)

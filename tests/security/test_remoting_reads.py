@@ -22,7 +22,7 @@ from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.store.message import decode_message_id
-from tests.broker.api.broker_procs import kill_all
+from tools.nodes import kill_all
 from tests.security._http_support import ADMIN, CONSUMER, NOBODY, PRODUCER, raw_request, start_acl_master
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]

@@ -17,7 +17,8 @@ import pytest
 from broker.api.client import SyncBrokerClient
 from broker.api.signing import sign_headers
 from tools.procs import free_ports, write_conf
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, wait_until
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tests.security._http_support import ACL_YAML, ADMIN, CONSUMER, SLAVE, raw_request, resend, start_acl_master
 
 pytestmark = pytest.mark.multiprocess

@@ -23,7 +23,9 @@ import pytest
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, wait_until
 from tests.security._http_support import raw_request
 
 pytestmark = pytest.mark.multiprocess

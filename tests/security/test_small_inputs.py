@@ -22,7 +22,7 @@ from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from tests.broker.api.broker_procs import BrokerProc, kill_all
+from tools.nodes import BrokerProc, kill_all
 from tests.security._http_support import ADMIN, NOBODY, now_ms, raw_request, start_acl_master
 
 pytestmark = pytest.mark.multiprocess

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from tools.procs import free_port
-from tests.broker.api.broker_procs import BrokerProc, dledger_single_conf, kill_all, master_conf, wait_until
+from tools.broker_confs import dledger_single_conf, master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.broker.test_transaction import TX, TxProducer, _first_check, visible
 from upgrade.apply import apply_plan
 from upgrade.plan import make_plan, parse_self_ids

@@ -10,7 +10,9 @@ import pytest
 
 from broker.api.client import BrokerClient, BrokerClientError, body_bytes
 from broker.cli import mqadmin
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,7 +13,9 @@ from typing import Iterator
 import pytest
 
 from broker.api.client import BrokerClientError, body_bytes
-from tests.broker.api.broker_procs import REPO, BrokerProc, kill_all, master_conf, port_pair, wait_until, write_conf
+from tools.broker_confs import classic_conf, master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import REPO, port_pair, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -136,11 +138,11 @@ def _mqbroker(conf: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.timeout(90)
 def test_bad_conf_files_and_held_lock(broker: BrokerProc, tmp_path: Path) -> None:
-    typo = write_conf("broker-a.conf", tmp_path / "typo.conf", brokerRol="SLAVE")
+    typo = classic_conf("broker-a.conf", tmp_path / "typo.conf", brokerRol="SLAVE")
     r = _mqbroker(typo)
     assert r.returncode == 2 and "unknown key 'brokerRol'" in r.stderr and "brokerRole" in r.stderr
     assert "Traceback" not in r.stderr
-    bad_value = write_conf("broker-a.conf", tmp_path / "val.conf", listenPort="ten")
+    bad_value = classic_conf("broker-a.conf", tmp_path / "val.conf", listenPort="ten")
     r = _mqbroker(bad_value)
     assert r.returncode == 2 and "listenPort" in r.stderr and "Traceback" not in r.stderr
     r = _mqbroker(tmp_path / "missing.conf")

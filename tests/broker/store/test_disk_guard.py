@@ -20,7 +20,7 @@ from broker.store.disk_guard import DiskGuard
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
 from broker.store.put_result import PutMessageStatus
-from tests.broker.api.broker_procs import master_conf
+from tools.broker_confs import master_conf
 
 TOTAL = 64 << 20  # a 64 MiB "disk"
 

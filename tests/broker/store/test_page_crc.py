@@ -17,7 +17,9 @@ from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
 from broker.store.page_crc import PAGE, sidecar_dir
 from broker.store.verify import CorruptRecordError
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.broker.store.test_message_store import FIXTURE_SETTINGS
 from tests.broker.store.test_verify import body_at, flip, pick
 

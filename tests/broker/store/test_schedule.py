@@ -24,7 +24,9 @@ import pytest
 from broker.remoting.client import RemotingClient
 from broker.store.schedule import message_timeup
 from broker.store.message import decode_message, encode_message
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 
 PREFIX = struct.Struct(">iiiiiqq")
 
@@ -137,7 +139,7 @@ def test_classic_delay_precision_progress_kill9_and_consumer_retry(tmp_path: Pat
 def test_upgraded_store_pending_delayed_messages_are_delivered(tmp_path: Path, store_copy, manifests) -> None:
     """variety-mixed (upgraded in place by Apache, single-node group g0/n0): five delayed messages
     pending (levels 2, 14, 18; due long ago) are delivered once each, to their real queues."""
-    from tests.broker.api.broker_procs import dledger_single_conf
+    from tools.broker_confs import dledger_single_conf
 
     root = store_copy("variety-mixed")
     conf, http = dledger_single_conf(tmp_path, root)

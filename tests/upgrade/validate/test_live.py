@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.api.broker_procs import BrokerProc, kill_all, master_conf, wait_until
+from tools.broker_confs import master_conf
+from tools.nodes import BrokerProc, kill_all
+from tools.procs import wait_until
 from tests.upgrade.validate.helpers import RANGE, assert_located, data_file, failing, flip, patch, read
 from upgrade.validate import job
 from upgrade.validate.report import summary_text
