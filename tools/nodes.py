@@ -1,7 +1,8 @@
 """The project's processes as real children, one vocabulary for the tests, ``bench/`` and the demo:
 :class:`Child` (one ``python -m <module>`` process with its log file), :class:`NamesrvProc`
 (``mqnamesrv``), :class:`BrokerProc` (``mqbroker -c conf`` in any mode: classic, DLedger,
-Controller), and :func:`kill_all` / :func:`quietly` for a ``finally``. Groups of them are built on
+Controller), :class:`DLedgerServerProc` (``dledger.cli server``: a DLedger member without a
+broker), and :func:`kill_all` / :func:`quietly` for a ``finally``. Groups of them are built on
 these: :mod:`tools.controller_cluster` (Controller mode), the fault clusters of
 ``tests/faults/harness``, the confs of :mod:`tools.broker_confs`.
 
@@ -17,6 +18,8 @@ Rules:
   such as ``unshare`` may sit between, and a leftover broker on the port is not this one) or
   refuses an unsigned request (``aclEnable=true``: it serves). A child that exits while waited for
   raises RuntimeError with its log tail; past the bound TimeoutError, also with the tail.
+  ``DLedgerServerProc.start`` does not wait: its callers ask the member over DLedger RPC (a leader,
+  a refusal in its log, an exit on a foreign store), each with its own bound.
 - A stop is SIGCONT (a paused process cannot act on the next signal) then SIGTERM, and the exit
   code within the bound (:data:`tools.procs.SHUTDOWN_BOUND_S`; :func:`tools.procs.wait_exit`: past
   it the stacks, SIGKILL, ShutdownTooSlow naming the process). ``kill9`` is SIGKILL (also ends a
@@ -25,11 +28,13 @@ Rules:
 - Whoever starts a process ends it in a ``finally`` (``kill9``, :func:`kill_all`, or a group's
   ``close``): nothing outlives a test, a benchmark or the demo.
 
-Theory of operation: :class:`Child` owns the ``subprocess.Popen``; the two process kinds compose
-one and add what a client needs (address, readiness, the broker's HTTP client and ``/status``).
-All polling is :func:`tools.procs.wait_until`. A :class:`BrokerProc` subclass that starts its own
-``Popen`` (another module, its own environment) may assign :attr:`BrokerProc.proc` and keep its log
-handle in ``_log_fh``: stop and kill close it.
+Theory of operation: :class:`Child` owns the ``subprocess.Popen``; the three process kinds compose
+one and add what a client needs (address, readiness, the broker's HTTP client and ``/status``). A
+process whose command line is itself under test (``mqnamesrv -c <sample>`` with no ``--host``) is
+a bare :class:`Child` with that command.
+All polling is :func:`tools.procs.wait_until`. A broker run by another module (a test's fault
+hook wrapping ``mqbroker``) is a :class:`BrokerProc` with ``module`` and ``env``, not a Popen of
+its own.
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
 from tools.procs import REPO, SHUTDOWN_BOUND_S, ShutdownTooSlow, free_port, wait_exit, wait_until
@@ -238,7 +243,6 @@ class BrokerProc:
         label = log_name or name
         self.child = Child(label, [module, "-c", str(conf)], log_dir / f"{label}.log", env=env, wrapper=wrapper,
                            new_session=new_session)
-        self._log_fh: Optional[IO[bytes]] = None  # a subclass's own Popen log (module docstring)
 
     @property
     def address(self) -> str:
@@ -324,20 +328,14 @@ class BrokerProc:
     def stop(self, timeout: float = SHUTDOWN_BOUND_S) -> Optional[int]:
         """SIGTERM and the exit code (a clean shutdown is 0); a broker still running after
         ``timeout`` s is a failure (``ShutdownTooSlow``, with its stacks and log)."""
-        try:
-            return self.child.terminate(timeout)
-        finally:
-            self._close_log()
+        return self.child.terminate(timeout)
 
     def wait_exit(self, timeout: float = SHUTDOWN_BOUND_S) -> int:
         """Exit code of a broker already signalled (or stopping by itself), within the bound."""
         return self.child.wait_exit(timeout)
 
     def kill9(self) -> None:
-        try:
-            self.child.kill9()
-        finally:
-            self._close_log()
+        self.child.kill9()
 
     def pause(self) -> None:
         self.child.signal(signal.SIGSTOP)
@@ -345,10 +343,50 @@ class BrokerProc:
     def resume(self) -> None:
         self.child.signal(signal.SIGCONT)
 
-    def _close_log(self) -> None:
-        if self._log_fh is not None:
-            self._log_fh.close()
-            self._log_fh = None
+    def log(self, chars: int = 6000) -> str:
+        return self.child.log(chars)
+
+
+# ---- DLedger servers ----------------------------------------------------------------------------
+class DLedgerServerProc:
+    """One ``dledger.cli server`` member, no broker: ``group``, ``self_id``, ``peers`` in DLedger's
+    ``n0-host:port;n1-host:port`` form, its store under ``store``; ``args``: the further server
+    flags the caller chooses (file sizes, timers, ``--auth-token``, log level); output in
+    ``log_path``. The child is named ``self_id`` (the key of :func:`stop_all`'s codes)."""
+
+    def __init__(self, log_path: Path, *, group: str, self_id: str, peers: str, store: Path,
+                 args: Sequence[str] = ()) -> None:
+        self.self_id = self_id
+        self.child = Child(self_id, ["dledger.cli", "server", "--group", group, "--id", self_id, "--peers", peers,
+                                     "--store", str(store), *args], log_path)
+
+    @property
+    def proc(self) -> Optional[subprocess.Popen[bytes]]:
+        return self.child.proc
+
+    @property
+    def log_path(self) -> Path:
+        return self.child.log_path
+
+    def start(self) -> "DLedgerServerProc":
+        """Start the member and return at once (module docstring: the caller waits its own way)."""
+        self.child.start()
+        return self
+
+    def alive(self) -> bool:
+        return self.child.alive()
+
+    def stop(self, bound: float = SHUTDOWN_BOUND_S) -> Optional[int]:
+        """SIGTERM and the exit code (a clean shutdown is 0) within ``bound``; past it the member is
+        killed and :class:`~tools.procs.ShutdownTooSlow` raised. None: never started."""
+        return self.child.terminate(bound)
+
+    def wait_exit(self, bound: float = SHUTDOWN_BOUND_S) -> int:
+        """Exit code of a member that ends by itself (a refused store) or was signalled, within ``bound``."""
+        return self.child.wait_exit(bound)
+
+    def kill9(self) -> None:
+        self.child.kill9()
 
     def log(self, chars: int = 6000) -> str:
         return self.child.log(chars)

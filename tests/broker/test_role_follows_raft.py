@@ -9,9 +9,6 @@ term, the old leader's broker role must be SLAVE within 1 s: a put to it is answ
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,10 +17,9 @@ from typing import Any, Optional
 import pytest
 
 from broker.api.client import BrokerClientError, SyncBrokerClient
-from tools.procs import wait_until
 from tools.broker_confs import dledger_group_confs
 from tools.nodes import BrokerProc
-from tools.procs import REPO
+from tools.procs import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -31,18 +27,12 @@ FOLLOW_S = 1.0
 
 
 class SlowIoBroker(BrokerProc):
-    def __init__(self, conf: Path, api_port: int, name: str, log_dir: Path) -> None:
-        super().__init__(conf, api_port, name, log_dir)
-        self.trigger = log_dir / f"{name}.slow-io"
+    """A member run by the fault hook: ``mqbroker`` whose fsyncs sleep 2 s while ``trigger`` exists."""
 
-    def start(self, wait: bool = True, timeout: float = 30.0) -> "SlowIoBroker":
-        self._log_fh = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", SLOW_IO_TRIGGER=str(self.trigger), SLOW_IO_S="2")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.broker.slow_io_broker", "-c", str(self.conf)],
-                                     stdout=self._log_fh, stderr=subprocess.STDOUT, cwd=str(REPO), env=env)
-        if wait:
-            self.wait_ready(timeout)
-        return self
+    def __init__(self, conf: Path, api_port: int, name: str, log_dir: Path) -> None:
+        self.trigger = log_dir / f"{name}.slow-io"
+        super().__init__(conf, api_port, name, log_dir, module="tests.broker.slow_io_broker",
+                         env={"SLOW_IO_TRIGGER": str(self.trigger), "SLOW_IO_S": "2"})
 
 
 def _group(tmp: Path) -> list[SlowIoBroker]:

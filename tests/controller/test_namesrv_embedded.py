@@ -3,9 +3,6 @@ NamesrvStartup), on its own door; a conf that leaves the door out is refused bef
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,8 @@ from broker.remoting.codes import RequestCode
 from controller.codes import ControllerRequestCode as Q
 from controller.codes import ControllerResponseCode as RC
 from namesrv.server import main as namesrv_main
-from tests.controller.proc_util import REPO, connect, free_ports, request
+from tests.controller.proc_util import connect, free_ports, request
+from tools.nodes import Child
 
 
 def conf_text(tmp: Path, raft: int, door: int, with_door: bool = True) -> str:
@@ -37,21 +35,14 @@ def test_namesrv_runs_a_controller(tmp_path: Path) -> None:
     ns_port, raft, door = free_ports(3)
     conf = tmp_path / "ns.conf"
     conf.write_text(conf_text(tmp_path, raft, door))
-    log = open(tmp_path / "ns.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "namesrv", "-c", str(conf), "-p", str(ns_port)], cwd=str(REPO),
-                            stdout=log, stderr=subprocess.STDOUT)
-    log.close()
+    proc = Child("mqnamesrv", ["namesrv", "-c", str(conf), "-p", str(ns_port)], tmp_path / "ns.log").start()
     try:
         asyncio.run(_check(ns_port, door, tmp_path))
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-    assert proc.returncode == 0, (tmp_path / "ns.log").read_text()[-3000:]
+    except BaseException:
+        proc.kill9()  # the check's own error is the one to see
+        raise
+    code = proc.terminate(15)  # past 15 s: killed, ShutdownTooSlow with its stacks and log
+    assert code == 0, (tmp_path / "ns.log").read_text()[-3000:]
 
 
 async def _check(ns_port: int, door: int, tmp: Path) -> None:

@@ -14,29 +14,25 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tools.procs import free_ports
 from dledger.rpc.client import DLedgerClient
+from tools.nodes import DLedgerServerProc, quietly
+from tools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
-REPO = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("RMQPY_DLEDGER_CRASH_ROUNDS", "10"))
 SEED = int(os.environ.get("RMQPY_DLEDGER_CRASH_SEED", "13"))
 SECRET = "crash-loop-secret-0123456"
 
 
-def _spawn(root: Path, peers: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "dledger.cli", "server", "--group", "g", "--id", "n0", "--peers", peers,
-         "--store", str(root), "--data-file-size", "64k", "--index-file-size", "2k", "--auth-token", SECRET,
-         "--election-min-ms", "150", "--election-max-ms", "300", "--heartbeat-ms", "50", "--log-level", "WARNING"],
-        cwd=REPO, stdout=open(root / "server.log", "ab"), stderr=subprocess.STDOUT)
+def _spawn(root: Path, peers: str) -> DLedgerServerProc:
+    return DLedgerServerProc(
+        root / "server.log", group="g", self_id="n0", peers=peers, store=root,
+        args=["--data-file-size", "64k", "--index-file-size", "2k", "--auth-token", SECRET, "--election-min-ms", "150",
+              "--election-max-ms", "300", "--heartbeat-ms", "50", "--log-level", "WARNING"]).start()
 
 
 async def _writer(client: DLedgerClient, acked: dict[int, bytes], tag: str, stop: asyncio.Event) -> None:
@@ -57,8 +53,9 @@ async def _round(root: Path, peers: dict, peers_s: str, acked: dict[int, bytes],
     client = DLedgerClient(peers, "g", secret=SECRET, timeout=2.0)
     try:
         for _ in range(300):  # up to ~15 s for the start (recovery) and the election
-            if proc.poll() is not None:
-                raise AssertionError(f"round {n}: the member did not start (exit {proc.returncode}):\n"
+            if not proc.alive():
+                code = proc.proc.returncode if proc.proc is not None else None
+                raise AssertionError(f"round {n}: the member did not start (exit {code}):\n"
                                      + (root / "server.log").read_text()[-3000:])
             try:
                 st = await client.status("n0")
@@ -72,14 +69,11 @@ async def _round(root: Path, peers: dict, peers_s: str, acked: dict[int, bytes],
         stop = asyncio.Event()
         writers = [asyncio.create_task(_writer(client, acked, f"r{n}w{k}", stop)) for k in range(4)]
         await asyncio.sleep(rng.uniform(0.05, 0.4))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.kill9()
         stop.set()
         await asyncio.wait_for(asyncio.gather(*writers), 10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill9()
         await client.close()
 
 
@@ -115,11 +109,6 @@ async def test_kill9_under_load_always_restarts_with_every_ack(tmp_path: Path) -
             got = await client.get(index, "n0")
             assert got["body"] == acked[index], f"index {index}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        quietly(lambda: proc.stop(15))  # as before: past 15 s it is killed, and the test does not judge its exit
         await client.close()
     assert "Traceback" not in (tmp_path / "server.log").read_text()

@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from dledger.config import DLedgerConfig
 from dledger.rpc.client import DLedgerClient
 from dledger.storelog import open_store
+from tools.nodes import DLedgerServerProc, kill_all, stop_all
 from tools.procs import free_ports
 
 pytestmark = [pytest.mark.multiprocess]
@@ -27,40 +28,31 @@ class ProcGroup:
         self.ids = ["n0", "n1", "n2"]
         self.peers = {i: ("127.0.0.1", p) for i, p in zip(self.ids, free_ports(3))}
         self.peers_s = ";".join(f"{i}-{h}:{p}" for i, (h, p) in self.peers.items())
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.members: dict[str, DLedgerServerProc] = {}  # the started ones (a kill9 removes one)
+
+    @property
+    def procs(self) -> dict[str, subprocess.Popen[bytes]]:
+        """The started members' processes, as the modules built on this group read them (pid, poll)."""
+        return {nid: m.proc for nid, m in self.members.items() if m.proc is not None}
 
     def start(self, nid: str) -> None:
-        log = open(self.root / f"{nid}.log", "ab")
-        self.procs[nid] = subprocess.Popen(
-            [sys.executable, "-m", "dledger.cli", "server", "--group", "g", "--id", nid, "--peers", self.peers_s,
-             "--store", str(self.root), "--data-file-size", "1m", "--index-file-size", "64k", "--auth-token", SECRET],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        )
+        self.members[nid] = DLedgerServerProc(
+            self.root / f"{nid}.log", group="g", self_id=nid, peers=self.peers_s, store=self.root,
+            args=["--data-file-size", "1m", "--index-file-size", "64k", "--auth-token", SECRET]).start()
 
     def kill9(self, nid: str) -> None:
-        p = self.procs.pop(nid)
-        p.send_signal(signal.SIGKILL)
-        p.wait(10)
+        self.members.pop(nid).kill9()
 
-    def terminate_all(self) -> dict[str, int]:
-        codes = {}
-        for nid, p in self.procs.items():
-            p.send_signal(signal.SIGTERM)
-        for nid, p in list(self.procs.items()):
-            try:
-                codes[nid] = p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[nid] = p.wait()
-        self.procs.clear()
-        return codes
+    def terminate_all(self) -> dict[str, Optional[int]]:
+        """SIGTERM to all at once, then each exit code within 15 s (past it: ShutdownTooSlow)."""
+        try:
+            return stop_all([m.child for m in self.members.values()], bound=15)
+        finally:
+            self.members.clear()
 
     def kill_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        self.procs.clear()
+        kill_all(self.members.values())
+        self.members.clear()
 
     def client(self, timeout: float = 5.0) -> DLedgerClient:
         return DLedgerClient(self.peers, "g", secret=SECRET, timeout=timeout)
@@ -69,7 +61,7 @@ class ProcGroup:
         c = self.client(1.0)
         out = {}
         try:
-            for nid in self.procs:
+            for nid in self.members:
                 try:
                     out[nid] = await c.status(nid)
                 except Exception:
@@ -92,7 +84,7 @@ class ProcGroup:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sts = await self.statuses()
-            if len(sts) == len(self.procs):
+            if len(sts) == len(self.members):
                 ends = {s["end_index"] for s in sts.values()}
                 commits = {s["committed_index"] for s in sts.values()}
                 if len(ends) == 1 and commits == ends:

@@ -99,10 +99,9 @@ def test_mqnamesrv_process(tmp_path: Path) -> None:
 def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> None:
     """``-c`` properties: bindAddress (logged) and the listen limits; idle connections are closed."""
     import socket
-    import subprocess
-    import sys
     import time
 
+    from tools.nodes import Child
     from tools.procs import free_port, wait_until
     from tests.security._listen_support import closed_by_peer, listening_hosts
 
@@ -111,12 +110,10 @@ def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> No
     props.write_text(f"listenPort={port}\nbindAddress=127.0.0.1\nserverChannelMaxIdleTimeSeconds=1\n"
                      "serverReadTimeoutMillis=300\nserverMaxConnections=5\n")
     log = tmp_path / "ns.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "-c", str(props)], stdout=fh,
-                                stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[2]))
+    proc = Child("mqnamesrv", ["namesrv", "-c", str(props)], log).start()  # the port and host from -c only
     try:
         wait_until(lambda: f"listening on 127.0.0.1:{port}" in log.read_text(), 20, "the name server to start",
-                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+                   check=lambda: None if proc.alive() else pytest.fail(log.read_text()))
         assert listening_hosts(port) == ["127.0.0.1"]
         with socket.create_connection(("127.0.0.1", port), 5) as partial, \
                 socket.create_connection(("127.0.0.1", port), 5) as silent:
@@ -133,5 +130,4 @@ def test_mqnamesrv_bind_address_and_limits_from_properties(tmp_path: Path) -> No
             for s in held:
                 s.close()
     finally:
-        proc.kill()
-        proc.wait(10)
+        proc.kill9()

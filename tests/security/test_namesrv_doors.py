@@ -16,8 +16,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -35,7 +33,7 @@ from tools.nodes import BrokerProc, kill_all
 from tools.procs import REPO
 from tests.remoting import mqadmin_jvm
 from tests.remoting.mqadmin_jvm import mqadmin_jvms  # noqa: F401 - autouse: the JVMs stop after each test
-from tools.nodes import NamesrvProc
+from tools.nodes import Child, NamesrvProc
 from tests.security._listen_support import listening_hosts, proc_status_kb
 
 BROKER_AK, BROKER_SK = "broker-account", "broker-secret-1234"
@@ -232,13 +230,11 @@ def test_kv_flood_is_refused_and_memory_bounded(tmp_path: Path) -> None:
         ns.kill9()
 
 
-def _start_bare(tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, int]:
+def _start_bare(tmp: Path, *args: str) -> tuple[Child, Path, int]:
+    """``mqnamesrv -p <port> *args`` and nothing else (no --host: the defaults are under test)."""
     port = free_port()
     log = tmp / f"ns-{port}.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "-p", str(port), *args], stdout=fh,
-                                stderr=subprocess.STDOUT, cwd=str(REPO))
-    return proc, log, port
+    return Child("mqnamesrv", ["namesrv", "-p", str(port), *args], log).start(), log, port
 
 
 @pytest.mark.multiprocess
@@ -247,29 +243,25 @@ def test_default_bind_is_loopback_and_open_off_loopback_needs_a_flag(tmp_path: P
     proc, log, port = _start_bare(tmp_path)
     try:
         wait_until(lambda: "boot success" in log.read_text(), 20, "the name server to start",
-                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+                   check=lambda: None if proc.alive() else pytest.fail(log.read_text()))
         assert listening_hosts(port) == ["127.0.0.1"]
         assert "OPEN on loopback" in log.read_text()
     finally:
-        proc.kill()
-        proc.wait(10)
+        proc.kill9()
     proc, log, port = _start_bare(tmp_path, "--host", "0.0.0.0")
     try:
-        assert proc.wait(20) == 2
+        assert proc.wait_exit(20) == 2
         assert "refusing to start" in log.read_text() and "--allow-insecure" in log.read_text()
         assert listening_hosts(port) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        proc.kill9()
     proc, log, port = _start_bare(tmp_path, "--host", "0.0.0.0", "--allow-insecure")
     try:
         wait_until(lambda: "boot success" in log.read_text(), 20, "the open name server to start",
-                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+                   check=lambda: None if proc.alive() else pytest.fail(log.read_text()))
         assert "!!! name server OPEN on 0.0.0.0" in log.read_text()
     finally:
-        proc.kill()
-        proc.wait(10)
+        proc.kill9()
 
 
 @pytest.mark.multiprocess
@@ -315,21 +307,18 @@ def test_the_shipped_sample_starts_on_loopback_and_its_secrets_are_refused_elsew
     proc, log, port = _start_bare(tmp_path, "-c", sample)
     try:
         wait_until(lambda: "boot success" in log.read_text(), 20, "the sample name server to start",
-                   check=lambda: None if proc.poll() is None else pytest.fail(log.read_text()))
+                   check=lambda: None if proc.alive() else pytest.fail(log.read_text()))
         assert "ACL on" in log.read_text() and listening_hosts(port) == ["127.0.0.1"]
         r = asyncio.run(call(port, RC.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"}))
         assert r.code == R.NO_PERMISSION
     finally:
-        proc.kill()
-        proc.wait(10)
+        proc.kill9()
     proc, log, port = _start_bare(tmp_path, "-c", sample, "--host", "0.0.0.0")
     try:
-        assert proc.wait(20) == 2
+        assert proc.wait_exit(20) == 2
         assert "public sample secret" in log.read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        proc.kill9()
 
 
 APACHE = Path(os.environ.get("APACHE_ROCKETMQ", REPO.parent / "shared" / "apache-rocketmq-4.9.8"))
