@@ -90,7 +90,9 @@ _SLOTS = len(_POOL) // _STRIDE
 #: the temp dir, which the kernel drops when the process ends, even on kill -9), so two test runs
 #: on one machine (a CI run and a developer's pytest) never hand out the same port
 _LANES = 4
-_LANE_DIR = Path(tempfile.gettempdir()) / "rocketmq-py-port-lanes"
+#: ``RMQPY_PORT_LANE_DIR`` names another lane directory (the lane tests give their children a
+#: private one, so lanes other test runs on the machine hold do not change what they see)
+_LANE_DIR = Path(os.environ.get("RMQPY_PORT_LANE_DIR") or Path(tempfile.gettempdir()) / "rocketmq-py-port-lanes")
 _lane_fd: Optional[int] = None
 _lane: Optional[range] = None
 _cursor: Optional[Iterator[tuple[int, int]]] = None
