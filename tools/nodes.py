@@ -186,6 +186,7 @@ class NamesrvProc:
         return self.child.proc
 
     def start(self, timeout: float = 20.0) -> "NamesrvProc":
+        self.child.argv = ["namesrv", *self.args]  # ``args`` may have grown since __init__ (e.g. ``-c conf``)
         self.child.start()
 
         def listening() -> bool:
