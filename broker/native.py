@@ -51,6 +51,11 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.ha.protocol",
     "broker.store.java_hash",
     "broker.store.mapped_file",  # consume_queue and index_file call it per unit (issue 26.5)
+    # the classic master's per-request put path above the coalescer (issue 22, H10): the send
+    # service, the store adapter (dedup window, outcome) and the put results built per request
+    "broker.send_service",
+    "broker.store_access",
+    "broker.store.put_result",
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 from typing import TYPE_CHECKING, Awaitable, Callable, Sequence, Union, cast
 
 from broker.store.message import PROPERTY_DELAY_TIME_LEVEL, MessageExt, encoded_length
@@ -60,6 +61,8 @@ class PutCoalescer:
         self.max_bytes = max_bytes
         self._pending: list[tuple[list[MessageExt], asyncio.Future[PutMessageResult]]] = []
         self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop puts arrive on, and its thread
+        self._loop_thread = 0
         self.merged_puts = 0
         self.merged_requests = 0
 
@@ -69,13 +72,24 @@ class PutCoalescer:
         for m in msgs:
             if PROPERTY_DELAY_TIME_LEVEL in m.properties and m.properties[PROPERTY_DELAY_TIME_LEVEL]:
                 return await self._put(msgs)
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         fut: asyncio.Future[PutMessageResult] = loop.create_future()
         self._pending.append((msgs, fut))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._drain)
         return await fut
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """``asyncio.get_running_loop()`` without its per-call ``getpid()`` system call (CPython
+        3.11): the loop of the last put while it is still running in this thread (a running loop
+        runs every call made in its thread); else asked again (a new loop, another thread)."""
+        loop = self._loop
+        ident = threading.get_ident()
+        if loop is None or ident != self._loop_thread or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+            self._loop_thread = ident
+        return loop
 
     def _drain(self) -> None:
         self._scheduled = False
@@ -96,7 +110,7 @@ class PutCoalescer:
 
     def _submit(self, chunk: Chunk) -> None:
         if self._submit_fn is None:
-            asyncio.get_running_loop().create_task(self._run(chunk))
+            self._running_loop().create_task(self._run(chunk))
             return
         merged = chunk[0][0] if len(chunk) == 1 else [m for msgs, _ in chunk for m in msgs]
         try:
@@ -107,7 +121,7 @@ class PutCoalescer:
         if isinstance(out, PutMessageResult):
             self._complete(chunk, out)
             return
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
 
         def done(f: "concurrent.futures.Future[PutMessageResult]") -> None:  # any thread
             try:

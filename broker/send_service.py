@@ -16,6 +16,9 @@ Rules (RocketMQ 4.9.8's ``AbstractSendMessageProcessor.msgCheck`` and ``SendMess
   its answer with its one table.
 - Every put is counted once, whatever the door: latency by door, messages by status, and on
   ``PUT_OK`` bytes and ``TOPIC_PUT_NUMS`` (``mqadmin statsAll``).
+- Compiled with mypyc (``broker.native``, issue 22 H10): ``SendMessageService`` is a native
+  class (no attribute assignment on its methods; a stand-in for it is not one: tests drive the
+  real service over a fake ``SendHost``). The host's members are read through the Protocol.
 
 Theory of operation: the doors keep what differs between them (parsing a request, building the
 messages, the answer's shape and codes); this service holds what must not differ. It is built

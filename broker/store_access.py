@@ -17,6 +17,10 @@ Rules:
   store put for the requests of one loop iteration: one DLedger batch, or one classic append
   with one flush request and one slave-ack wait; results sliced back).
 
+- Compiled with mypyc (``broker.native``, issue 22 H10: the per-request put path above the
+  coalescer): ``StoreAccess`` and ``PutOutcome`` are native classes (declared attributes only,
+  typed values checked at run time); the store's own objects are read as they come.
+
 Theory of operation: a thin adapter over ``broker.store.message_store`` so the controller and
 processor never depend on the store's method names; hooks (``on_put``, ``wake_dispatch``)
 connect the store to HA. It is given the configs, paths and metrics it needs, never the
@@ -81,8 +85,8 @@ def _refuse_if_member_stopped() -> Iterator[None]:
         yield
     except MemberStoppedError as exc:
         raise MemberStopped(str(exc)) from None
-    except CorruptRecordError as exc:  # never data (broker.store.verify); logged and counted there
-        raise CorruptRecord(str(exc)) from None
+    except CorruptRecordError as corrupt:  # never data (broker.store.verify); logged and counted there
+        raise CorruptRecord(str(corrupt)) from None
 
 
 class StoreAccess:

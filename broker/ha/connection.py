@@ -91,13 +91,6 @@ def settings_with(config: Any, **overrides: Any) -> HASettings:
     return dataclasses.replace(settings, **changes) if changes else settings
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
 class ConnectionHost(Protocol):
     """What a connection reads of its service (``HAService``) and the events it reports to it:
     the connection never touches the service's internals (issue 26.4)."""

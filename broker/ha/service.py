@@ -58,6 +58,7 @@ import concurrent.futures
 import heapq
 import itertools
 import logging
+import threading
 from typing import Any, Callable
 
 from dledger.ratelog import RateLimitedLog
@@ -67,7 +68,6 @@ from broker.ha.connection import (  # noqa: F401 - commitlog_*_offset re-exporte
     REFUSAL_LOG_WINDOW_MS,
     HAConnection,
     _now_ms,
-    _on_loop,
     commitlog_max_offset,
     commitlog_min_offset,
     settings_with,
@@ -121,11 +121,13 @@ class HAService:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # threading.get_ident() of the thread that runs _loop (start)
         self._stopped_waiting = False  # shutdown: no put waits for a slave ack any more
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         if getattr(self.commitlog, "replica_hook", False) is None:
@@ -234,12 +236,18 @@ class HAService:
         loop = self._loop
         if loop is None:
             return
-        if _on_loop(loop):
+        if self._on_own_loop(loop):
             for conn in self.connections:
                 if next_offset is None or conn.behind(next_offset):
                     conn.wake()
         else:
             loop.call_soon_threadsafe(self.notify_put, next_offset)
+
+    def _on_own_loop(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """``asyncio.get_running_loop() is loop`` (``loop``: the one :meth:`start` ran on) without
+        its ``getpid()`` system call (CPython 3.11 makes one per call, twice per put here): a running
+        loop runs in the thread that started it, and every call made in that thread is on it."""
+        return threading.get_ident() == self._loop_thread and loop.is_running()
 
     def on_slave_progress(self, offset: int) -> None:
         if offset <= self._push2slave_max_offset:
@@ -362,7 +370,7 @@ class HAService:
         loop = self._loop
         if loop is None:
             return None
-        if _on_loop(loop):
+        if self._on_own_loop(loop):
             for conn in self.connections:
                 conn.wake()
             if self.settings.broker_role != "SYNC_MASTER":

@@ -25,6 +25,7 @@ from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.remoting.processors.common import FAQ, SERVICE_NOT_AVAILABLE_REMARK, refusal_response
 from broker.remoting.processors.send import SendMessageProcessor
+from broker.send_service import SendMessageService
 from broker.store.message import MessageExt
 from broker.store.put_result import PutMessageStatus
 
@@ -109,33 +110,40 @@ def test_every_refusal_type_is_caught_as_the_http_apis_error() -> None:
     assert issubclass(StoreNotOpen, ServiceNotAvailable) and issubclass(MemberStopped, ServiceNotAvailable)
 
 
-class _Service:
-    """The send service as the compiled send processor sees it: refuses in prepare or in put."""
+class _Host:
+    """A broker as the send service sees it (``broker.send_service.SendHost``): its write gate
+    refuses (``at_prepare``), or the gate passes and its store is closed (``store_access`` None:
+    the put refuses with ``StoreNotOpen``). The real service sits between it and the compiled
+    processor (a compiled service is a native class: a stand-in object would not be one)."""
 
-    def __init__(self, at_prepare: Optional[Refusal] = None, at_put: Optional[Refusal] = None) -> None:
-        self.at_prepare, self.at_put = at_prepare, at_put
+    def __init__(self, at_prepare: Optional[Refusal] = None) -> None:
+        self.at_prepare = at_prepare
+        self.store_access = None
+        self.dledger_enabled = False
+        view = SimpleNamespace(perm=6, order=False, write_queue_nums=4)
+        self.metadata = SimpleNamespace(topic=lambda _name: view)
 
-    def prepare(self, topic: str, queue_id: Optional[int]) -> tuple[object, int]:
+    def check_writable(self) -> None:
         if self.at_prepare is not None:
             raise self.at_prepare
-        return object(), 0
 
-    async def put(self, msgs: list[MessageExt], producer_keys: bool = True) -> object:
-        assert self.at_put is not None
-        raise self.at_put
+
+def _service(at_prepare: Optional[Refusal] = None) -> SendMessageService:
+    return SendMessageService(_Host(at_prepare))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("service,code,remark", [
-    (_Service(at_prepare=TopicNotFound("topic[T] not exist, apply first please!")), R.TOPIC_NOT_EXIST,
+    (_service(at_prepare=TopicNotFound("topic[T] not exist, apply first please!")), R.TOPIC_NOT_EXIST,
      "topic[T] not exist, apply first please!" + FAQ),
     # 4.9.8 answers a queue id beyond writeQueueNums SYSTEM_ERROR (send.py's own rule)
-    (_Service(at_prepare=MessageIllegal("request queueId[9] is illegal, topic T has writeQueueNums 4")),
+    (_service(at_prepare=MessageIllegal("request queueId[9] is illegal, topic T has writeQueueNums 4")),
      R.SYSTEM_ERROR, "request queueId[9] is illegal, topic T has writeQueueNums 4"),
-    (_Service(at_prepare=NotMaster("not the leader", MASTER)), R.SERVICE_NOT_AVAILABLE,
+    (_service(at_prepare=NotMaster("not the leader", MASTER)), R.SERVICE_NOT_AVAILABLE,
      f"{SERVICE_NOT_AVAILABLE_REMARK} (not the leader; master API {MASTER})"),
-    (_Service(at_put=StoreNotOpen()), R.SERVICE_NOT_AVAILABLE, "the broker's store is not open"),
+    (_service(), R.SERVICE_NOT_AVAILABLE, "the broker's store is not open"),  # StoreNotOpen from the put
 ], ids=["topic", "queue", "not-master", "store-closed"])
-def test_the_compiled_send_processor_answers_typed_refusals(service: _Service, code: int, remark: str) -> None:
+def test_the_compiled_send_processor_answers_typed_refusals(service: SendMessageService, code: int,
+                                                            remark: str) -> None:
     proc = SendMessageProcessor(SimpleNamespace(send_service=service, controller=None))  # type: ignore[arg-type]
     cmd = RemotingCommand(code=RC.SEND_MESSAGE, opaque=3)
     answer = asyncio.run(proc._put(cmd, "T", None, [MessageExt("T", b"x")], {}))
