@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 from .config import DLedgerConfig
 from .errors import DLedgerError
 from .rpc import framing as fr
+from .rpc.handshake import HandshakeRejected
 from .rpc.admission import PortLimits
 
 
@@ -291,7 +292,7 @@ async def cmd_status(args: argparse.Namespace) -> None:
                                          "end_index", "committed_index", "peers")})
             except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
                 _out({"self_id": pid, "error": f"unreachable: {exc or type(exc).__name__}"})
-            except fr.HandshakeRejected as exc:
+            except HandshakeRejected as exc:
                 _out({"self_id": pid, "error": f"refused: {exc.reason}"})
     finally:
         await client.close()

@@ -3,7 +3,7 @@
 Rules
 -----
 * A client connects to any member's RPC port with handshake role ``"client"`` (see
-  ``framing.py``); the shared secret is required of clients too, and every frame after the
+  ``handshake.py``); the shared secret is required of clients too, and every frame after the
   handshake is tagged with the connection's session keys. A broker-hosted member
   (``serve_clients=False``) refuses the client role.
 * Requests are ``{"t": "req", "rid": int, "op": str, ...}``; responses ``{"t": "resp", "rid",
@@ -47,6 +47,7 @@ from ..aio import wait_for
 from ..core.codes import Code
 from ..errors import DLedgerError
 from . import framing as fr
+from .handshake import ConnectorHandshake, HANDSHAKE_MAX_FRAME, HandshakeRejected, ROLE_CLIENT
 from .transport import Counters, _Outbox
 
 RETRYABLE = {Code.NOT_LEADER, Code.LEADER_NOT_READY, Code.LEADER_TRANSFERRING}
@@ -56,8 +57,8 @@ class RpcConnection(asyncio.Protocol):
     """One client connection to one member."""
 
     def __init__(self, group: str, client_id: str, secret: Optional[str], max_frame_size: int) -> None:
-        self.hs = fr.ConnectorHandshake(group, client_id, fr.ROLE_CLIENT, secret)
-        self.decoder = fr.FrameDecoder(min(fr.HANDSHAKE_MAX_FRAME, max_frame_size))  # raised by the welcome
+        self.hs = ConnectorHandshake(group, client_id, ROLE_CLIENT, secret)
+        self.decoder = fr.FrameDecoder(min(HANDSHAKE_MAX_FRAME, max_frame_size))  # raised by the welcome
         self.max_frame_size = max_frame_size
         self.outbox = _Outbox(Counters(), 256 * 1024 * 1024)
         self.transport: Optional[asyncio.Transport] = None
@@ -147,7 +148,7 @@ class RpcConnection(asyncio.Protocol):
                     self.decoder.opener = session.opener
                 self.outbox.attach(self.transport, session.sealer if session is not None else None)
                 self.ready.set_result(self.remote_id)
-        except fr.HandshakeRejected as exc:
+        except HandshakeRejected as exc:
             self.ready.set_exception(exc)
             self.transport.abort()
 
@@ -251,8 +252,8 @@ class DLedgerClient:
                 fut = conn.request_nowait(op, timeout=max(deadline - loop.time(), 0.001), **fields)
                 sent = True
                 resp = await fut
-            except (OSError, ConnectionError, asyncio.TimeoutError, fr.HandshakeRejected) as exc:
-                if isinstance(exc, fr.HandshakeRejected):
+            except (OSError, ConnectionError, asyncio.TimeoutError, HandshakeRejected) as exc:
+                if isinstance(exc, HandshakeRejected):
                     raise DLedgerError(exc.code, f"{target} refused the connection: {exc.reason}") from None
                 if sent and not idempotent:
                     raise DLedgerError(Code.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else Code.NETWORK_ERROR,

@@ -9,7 +9,7 @@ Rules
 * The same port also serves **clients** (applications, the CLI): a connection whose handshake
   role is ``"client"`` carries request frames ``{"t": "req", "rid", "op", ...}`` answered, in any
   order, by ``{"t": "resp", "rid", "code", ...}`` frames (see ``client.py``).
-* Every connection starts with the handshake of ``framing.py`` (a challenge that reveals nothing,
+* Every connection starts with the handshake of ``handshake.py`` (a challenge that reveals nothing,
   then the HMAC proof of ``dLegerAuthToken`` first, then group, member and role checks and the
   identity check: file sizes and broker name from ``identity``,
   ``DLedgerConfig.handshake_identity``); a failed handshake gets a reject frame, one warning line
@@ -17,12 +17,12 @@ Rules
   ``serve_clients=False`` (a broker-hosted member) rejects the client role in the handshake:
   outsiders can neither append nor read.
 * With a secret, every later frame in both directions carries a tag under the connection's
-  per-direction session key and an implicit sequence number (``framing.Session``). A frame whose
+  per-direction session key and an implicit sequence number (``handshake.Session``). A frame whose
   tag fails (forged, injected, replayed, reordered, truncated) drops the connection with one
   warning line; the link reconnects and re-handshakes. Peer ids on an authenticated connection
   are therefore proven: a message claiming another ``src`` is dropped by the server.
 * A frame over ``max_frame_size`` or an undecodable frame closes the connection. Until its
-  handshake completed a connection may announce frames of ``framing.HANDSHAKE_MAX_FRAME`` (4 KiB)
+  handshake completed a connection may announce frames of ``handshake.HANDSHAKE_MAX_FRAME`` (4 KiB)
   at most; the decoder refuses a larger header before buffering its body (issue 23.1).
 * Accepted connections are admitted by :mod:`.admission` (connection cap, unauthenticated cap
   with evict-oldest, per-address unauthenticated cap) and every decoder reserves large unfinished
@@ -67,6 +67,16 @@ from typing import Any, Callable, Optional
 from ..aio import wait_for
 from ..ratelog import RateLimitedLog
 from . import framing as fr
+from .handshake import (
+    AcceptorHandshake,
+    ConnectorHandshake,
+    HANDSHAKE_MAX_FRAME,
+    HandshakeRejected,
+    ROLE_CLIENT,
+    ROLE_PEER,
+    Session,
+    UNSUPPORTED,
+)
 from .admission import Admission, PendingBudget, PortLimits
 from .liveness import PeerWatch, tune_socket
 from .outbox import Counters, _Outbox
@@ -87,7 +97,7 @@ class _Conn(asyncio.Protocol):
         self.owner = owner
         self.outbox = outbox
         # until the handshake completes, a few KiB at most (mark_ready raises the limit)
-        self.decoder = fr.FrameDecoder(min(fr.HANDSHAKE_MAX_FRAME, owner.max_frame_size), owner.budget)
+        self.decoder = fr.FrameDecoder(min(HANDSHAKE_MAX_FRAME, owner.max_frame_size), owner.budget)
         self.transport: Optional[asyncio.Transport] = None
         self.ready = False
         self.remote_id: Optional[str] = None
@@ -130,7 +140,7 @@ class _Conn(asyncio.Protocol):
                 return
             try:
                 self.on_handshake_frame(frames[0])
-            except fr.HandshakeRejected as exc:
+            except HandshakeRejected as exc:
                 c.handshake_failures += 1
                 self.on_rejected(exc)
                 return
@@ -198,7 +208,7 @@ class _Conn(asyncio.Protocol):
     def on_frame(self, frame: Any) -> None:
         raise NotImplementedError
 
-    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+    def on_rejected(self, exc: HandshakeRejected) -> None:
         self.abort()
 
     def on_closed(self) -> None:
@@ -225,9 +235,9 @@ class ClientSession:
 class _AcceptedConn(_Conn):
     def __init__(self, owner: "PeerTransport") -> None:
         super().__init__(owner, _Outbox(owner.counters, owner.max_queue_bytes))
-        self.hs = fr.AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret,
-                                       allow_clients=owner.serve_clients, ident=owner.ident,
-                                       ident_keys=owner.ident_keys)
+        self.hs = AcceptorHandshake(owner.group, owner.self_id, owner.peers.keys(), owner.secret,
+                                    allow_clients=owner.serve_clients, ident=owner.ident,
+                                    ident_keys=owner.ident_keys)
         self.role: Optional[str] = None
         self.session: Optional[ClientSession] = None
 
@@ -260,12 +270,12 @@ class _AcceptedConn(_Conn):
         if acc.session is not None:
             self.decoder.opener = acc.session.opener
         self.outbox.attach(self.transport, acc.session.sealer if acc.session is not None else None)
-        if acc.role == fr.ROLE_CLIENT:
+        if acc.role == ROLE_CLIENT:
             self.session = ClientSession(self)
         else:
             self.owner._inbound_peer_ready(self)
 
-    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+    def on_rejected(self, exc: HandshakeRejected) -> None:
         self.owner.rlog.warning("refused-handshake", "%s: refused connection from %s: %s", self.owner.self_id,
                      self.peername(), exc)
         if self.transport is not None:
@@ -290,9 +300,9 @@ class _DialledConn(_Conn):
     def __init__(self, owner: "PeerTransport", link: "_PeerLink") -> None:
         super().__init__(owner, link.outbox)
         self.link = link
-        self.hs = fr.ConnectorHandshake(owner.group, owner.self_id, fr.ROLE_PEER, owner.secret, expect_id=link.peer_id,
-                                        ident=owner.ident, ident_keys=owner.ident_keys)
-        self.session: Optional[fr.Session] = None
+        self.hs = ConnectorHandshake(owner.group, owner.self_id, ROLE_PEER, owner.secret, expect_id=link.peer_id,
+                                     ident=owner.ident, ident_keys=owner.ident_keys)
+        self.session: Optional[Session] = None
         self.handshake_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_handshake_frame(self, frame: Any) -> None:
@@ -308,7 +318,7 @@ class _DialledConn(_Conn):
             if not self.handshake_done.done():
                 self.handshake_done.set_result(None)
 
-    def on_rejected(self, exc: fr.HandshakeRejected) -> None:
+    def on_rejected(self, exc: HandshakeRejected) -> None:
         self._fail_handshake(exc)
         self.abort()
 
@@ -362,7 +372,7 @@ class _PeerLink:
                 if conn is not None:
                     conn.abort()
                 raise
-            except fr.HandshakeRejected as exc:
+            except HandshakeRejected as exc:
                 self.last_error = str(exc)
                 log.warning("%s: handshake with peer %s failed: %s", self.owner.self_id, self.peer_id, exc)
                 delay = self.owner.reconnect_max_s
@@ -542,4 +552,4 @@ class PeerTransport:
 
     @staticmethod
     def _no_clients(session: ClientSession, req: dict) -> None:
-        session.reply({"t": "resp", "rid": req.get("rid"), "code": fr.UNSUPPORTED, "error": "no client API"})
+        session.reply({"t": "resp", "rid": req.get("rid"), "code": UNSUPPORTED, "error": "no client API"})

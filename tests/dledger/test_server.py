@@ -434,10 +434,11 @@ async def _peer_session(port: int, claim_id: str, secret: str, ident: dict):
     """A raw authenticated peer connection claiming ``claim_id`` with a well-configured member's
     ``ident`` (same file sizes, issue 13.7; the challenge no longer tells it, issue 23.1)."""
     from dledger.rpc import framing as fr
+    from dledger.rpc import handshake as hk
 
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     dec = fr.FrameDecoder()
-    hs = fr.ConnectorHandshake("g", claim_id, fr.ROLE_PEER, secret)
+    hs = hk.ConnectorHandshake("g", claim_id, hk.ROLE_PEER, secret)
 
     async def frame():
         for _ in range(100):

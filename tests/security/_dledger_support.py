@@ -2,9 +2,9 @@
 
 Rules
 -----
-* :class:`RawConn` speaks the DLedger wire protocol by hand (``dledger.rpc.framing``) so a test
-  can do what an attacker does: claim any id, send a wrong or no secret, pipeline frames without
-  waiting for the welcome, replay or inject frames. Every read is bounded by a timeout.
+* :class:`RawConn` speaks the DLedger wire protocol by hand (``dledger.rpc.framing``,
+  ``dledger.rpc.handshake``) so a test can do what an attacker does: claim any id, send a wrong
+  or no secret, pipeline frames without waiting for the welcome, replay or inject frames. Every read is bounded by a timeout.
 * :func:`append_acked` records every acknowledged ``index -> body``; :func:`assert_nothing_lost`
   reads each one back from the leader (committed entries) and appends once more, so "the group
   is still up and nothing acknowledged was lost" is one call.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Optional
 
 from dledger.rpc import framing as fr
+from dledger.rpc import handshake as hk
 from dledger.rpc.client import DLedgerClient
 
 
@@ -36,7 +37,7 @@ class RawConn:
         self.reader, self.writer = reader, writer
         self.decoder = fr.FrameDecoder()
         self.sent = bytearray()  # everything written, for replays
-        self.session: Optional[fr.Session] = None
+        self.session: Optional[hk.Session] = None
 
     @classmethod
     async def open(cls, port: int) -> "RawConn":
@@ -61,15 +62,15 @@ class RawConn:
                 return got[0]
         raise AssertionError("no complete frame")
 
-    async def handshake(self, group: str, claim_id: str, secret: Optional[str], role: str = fr.ROLE_PEER,
+    async def handshake(self, group: str, claim_id: str, secret: Optional[str], role: str = hk.ROLE_PEER,
                         then: bytes = b"", ident: Optional[dict[str, Any]] = None) -> Any:
         """Answer the challenge (sending ``then`` right behind the hello, as a pipelining
         attacker would) and return the welcome/reject frame; sets :attr:`session` on success.
         A peer claims ``ident`` (default: :data:`PROC_IDENT`, a ``ProcGroup`` member's file sizes;
         the challenge tells nothing since issue 23.1)."""
-        hs = fr.ConnectorHandshake(group, claim_id, role, secret)
+        hs = hk.ConnectorHandshake(group, claim_id, role, secret)
         challenge = await self.frame()
-        if role == fr.ROLE_PEER:
+        if role == hk.ROLE_PEER:
             hs.ident = dict(PROC_IDENT if ident is None else ident)
         self.write(fr.encode_frame(hs.receive_challenge(challenge)) + then)
         reply = await self.frame()

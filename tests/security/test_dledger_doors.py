@@ -25,6 +25,7 @@ import pytest
 from broker.api.client import body_bytes
 from tools.procs import free_ports, write_conf
 from dledger.rpc import framing as fr
+from dledger.rpc import handshake as hk
 from dledger.store.state_files import MemberStateFile
 from tests.broker.test_dledger_group import CONF_DIR, DLedgerGroup
 from tests.dledger.test_processes import REPO, SECRET, ProcGroup
@@ -73,15 +74,15 @@ def test_unauthenticated_peer_is_refused_and_cannot_depose_the_leader(dgroup, se
                                        forged_append(claim, m, term0 + 100)])
             conn = await RawConn.open(g.peers[m][1])
             reply = await conn.handshake("g", claim, secret, then=forged)
-            assert reply["t"] == "reject" and reply["code"] == fr.AUTH_FAILED, reply
+            assert reply["t"] == "reject" and reply["code"] == hk.AUTH_FAILED, reply
             assert "failed authentication" in reply["reason"]
             assert await conn.closed_by_remote()
             conn.close()
             conn = await RawConn.open(g.peers[m][1])  # the client role needs the secret as well
-            reply = await conn.handshake("g", "outsider", secret, role=fr.ROLE_CLIENT,
+            reply = await conn.handshake("g", "outsider", secret, role=hk.ROLE_CLIENT,
                                          then=fr.encode_frame({"t": "req", "rid": 1, "op": "append",
                                                                "bodies": [b"\0" * 200]}))
-            assert reply["t"] == "reject" and reply["code"] == fr.AUTH_FAILED, reply
+            assert reply["t"] == "reject" and reply["code"] == hk.AUTH_FAILED, reply
             conn.close()
         await asyncio.sleep(1.0)  # > an election timeout: a deposed leader would show by now
         sts = await g.statuses()
@@ -100,7 +101,7 @@ def test_replayed_or_injected_frames_drop_the_connection(dgroup):
         leader = await g.leader()
         port = g.peers[leader][1]
         conn = await RawConn.open(port)
-        assert (await conn.handshake("g", "app", SECRET, role=fr.ROLE_CLIENT))["t"] == "welcome"
+        assert (await conn.handshake("g", "app", SECRET, role=hk.ROLE_CLIENT))["t"] == "welcome"
         status_req = conn.session.sealer.frame(fr.encode_payload({"t": "req", "rid": 1, "op": "status"}))
         conn.write(status_req)
         resp = await conn.frame()
@@ -111,7 +112,7 @@ def test_replayed_or_injected_frames_drop_the_connection(dgroup):
         conn.close()
 
         conn = await RawConn.open(port)  # an untagged frame injected after an honest handshake
-        assert (await conn.handshake("g", "app", SECRET, role=fr.ROLE_CLIENT))["t"] == "welcome"
+        assert (await conn.handshake("g", "app", SECRET, role=hk.ROLE_CLIENT))["t"] == "welcome"
         conn.write(fr.encode_frame({"t": "req", "rid": 1, "op": "append", "bodies": [b"injected"]}))
         assert await conn.closed_by_remote()
         conn.close()
@@ -120,7 +121,7 @@ def test_replayed_or_injected_frames_drop_the_connection(dgroup):
         assert (await conn.frame())["t"] == "challenge"
         conn.write(recorded)
         reply = await conn.frame()
-        assert reply["t"] == "reject" and reply["code"] == fr.AUTH_FAILED, reply
+        assert reply["t"] == "reject" and reply["code"] == hk.AUTH_FAILED, reply
         conn.close()
 
         await _with_client(g, lambda c: assert_nothing_lost(c, g.acked, "replay"))
@@ -220,11 +221,11 @@ def test_broker_hosted_member_serves_peers_only(tmp_path):
             for n in ("n0", "n1", "n2"):
                 for sec in (secret, None):
                     conn = await RawConn.open(raft[n])
-                    reply = await conn.handshake(group, "outsider", sec, role=fr.ROLE_CLIENT,
+                    reply = await conn.handshake(group, "outsider", sec, role=hk.ROLE_CLIENT,
                                                  then=fr.encode_frame({"t": "req", "rid": 1, "op": "append",
                                                                        "bodies": [b"\0" * 200]}))
                     assert reply["t"] == "reject", reply
-                    want = fr.CLIENTS_REFUSED if sec else fr.AUTH_FAILED
+                    want = hk.CLIENTS_REFUSED if sec else hk.AUTH_FAILED
                     assert reply["code"] == want, reply
                     assert await conn.closed_by_remote()
                     conn.close()
@@ -232,7 +233,7 @@ def test_broker_hosted_member_serves_peers_only(tmp_path):
                 claim = "n1" if n != "n1" else "n2"
                 reply = await conn.handshake(group, claim, None,
                                              then=fr.encode_frame(forged_vote(claim, n, HUGE)))
-                assert reply["t"] == "reject" and reply["code"] == fr.AUTH_FAILED, reply
+                assert reply["t"] == "reject" and reply["code"] == hk.AUTH_FAILED, reply
                 conn.close()
 
         asyncio.run(attack())

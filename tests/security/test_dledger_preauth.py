@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dledger.rpc import framing as fr
+from dledger.rpc import handshake as hk
 from tests.dledger.test_processes import SECRET
 from tests.security._dledger_support import RawConn, assert_nothing_lost, seeded_group, with_client
 
@@ -144,7 +145,7 @@ def test_large_unfinished_frames_share_a_pending_bytes_budget(dgroup):
             for i in range(3):
                 c = await RawConn.open(port)
                 conns.append(c)
-                assert (await c.handshake("g", f"app-{i}", SECRET, role=fr.ROLE_CLIENT))["t"] == "welcome"
+                assert (await c.handshake("g", f"app-{i}", SECRET, role=hk.ROLE_CLIENT))["t"] == "welcome"
                 c.write(fr.HEADER.pack(60 * MIB) + b"\0" * MIB)  # 60 MiB announced, 1 MiB sent
                 await c.writer.drain()
                 await asyncio.sleep(0.2)

@@ -5,6 +5,7 @@ import pytest
 
 from dledger.config import DLedgerConfig
 from dledger.rpc import framing as fr
+from dledger.rpc import handshake as hk
 
 MEMBERS = ["n0", "n1", "n2"]
 S = "0123456789abcdef-secret"
@@ -18,8 +19,8 @@ def _wire(frame):
 
 
 def _pair(mine: dict, theirs: dict, secret=S):
-    acc = fr.AcceptorHandshake("g", "n0", MEMBERS, secret, ident=mine, ident_keys=KEYS)
-    con = fr.ConnectorHandshake("g", "n1", fr.ROLE_PEER, secret, expect_id="n0", ident=theirs, ident_keys=KEYS)
+    acc = hk.AcceptorHandshake("g", "n0", MEMBERS, secret, ident=mine, ident_keys=KEYS)
+    con = hk.ConnectorHandshake("g", "n1", hk.ROLE_PEER, secret, expect_id="n0", ident=theirs, ident_keys=KEYS)
     return acc, con
 
 
@@ -41,23 +42,23 @@ def test_same_identity_connects_and_session_works():
 def test_acceptor_refuses_a_different_identity_naming_both_values_and_the_key(secret, field, mine, theirs):
     acc, con = _pair({field: mine}, {field: theirs}, secret)
     hello = _wire(con.receive_challenge(_wire(acc.challenge())))
-    with pytest.raises(fr.HandshakeRejected) as err:
+    with pytest.raises(hk.HandshakeRejected) as err:
         acc.receive_hello(hello)
     text = err.value.reason
     assert f"n1 has {theirs}, n0 has {mine}" in text and f"set {KEYS[field]} to the same value" in text
-    with pytest.raises(fr.HandshakeRejected, match=f"n1 has {theirs}, n0 has {mine}"):  # the connector logs it too
+    with pytest.raises(hk.HandshakeRejected, match=f"n1 has {theirs}, n0 has {mine}"):  # the connector logs it too
         con.receive_welcome(_wire(err.value.to_frame()))
 
 
 def test_connector_refuses_even_if_the_acceptor_did_not_compare(monkeypatch):
-    acc = fr.AcceptorHandshake("g", "n0", MEMBERS, S, ident={"data_file_size": 1 << 20})
-    con = fr.ConnectorHandshake("g", "n1", fr.ROLE_PEER, S, expect_id="n0", ident={"data_file_size": 2 << 20},
+    acc = hk.AcceptorHandshake("g", "n0", MEMBERS, S, ident={"data_file_size": 1 << 20})
+    con = hk.ConnectorHandshake("g", "n1", hk.ROLE_PEER, S, expect_id="n0", ident={"data_file_size": 2 << 20},
                                 ident_keys=KEYS)
     hello = _wire(con.receive_challenge(_wire(acc.challenge())))
     with monkeypatch.context() as m:  # an acceptor that does not compare (a build without the check)
-        m.setattr(fr, "compare_ident", lambda *a: None)
+        m.setattr(hk, "compare_ident", lambda *a: None)
         accepted = acc.receive_hello(hello)
-    with pytest.raises(fr.HandshakeRejected, match="n0 has 1048576, n1 has 2097152; set mappedFileSizeCommitLog"):
+    with pytest.raises(hk.HandshakeRejected, match="n0 has 1048576, n1 has 2097152; set mappedFileSizeCommitLog"):
         con.receive_welcome(_wire(accepted.reply))
 
 
@@ -68,19 +69,19 @@ def test_identity_is_bound_by_the_mac():
     hello = _wire(con.receive_challenge(_wire(acc.challenge())))
     hello["ident"] = {"data_file_size": 1 << 20, "broker_name": "x"}
     acc.ident = dict(hello["ident"])  # so only the MAC can notice
-    with pytest.raises(fr.HandshakeRejected, match="failed authentication"):
+    with pytest.raises(hk.HandshakeRejected, match="failed authentication"):
         acc.receive_hello(hello)
 
 
 def test_clients_are_not_compared_and_mistyped_ident_refused():
-    acc = fr.AcceptorHandshake("g", "n0", MEMBERS, S, ident={"data_file_size": 1 << 20})
-    cli = fr.ConnectorHandshake("g", "cli-1", fr.ROLE_CLIENT, S)
+    acc = hk.AcceptorHandshake("g", "n0", MEMBERS, S, ident={"data_file_size": 1 << 20})
+    cli = hk.ConnectorHandshake("g", "cli-1", hk.ROLE_CLIENT, S)
     accepted = acc.receive_hello(_wire(cli.receive_challenge(_wire(acc.challenge()))))
-    assert cli.receive_welcome(_wire(accepted.reply)) == "n0" and accepted.role == fr.ROLE_CLIENT
+    assert cli.receive_welcome(_wire(accepted.reply)) == "n0" and accepted.role == hk.ROLE_CLIENT
     acc2, con2 = _pair({}, {})
     hello = _wire(con2.receive_challenge(_wire(acc2.challenge())))
     hello["ident"] = ["not", "a", "map"]
-    with pytest.raises(fr.HandshakeRejected, match="'ident' mistyped"):
+    with pytest.raises(hk.HandshakeRejected, match="'ident' mistyped"):
         acc2.receive_hello(hello)
 
 

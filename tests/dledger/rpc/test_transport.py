@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from dledger.rpc import framing as fr
+from dledger.rpc import handshake as hk
 from dledger.rpc.transport import PeerTransport
 from tools.procs import free_ports
 
@@ -130,9 +131,9 @@ async def _raw_dial(port: int):
     return reader, writer, read_frame
 
 
-async def _handshake_as(port, self_id, secret, role=fr.ROLE_PEER, with_session=False):
+async def _handshake_as(port, self_id, secret, role=hk.ROLE_PEER, with_session=False):
     reader, writer, read_frame = await _raw_dial(port)
-    hs = fr.ConnectorHandshake("g", self_id, role, secret)
+    hs = hk.ConnectorHandshake("g", self_id, role, secret)
     writer.write(fr.encode_frame(hs.receive_challenge(await read_frame())))
     reply = await read_frame()
     if reply is not None and reply.get("t") == "welcome":
@@ -142,7 +143,7 @@ async def _handshake_as(port, self_id, secret, role=fr.ROLE_PEER, with_session=F
 
 @pytest.mark.parametrize(
     "self_id, secret, code",
-    [("intruder", "k", fr.UNKNOWN_MEMBER), ("n1", "wrong", fr.AUTH_FAILED), ("n1", None, fr.AUTH_FAILED)],
+    [("intruder", "k", hk.UNKNOWN_MEMBER), ("n1", "wrong", hk.AUTH_FAILED), ("n1", None, hk.AUTH_FAILED)],
 )
 async def test_refuses_non_member_and_wrong_secret(self_id, secret, code):
     peers = peers_for(["n0", "n1"])
@@ -228,7 +229,7 @@ async def test_client_role_gets_request_handler_and_replies():
     n0 = PeerTransport("g", "n0", peers, on_peer_message=lambda *a: None, on_client_request=handle, secret="k")
     await n0.start()
     try:
-        reader, writer, reply, session = await _handshake_as(peers["n0"][1], "cli", "k", role=fr.ROLE_CLIENT,
+        reader, writer, reply, session = await _handshake_as(peers["n0"][1], "cli", "k", role=hk.ROLE_CLIENT,
                                                              with_session=True)
         assert reply["t"] == "welcome"
         parts: list = []
@@ -310,8 +311,8 @@ async def test_peers_only_port_refuses_the_client_role():
                        on_client_request=lambda s, r: seen.append(r), secret=SECRET, serve_clients=False)
     await n0.start()
     try:
-        reader, writer, reply = await _handshake_as(peers["n0"][1], "cli", SECRET, role=fr.ROLE_CLIENT)
-        assert reply["t"] == "reject" and reply["code"] == fr.CLIENTS_REFUSED
+        reader, writer, reply = await _handshake_as(peers["n0"][1], "cli", SECRET, role=hk.ROLE_CLIENT)
+        assert reply["t"] == "reject" and reply["code"] == hk.CLIENTS_REFUSED
         assert "peers only" in reply["reason"]
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
@@ -329,7 +330,7 @@ async def test_an_impostor_acceptor_cannot_make_a_connector_buffer_a_huge_welcom
     sent: list[int] = []
 
     async def impostor(reader, writer):
-        writer.write(fr.encode_frame({"t": "challenge", "v": fr.PROTOCOL_VERSION, "nonce": b"\0" * 16}))
+        writer.write(fr.encode_frame({"t": "challenge", "v": hk.PROTOCOL_VERSION, "nonce": b"\0" * 16}))
         await reader.read(4096)  # the hello
         writer.write(struct.pack(">I", 10 * 1024 * 1024) + b"\0" * 100_000)
         try:
