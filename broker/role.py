@@ -99,7 +99,7 @@ CONFIG_REFUSAL_FIX = ("give every member of the group the same value of the key 
 
 
 def _is_config_refusal(error: Optional[str]) -> bool:
-    """A handshake refusal for a diverging ``ident`` (``framing.compare_ident``'s sentence)."""
+    """A handshake refusal for a diverging ``ident`` (``handshake.compare_ident``'s sentence)."""
     return bool(error) and str(error).startswith("handshake rejected") and " differs: " in str(error)
 
 

@@ -4,7 +4,7 @@ Rules (issue 23.1; the same ideas as the broker's listen-port limits, not its co
 knows nothing of RocketMQ)
 -----
 * **Before the handshake** a connection is *unauthenticated*: it may announce frames of at most
-  ``framing.HANDSHAKE_MAX_FRAME`` (4 KiB) and lives at most ``handshake_timeout_s`` (2 s). At most
+  ``handshake.HANDSHAKE_MAX_FRAME`` (4 KiB) and lives at most ``handshake_timeout_s`` (2 s). At most
   ``max_unauthenticated`` (64) such connections exist per port, and at most
   ``max_unauthenticated_per_host`` (8) from one remote address. When a new connection would
   exceed either, the **oldest** unauthenticated connection (of that address, resp. overall) is
