@@ -44,7 +44,7 @@ from bench.remoting_produce import remoting_case
 
 def _measure(group: Group, run: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     leader = group.master()
-    pids = {n: group.procs[n].pid for n in IDS} | {"client": os.getpid()}
+    pids = {n: group.procs[n].child.pid for n in IDS} | {"client": os.getpid()}
     cpu0, t0 = {k: _cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
     res = asyncio.run(run())
     wall = time.monotonic() - t0
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in IDS:
             group.start(n)
         leader = group.wait(group.master, 60, "a master")
-        port = group.http[leader]
+        port = group.procs[leader].api_port
         conns = max(1, args.connections)
         cases: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
             ("remoting_single_64", lambda: remoting_case(port, "BenchRemotingSingle", "single", conns,

@@ -210,7 +210,6 @@ async def bitflip(ctx: Ctx) -> dict[str, Any]:
                               error=next((l for l in text.splitlines() if f.name in l), text.strip().splitlines()[-1:]))
                 if p.alive():
                     await asyncio.to_thread(c.kill9, victim)
-                p._close_log()
     finally:
         if restore is not None:
             f, at, old = restore
