@@ -257,7 +257,7 @@ class StoreAccess:
             result = await self.store.put_messages_async(list(msgs))
         status = result.status
         ar = result.append_result
-        if ar is None or not status.stored:
+        if ar is None or (status is not PutMessageStatus.PUT_OK and not status.stored):  # PUT_OK: no property call
             if status.stored:  # stored, yet no append result: never (a store bug), not a refusal
                 status = PutMessageStatus.UNKNOWN_ERROR
             raise PutRefused(status, result.error or f"store refused the put: {status.value}")
