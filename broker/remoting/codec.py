@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 import orjson
@@ -53,17 +53,35 @@ class FrameTooLargeError(RemotingCommandError):
     pass
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemotingCommand:
+    """One request or response. ``__init__`` is written out (same fields, defaults, keywords and
+    order as the dataclass would make) because mypyc compiles it, and keeps the one ``dataclasses``
+    generates interpreted: two of these per send (issue 22, H13). ``ext_fields`` defaults to a
+    new dict per command, as ``field(default_factory=dict)`` did."""
+
     code: int
-    opaque: int = 0
-    flag: int = 0
-    remark: Optional[str] = None
-    ext_fields: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    language: str = "PYTHON"
-    version: int = DEFAULT_VERSION
-    serialize_type: int = SerializeType.JSON
+    opaque: int
+    flag: int
+    remark: Optional[str]
+    ext_fields: dict[str, str]
+    body: bytes
+    language: str
+    version: int
+    serialize_type: int
+
+    def __init__(self, code: int, opaque: int = 0, flag: int = 0, remark: Optional[str] = None,
+                 ext_fields: Optional[dict[str, str]] = None, body: bytes = b"", language: str = "PYTHON",
+                 version: int = DEFAULT_VERSION, serialize_type: int = SerializeType.JSON) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.language = language
+        self.version = version
+        self.serialize_type = serialize_type
 
     # ------------------------------------------------------------------ flags
     @property

@@ -33,7 +33,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
@@ -216,31 +216,60 @@ def decode_message_id(msg_id: str) -> tuple[HostAddr, int]:
 
 
 # --- the message ---------------------------------------------------------------------------------
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MessageExt:
-    """One commitlog record's fields (RocketMQ's ``MessageExt`` / ``MessageExtBrokerInner``)."""
+    """One commitlog record's fields (RocketMQ's ``MessageExt`` / ``MessageExtBrokerInner``).
+    ``__init__`` is written out (the dataclass's fields, defaults, keywords and order; a new
+    ``properties`` dict each) as mypyc compiles it but not a generated one (issue 22, H13)."""
 
     topic: str
-    body: bytes = b""
-    queue_id: int = 0
-    flag: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: HostAddr = ("127.0.0.1", 0)
-    store_timestamp: int = 0
-    store_host: HostAddr = ("127.0.0.1", 10911)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    queue_offset: int = 0
-    commitlog_offset: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-    magic: int = MESSAGE_MAGIC_CODE
-    properties_bytes: bytes | None = None  # verbatim PROPERTIES when the dict can't reproduce them
+    body: bytes
+    queue_id: int
+    flag: int
+    properties: dict[str, str]
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddr
+    store_timestamp: int
+    store_host: HostAddr
+    reconsume_times: int
+    prepared_transaction_offset: int
+    queue_offset: int
+    commitlog_offset: int
+    body_crc: int
+    store_size: int
+    magic: int
+    properties_bytes: bytes | None  # verbatim PROPERTIES when the dict can't reproduce them
     # the producer's WAIT (isWaitStoreMsgOK): false = do not wait for SYNC_FLUSH. Never encoded:
     # Apache 4.9.8's send path strips WAIT from what it stores and keeps it beside the message
-    wait_store_msg_ok: bool = True
+    wait_store_msg_ok: bool
+
+    def __init__(self, topic: str, body: bytes = b"", queue_id: int = 0, flag: int = 0,
+                 properties: dict[str, str] | None = None, sys_flag: int = 0, born_timestamp: int = 0,
+                 born_host: HostAddr = ("127.0.0.1", 0), store_timestamp: int = 0,
+                 store_host: HostAddr = ("127.0.0.1", 10911), reconsume_times: int = 0,
+                 prepared_transaction_offset: int = 0, queue_offset: int = 0, commitlog_offset: int = 0,
+                 body_crc: int = 0, store_size: int = 0, magic: int = MESSAGE_MAGIC_CODE,
+                 properties_bytes: bytes | None = None, wait_store_msg_ok: bool = True) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.properties = {} if properties is None else properties
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self.magic = magic
+        self.properties_bytes = properties_bytes
+        self.wait_store_msg_ok = wait_store_msg_ok
 
     @property
     def tags(self) -> str | None:
@@ -348,13 +377,19 @@ def encode_message(msg: MessageExt, queue_offset: int | None = None,
     return bytearray(b"".join((head, msg.body, tail)))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EncodedBatch:
-    """Records laid end to end; ``starts[i]``/``sizes[i]`` locate message ``i`` in ``data``."""
+    """Records laid end to end; ``starts[i]``/``sizes[i]`` locate message ``i`` in ``data``
+    (``__init__`` written out to be compiled, as :class:`MessageExt`'s)."""
 
     data: bytearray
     starts: list[int]
     sizes: list[int]
+
+    def __init__(self, data: bytearray, starts: list[int], sizes: list[int]) -> None:
+        self.data = data
+        self.starts = starts
+        self.sizes = sizes
 
     def __len__(self) -> int:
         return len(self.starts)

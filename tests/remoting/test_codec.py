@@ -115,3 +115,22 @@ def test_pending_frame_length_announces_the_incomplete_frame() -> None:
     assert dec2.pending_frame_length == len(whole)
     dec2.feed(whole[6:])
     assert dec2.pending_frame_length == 0 and dec2.buffered == 0
+
+
+def test_command_constructor_keeps_the_dataclass_shape() -> None:
+    """RemotingCommand.__init__ is written out (compiled): same order, defaults and keywords as
+    the dataclass's, a new ext_fields dict per command, dataclass __eq__/__repr__/replace."""
+    import dataclasses
+    a, b = RemotingCommand(10), RemotingCommand(code=10)
+    assert a == b and (a.opaque, a.flag, a.remark, a.ext_fields, a.body) == (0, 0, None, {}, b"")
+    assert (a.language, a.version, a.serialize_type) == ("PYTHON", 401, SerializeType.JSON)
+    a.ext_fields["k"] = "v"
+    assert b.ext_fields == {} and a != b and RemotingCommand(10).ext_fields == {}
+    c = RemotingCommand(11, 7, 1, "r", {"x": "y"}, b"body", "JAVA", 121, SerializeType.ROCKETMQ)
+    assert c == RemotingCommand(code=11, opaque=7, flag=1, remark="r", ext_fields={"x": "y"}, body=b"body",
+                                language="JAVA", version=121, serialize_type=SerializeType.ROCKETMQ)
+    assert repr(c).startswith("RemotingCommand(code=11, opaque=7, flag=1, remark='r'")
+    assert dataclasses.replace(c, opaque=8) == RemotingCommand(11, 8, 1, "r", {"x": "y"}, b"body", "JAVA", 121,
+                                                               SerializeType.ROCKETMQ)
+    assert [f.name for f in dataclasses.fields(c)] == ["code", "opaque", "flag", "remark", "ext_fields", "body",
+                                                       "language", "version", "serialize_type"]

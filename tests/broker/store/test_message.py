@@ -294,3 +294,26 @@ def test_corruption_never_passes_or_crashes(msg: m.MessageExt, data) -> None:
         assert not m.check_message_and_return_size(enc, 0, True).success
         with pytest.raises(MessageFormatError):
             m.decode_message(enc, check_crc=True)
+
+
+def test_message_constructor_keeps_the_dataclass_shape() -> None:
+    """MessageExt.__init__ is written out (compiled): same order, defaults and keywords as the
+    dataclass's, a new properties dict per message, dataclass __eq__/__repr__/replace."""
+    import dataclasses
+    names = ["topic", "body", "queue_id", "flag", "properties", "sys_flag", "born_timestamp", "born_host",
+             "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset", "queue_offset",
+             "commitlog_offset", "body_crc", "store_size", "magic", "properties_bytes", "wait_store_msg_ok"]
+    a, b = m.MessageExt("T"), m.MessageExt(topic="T")
+    assert [f.name for f in dataclasses.fields(a)] == names and a == b
+    assert [getattr(a, n) for n in names[1:]] == [
+        b"", 0, 0, {}, 0, 0, ("127.0.0.1", 0), 0, ("127.0.0.1", 10911), 0, 0, 0, 0, 0, 0,
+        m.MESSAGE_MAGIC_CODE, None, True]
+    a.properties["k"] = "v"
+    assert b.properties == {} and a != b and m.MessageExt("T").properties == {}
+    values = ["U", b"x", 1, 2, {"a": "b"}, 3, 4, ("10.0.0.1", 5), 6, ("10.0.0.2", 7), 8, 9, 10, 11, 12, 13,
+              m.MESSAGE_MAGIC_CODE_V2, b"a\x01b\x02", False]
+    c = m.MessageExt(*values)
+    assert c == m.MessageExt(**dict(zip(names, values))) and [getattr(c, n) for n in names] == values
+    assert repr(c).startswith("MessageExt(topic='U', body=b'x', queue_id=1")
+    assert dataclasses.replace(c, topic="V", properties_bytes=None).topic == "V"
+    assert m.EncodedBatch(bytearray(b"ab"), [0], [2]) == m.EncodedBatch(data=bytearray(b"ab"), starts=[0], sizes=[2])
