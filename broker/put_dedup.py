@@ -94,6 +94,7 @@ class RecentSends:
         self._inflight: dict[Key, tuple[tuple[Key, ...], asyncio.Future[Any]]] = {}
         self._requests = RecentTable(self.max_keys)  # request key -> marshalled Row
         self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one begin() last ran on
         self.hits = 0
 
     @property
@@ -183,7 +184,15 @@ class RecentSends:
         return got[1]
 
     def begin(self, keys: Sequence[Key]) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        """A future for the put of ``keys`` starting now, on the running loop. That loop is
+        remembered: a loop whose ``_thread_id`` is this thread's is the running one (a thread runs
+        one loop at a time), which spares ``asyncio.get_running_loop()`` and its ``getpid()``
+        system call per request (CPython 3.11); any other case (no loop running, another loop,
+        a loop without ``_thread_id``) asks asyncio, as before."""
+        loop = self._loop
+        if loop is None or getattr(loop, "_thread_id", None) != threading.get_ident():
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         entry = (tuple(keys), fut)
         for k in keys:
             self._inflight[k] = entry

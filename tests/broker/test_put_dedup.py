@@ -81,3 +81,19 @@ def test_broker_answers_a_retried_send_once(tmp_path: Path) -> None:
             assert ei.value.code == "MESSAGE_ILLEGAL" and "uniqKey" in ei.value.message
     finally:
         kill_all([b])
+
+
+def test_begin_makes_its_future_on_the_running_loop() -> None:
+    """begin() remembers the loop it ran on; a later loop (or none) is asked for again."""
+    import asyncio
+    w = RecentSends(60, ("10.0.0.1", 10911))
+
+    async def two() -> tuple[bool, bool]:
+        f1, f2 = w.begin([("T", "A")]), w.begin([("T", "B")])
+        loop = asyncio.get_running_loop()
+        return f1.get_loop() is loop, f2.get_loop() is loop
+
+    for _ in range(2):  # a new loop each time: the remembered one is not running any more
+        assert asyncio.run(two()) == (True, True)
+    with pytest.raises(RuntimeError):
+        w.begin([("T", "C")])  # no running loop, as asyncio.get_running_loop() says
