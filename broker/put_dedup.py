@@ -94,7 +94,8 @@ class RecentSends:
         self._inflight: dict[Key, tuple[tuple[Key, ...], asyncio.Future[Any]]] = {}
         self._requests = RecentTable(self.max_keys)  # request key -> marshalled Row
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one begin() last ran on
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one begin() last ran on,
+        self._loop_thread = 0  # on this thread (threading.get_ident())
         self.hits = 0
 
     @property
@@ -184,14 +185,18 @@ class RecentSends:
         return got[1]
 
     def begin(self, keys: Sequence[Key]) -> asyncio.Future[Any]:
-        """A future for the put of ``keys`` starting now, on the running loop. That loop is
-        remembered: a loop whose ``_thread_id`` is this thread's is the running one (a thread runs
-        one loop at a time), which spares ``asyncio.get_running_loop()`` and its ``getpid()``
-        system call per request (CPython 3.11); any other case (no loop running, another loop,
-        a loop without ``_thread_id``) asks asyncio, as before."""
+        """A future for the put of ``keys`` starting now, on the running loop. The loop is
+        remembered with the thread it was running on: while it still runs and the caller is on
+        that thread, it is the running loop (a thread runs one loop at a time; a loop, ours
+        included, is not moved to another thread while it runs), which spares
+        ``asyncio.get_running_loop()`` and its ``getpid()`` system call per request (CPython
+        3.11; uvloop's loop has no public thread id, hence the pair). Otherwise asyncio is asked,
+        as before: outside a loop that raises RuntimeError."""
         loop = self._loop
-        if loop is None or getattr(loop, "_thread_id", None) != threading.get_ident():
+        thread = threading.get_ident()
+        if loop is None or thread != self._loop_thread or not loop.is_running():
             loop = self._loop = asyncio.get_running_loop()
+            self._loop_thread = thread
         fut: asyncio.Future[Any] = loop.create_future()
         entry = (tuple(keys), fut)
         for k in keys:
