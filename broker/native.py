@@ -42,6 +42,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.remoting.server",
     "broker.remoting.processors.send",
     "broker.store.message",
+    "broker.store.message_id",  # the codec's host bytes and msgIds, split out of message (issue 26 H14)
+    "broker.store.message_properties",  # the codec's properties text (issue 26 H14)
     "broker.store.consume_queue",
     "broker.store.index_file",
     "broker.store.reput",

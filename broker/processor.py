@@ -37,7 +37,8 @@ from broker.offset_commit import check_commit
 from broker.refusals import (BadRequest, LeadershipTransferFailed, MessageNotFound, NoPermission, NotDurable, NotMaster,
                              StoreNotOpen, TopicNotFound)
 from broker.send_service import SendMessageService, StatsSource
-from broker.store.message import MessageFormatError, decode_message_id
+from broker.store.message import MessageFormatError
+from broker.store.message_id import decode_message_id
 from broker.store.put_result import PutMessageStatus
 from broker.store_access import PutOutcome, StoreAccess
 

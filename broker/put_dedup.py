@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from broker.gc_quiet import RecentTable
-from broker.store.message import create_message_id
+from broker.store.message_id import create_message_id
 from broker.store.message_const import PROPERTY_DELAY_TIME_LEVEL, RMQ_SYS_SCHEDULE_TOPIC
 
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"

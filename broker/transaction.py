@@ -39,7 +39,8 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
+from broker.store.message import MessageExt
+from broker.store.message_properties import java_hashmap_ordered, properties_to_string
 
 log = logging.getLogger("broker.transaction")
 

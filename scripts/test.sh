@@ -13,7 +13,8 @@ if [ "$#" -eq 0 ]; then
   echo "--- the compiled modules' tests again, from source (RMQPY_PURE_PYTHON=1)"
   RMQPY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/broker/test_native.py tests/remoting/test_codec.py \
     tests/remoting/test_limits.py tests/remoting/test_server_acl.py tests/remoting/test_server_errors.py \
-    tests/broker/store/test_message.py tests/broker/store/test_java_hash.py tests/broker/store/test_mapped_file.py \
+    tests/broker/store/test_message.py tests/broker/store/test_message_id.py tests/broker/store/test_message_properties.py \
+    tests/broker/store/test_java_hash.py tests/broker/store/test_mapped_file.py \
     tests/broker/store/test_record_walk.py tests/broker/store/test_commitlog.py tests/broker/store/test_consume_queue.py \
     tests/broker/store/test_index_file.py tests/broker/store/test_reput.py tests/broker/test_gc_quiet.py \
     tests/broker/test_put_coalescer.py tests/broker/test_put_dedup.py tests/broker/ha/test_protocol.py \

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 from broker.api.validation import ProduceMessage
-from broker.store.message import MessageExt, create_message_id
+from broker.store.message import MessageExt
+from broker.store.message_id import create_message_id
 
 
 class UniqKeyGenerator:

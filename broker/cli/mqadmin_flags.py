@@ -329,7 +329,7 @@ def order_conf(args: argparse.Namespace, tc: dict[str, Any], addrs: list[str], c
 
 # ---------------------------------------------------------------------------- queryMsgById -g -d / -s
 def store_host(msg_id: str) -> str:
-    from broker.store.message import decode_message_id  # noqa: WPS433 - the msgId layout
+    from broker.store.message_id import decode_message_id  # noqa: WPS433 - the msgId layout
 
     try:
         (host, port), _offset = decode_message_id(msg_id)

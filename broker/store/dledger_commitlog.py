@@ -71,7 +71,8 @@ from broker.store.commitlog import ASYNC_FLUSH, CommitLog, SelectMappedBufferRes
 from broker.store.dledger_dispatch import barrier_message_body
 from broker.store.dledger_put import DLedgerPutPath, put_status_for  # noqa: F401 (put_status_for: API)
 from broker.store.dledger_reads import DLedgerReads
-from broker.store.message import DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, HostAddr, MessageExt
+from broker.store.message import DEFAULT_DELAY_LEVELS, PHY_POS_POSITION, MessageExt
+from broker.store.message_id import HostAddr
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.verify import fix_for_dledger, fix_for_old_region
 from dledger.config import DLedgerConfig

@@ -33,9 +33,10 @@ from typing import Sequence
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.message import (
-    BLANK_MAGIC_CODE, DEFAULT_DELAY_LEVELS, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, HostAddr,
+    BLANK_MAGIC_CODE, DEFAULT_DELAY_LEVELS, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
     MessageExt, check_message_and_return_size, encode_message,
 )
+from broker.store.message_id import HostAddr
 
 DLEDGER_BODY_OFFSET = 48  # dledger.entry.BODY_OFFSET
 DLEDGER_BLANK_MAGIC_CODE = -1  # dledger.store.mmap_file_list.BLANK_MAGIC_CODE

@@ -14,7 +14,8 @@ Rules:
   Decoding follows ``MessageDecoder.string2messageProperties`` (empty names/values are dropped);
   when that loses bytes the raw bytes are kept in ``properties_bytes`` so re-encoding is exact.
 - The encoder sets the v6 host bits of sysFlag from the host addresses (as the broker does from
-  the socket address type).
+  the socket address type). Host bytes and offset msgIds are ``broker.store.message_id``; the
+  properties text and Java's HashMap order are ``broker.store.message_properties``.
 - This module is pure: no I/O, no clock. It is shared by the CommitLog, the DLedger commitlog,
   the HA slave and the Spark validator, so decoding works on any buffer (bytes, bytearray,
   mmap, memoryview) at any offset without copying the record.
@@ -30,16 +31,15 @@ blank, and ``success=False`` for anything else; ``explain_invalid_record`` says 
 """
 from __future__ import annotations
 
-import socket
 import struct
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
-from broker.store.java_hash import java_string_hash, tags_string_to_tags_code
+from broker.store.java_hash import tags_string_to_tags_code
 from broker.store.message_const import (  # noqa: F401 (re-exported: the codec's public names)
     MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE_POSITION, MESSAGE_FLAG_POSITION, QUEUE_OFFSET_POSITION, PHY_POS_POSITION,
@@ -52,12 +52,13 @@ from broker.store.message_const import (  # noqa: F401 (re-exported: the codec's
     PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED, RMQ_SYS_SCHEDULE_TOPIC,
     DEFAULT_MESSAGE_DELAY_LEVEL,
 )
+from broker.store.message_id import HostAddr, bytes_to_host, create_message_id, host_to_bytes
+from broker.store.message_properties import properties_to_string, string_to_properties
 
 if TYPE_CHECKING:
     import mmap
 
 Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]
-HostAddr = tuple[str, int]
 
 
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -107,81 +108,6 @@ def cal_msg_length(sys_flag: int, body_length: int, topic_length: int, propertie
     )
 
 
-# --- hosts ---------------------------------------------------------------------------------------
-@lru_cache(maxsize=4096)
-def host_to_bytes(host: HostAddr) -> bytes:
-    """(ip, port) -> 4/16 address bytes + 4-byte port (``MessageExt.socketAddress2ByteBuffer``)."""
-    ip, port = host
-    if ip.startswith("[") and ip.endswith("]"):
-        ip = ip[1:-1]
-    try:
-        addr = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
-    except OSError as exc:
-        raise MessageFormatError(f"bad host address {host!r}: {exc}") from None
-    return addr + struct.pack(">i", port)
-
-
-@lru_cache(maxsize=4096)
-def bytes_to_host(raw: bytes) -> HostAddr:
-    """Inverse of :func:`host_to_bytes` (IPv6 in Python's compressed text form)."""
-    if len(raw) == 8:
-        return socket.inet_ntop(socket.AF_INET, raw[:4]), int.from_bytes(raw[4:], "big", signed=True)
-    return socket.inet_ntop(socket.AF_INET6, raw[:16]), int.from_bytes(raw[16:], "big", signed=True)
-
-
-def is_ipv6(host: HostAddr) -> bool:
-    return ":" in host[0]
-
-
-# --- properties ----------------------------------------------------------------------------------
-def properties_to_string(properties: Mapping[str, str], trailing_separator: bool = False) -> str:
-    """``messageProperties2String``: every pair with a non-None value.
-
-    RocketMQ 4.9.8 deletes the last ``\x02`` (what the Apache fixtures contain); 5.x keeps it.
-    We write the 4.9.8 form; a decoded 5.x record keeps its raw bytes (``properties_bytes``).
-    """
-    try:  # all values str (the usual case): one join of joins, ~30% faster per message
-        text = "\x02".join(["\x01".join(kv) for kv in properties.items()])
-    except TypeError:  # a None value (dropped) or a non-str value (formatted)
-        pairs: Iterable[tuple[object, object]] = properties.items()  # object: compiled code checks no type per item
-        text = "\x02".join(f"{k}\x01{v}" for k, v in pairs if v is not None)
-    return text + "\x02" if trailing_separator and text else text
-
-
-def string_to_properties(text: str) -> dict[str, str]:
-    """``string2messageProperties``: pairs with an empty name or value are dropped, last wins."""
-    out: dict[str, str] = {}
-    for pair in text.split(PROPERTY_SEPARATOR):
-        sep = pair.find(NAME_VALUE_SEPARATOR)
-        if sep > 0 and sep < len(pair) - 1:
-            out[pair[:sep]] = pair[sep + 1:]
-    return out
-
-
-def java_hashmap_order(keys: Iterable[str]) -> list[str]:
-    """Iteration order of a ``java.util.HashMap<String,String>`` filled with ``keys`` in order.
-
-    Apache writes properties in HashMap order, so tests that rebuild records from a manifest
-    (where properties are sorted) need this to reproduce the bytes. Default capacity 16, load
-    factor 0.75, bucket = ``(h ^ h>>>16) & (n-1)``; colliding keys keep insertion order.
-    """
-    uniq = list(dict.fromkeys(keys))
-    n = 16
-    while len(uniq) > n * 3 // 4:
-        n *= 2
-
-    def bucket(k: str) -> int:
-        h = java_string_hash(k) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (n - 1)
-
-    return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(uniq))]
-
-
-def java_hashmap_ordered(props: Mapping[str, str]) -> dict[str, str]:
-    """``props`` re-inserted in HashMap iteration order: what Java writes when it re-serialises."""
-    return {k: props[k] for k in java_hashmap_order(props)}
-
-
 # --- tags code -----------------------------------------------------------------------------------
 def tags_code_for(topic: str, properties: Mapping[str, str], store_timestamp: int,
                   delay_levels: Sequence[int] = DEFAULT_DELAY_LEVELS) -> int:
@@ -195,24 +121,6 @@ def tags_code_for(topic: str, properties: Mapping[str, str], store_timestamp: in
             if level > 0:
                 code = delay_levels[level - 1] + store_timestamp
     return code
-
-
-# --- msgId ---------------------------------------------------------------------------------------
-def create_message_id(store_host: HostAddr, commitlog_offset: int) -> str:
-    """Offset msgId: uppercase hex of storehost address + port + offset (32 or 56 chars)."""
-    return (host_to_bytes(store_host) + struct.pack(">q", commitlog_offset)).hex().upper()
-
-
-def decode_message_id(msg_id: str) -> tuple[HostAddr, int]:
-    """Inverse of :func:`create_message_id`; 32 chars = IPv4, 56 = IPv6."""
-    if len(msg_id) not in (32, 56):
-        raise MessageFormatError(f"msgId {msg_id!r} has {len(msg_id)} chars, expected 32 or 56")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise MessageFormatError(f"msgId {msg_id!r} is not hex") from None
-    host_len = 8 if len(raw) == 16 else 20
-    return bytes_to_host(raw[:host_len]), struct.unpack_from(">q", raw, host_len)[0]
 
 
 # --- the message ---------------------------------------------------------------------------------

@@ -67,9 +67,10 @@ from broker.store.mapped_file import DiskFullError
 from broker.store.page_crc import PageChecksums
 from broker.store.message import (
     PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
-    MessageExt, decode_message, java_hashmap_ordered, parse_delay_levels,
+    MessageExt, decode_message, parse_delay_levels,
     transaction_value,
 )
+from broker.store.message_properties import java_hashmap_ordered
 from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_problem, topic_problem
 from broker.store.put_result import PutMessageResult, PutMessageStatus
 from broker.store.reput import ReputMessageService

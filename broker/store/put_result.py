@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from broker.store.message import HostAddr, create_message_id
+from broker.store.message_id import HostAddr, create_message_id
 
 
 class PutMessageStatus(enum.Enum):

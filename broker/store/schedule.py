@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, Sequence
 
-from broker.store.message import MessageExt, java_hashmap_ordered, properties_to_string
+from broker.store.message import MessageExt
+from broker.store.message_properties import java_hashmap_ordered, properties_to_string
 from broker.store.message_const import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                                         RMQ_SYS_SCHEDULE_TOPIC)
 from broker.tasks import wait_for

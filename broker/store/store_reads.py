@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
-from broker.store.message import MessageExt, decode_message, decode_message_id
+from broker.store.message import MessageExt, decode_message
+from broker.store.message_id import decode_message_id
 from broker.store.transfer_limits import TransferLimits
 from broker.store.verify import CorruptRecordError
 

@@ -25,7 +25,8 @@ import pytest
 
 from broker.remoting.client import RemotingClient
 from broker.remoting.codec import RemotingCommand
-from broker.store.message import decode_message, decode_message_id
+from broker.store.message import decode_message
+from broker.store.message_id import decode_message_id
 from tools.broker_confs import master_conf
 from tools.nodes import BrokerProc, kill_all
 from tools.procs import wait_until

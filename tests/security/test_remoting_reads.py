@@ -21,7 +21,7 @@ from broker.remoting.acl import signer
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
-from broker.store.message import decode_message_id
+from broker.store.message_id import decode_message_id
 from tools.nodes import kill_all
 from tests.security._http_support import ADMIN, CONSUMER, NOBODY, PRODUCER, raw_request, start_acl_master
 

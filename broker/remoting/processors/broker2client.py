@@ -43,7 +43,8 @@ from broker.remoting.processors.client_manage import RETRY_PREFIX
 from broker.remoting.processors.consumer_manager import ClientInfo
 from broker.remoting.processors.common import HandlerRegistry, Processor, raw_message_at
 from broker.remoting.server import ClientCallError, RemotingConnection
-from broker.store.message import decode_message, decode_message_id
+from broker.store.message import decode_message
+from broker.store.message_id import decode_message_id
 
 log = logging.getLogger("broker.remoting")
 

@@ -50,7 +50,8 @@ from broker.remoting.processors.common import (FAQ, HeaderError, Processor, fiel
                                                refusal_response)
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
-from broker.store.message import MessageExt, string_to_properties
+from broker.store.message import MessageExt
+from broker.store.message_properties import string_to_properties
 from broker.store.put_result import PutMessageStatus, PutRefused
 
 V2_ALIASES = dict(zip("abcdefghijklm", (

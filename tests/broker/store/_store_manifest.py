@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from broker.store.message import MessageExt, java_hashmap_order
+from broker.store.message import MessageExt
+from broker.store.message_properties import java_hashmap_order
 from tests.support.rmqfixtures import plain_body
 
 FILE_SIZE = 1 << 20

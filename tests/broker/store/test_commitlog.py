@@ -12,8 +12,9 @@ from broker.store import commitlog_recovery as recovery
 from broker.store.commitlog import SYNC_FLUSH, CommitLog
 from broker.store.errors import StoreCorruptionError
 from broker.store.message import (
-    BLANK_MAGIC_CODE, MessageExt, check_message_and_return_size, decode_message, decode_message_id, encode_message,
+    BLANK_MAGIC_CODE, MessageExt, check_message_and_return_size, decode_message, encode_message,
 )
+from broker.store.message_id import decode_message_id
 from broker.store.put_result import PutMessageStatus
 from tests.broker.store._store_manifest import commitlog_bytes, record_at, row_to_message
 

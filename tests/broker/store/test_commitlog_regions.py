@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from broker.store.commitlog_regions import REGIONS_FILE, RegionsFileError
-from broker.store.message import MessageExt, decode_message_id, encode_message
+from broker.store.message import MessageExt, encode_message
+from broker.store.message_id import decode_message_id
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus, iter_messages
 from broker.store.put_result import PutMessageStatus
 from broker.store.shape import read_shape

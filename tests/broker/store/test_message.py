@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.store import message as m
+from broker.store import message_id as mid
+from broker.store import message_properties as mp
 from broker.store.errors import MessageFormatError
 from broker.store.java_hash import java_string_hash
 from tests.broker.store._store_manifest import (
@@ -50,7 +52,7 @@ def test_golden_reference_1_10_decode_and_msg_id() -> None:
     assert dec.commitlog_offset == 0x30 and dec.store_size == 125
     assert dec.born_host == ("127.0.0.1", 50000) and dec.store_host == ("127.0.0.1", 10911)
     assert dec.msg_id == "7F00000100002A9F0000000000000030"
-    assert m.decode_message_id(dec.msg_id) == (("127.0.0.1", 10911), 0x30)
+    assert mid.decode_message_id(dec.msg_id) == (("127.0.0.1", 10911), 0x30)
     req = m.check_message_and_return_size(GOLDEN_1_10, 0, True)
     assert req.success and req.msg_size == 125 and req.commitlog_offset == 0x30
     assert req.tags_code == java_string_hash("TagA") and req.store_timestamp == 1700000000123
@@ -76,7 +78,7 @@ def test_ipv6_hosts_shift_store_timestamp_and_msg_id() -> None:
     dec = m.decode_message(enc)
     assert dec.born_host == ("::1", 12345) and dec.store_host == ("fd00::2", 10911)
     assert len(dec.msg_id) == 56
-    assert m.decode_message_id(dec.msg_id) == (("fd00::2", 10911), 777)
+    assert mid.decode_message_id(dec.msg_id) == (("fd00::2", 10911), 777)
 
 
 def test_long_topic_writes_v2_magic_with_short_length() -> None:
@@ -93,11 +95,11 @@ def test_long_topic_writes_v2_magic_with_short_length() -> None:
 
 
 def test_properties_codec_java_rules() -> None:
-    assert m.properties_to_string({"a": "1", "b": "2"}) == "a\x011\x02b\x012"
-    assert m.properties_to_string({"a": "1", "b": None}, trailing_separator=True) == "a\x011\x02"
-    assert m.string_to_properties("a\x011\x02b\x012\x02") == {"a": "1", "b": "2"}
+    assert mp.properties_to_string({"a": "1", "b": "2"}) == "a\x011\x02b\x012"
+    assert mp.properties_to_string({"a": "1", "b": None}, trailing_separator=True) == "a\x011\x02"
+    assert mp.string_to_properties("a\x011\x02b\x012\x02") == {"a": "1", "b": "2"}
     # Java drops pairs with an empty name or value; the raw bytes survive a round trip anyway.
-    assert m.string_to_properties("a\x01\x02\x01x\x02c\x013") == {"c": "3"}
+    assert mp.string_to_properties("a\x01\x02\x01x\x02c\x013") == {"c": "3"}
     msg = golden_message()
     msg.properties_bytes = b"a\x01\x02TAGS\x01TagA\x02"
     dec = m.decode_message(m.encode_message(msg))
@@ -170,13 +172,6 @@ def test_batch_encoder_matches_single_encoder_and_patches() -> None:
     assert m.record_store_timestamp(batch.data, batch.starts[2]) == 99
 
 
-def test_java_hashmap_order() -> None:
-    # Bucket 12 of 16 holds both; insertion order decides (verified against Apache's bytes).
-    assert m.java_hashmap_order(["x-json", "UNIQ_KEY"]) == ["x-json", "UNIQ_KEY"]
-    assert m.java_hashmap_order(["UNIQ_KEY", "x-json"]) == ["UNIQ_KEY", "x-json"]
-    assert m.java_hashmap_order(["TAGS", "KEYS"]) == ["KEYS", "TAGS"]
-
-
 # --- the Apache fixtures -------------------------------------------------------------------------
 def test_every_manifest_message_decodes_identically(fixture_root, fixture_set, manifests) -> None:
     store = fixture_root / fixture_set.classic
@@ -207,8 +202,8 @@ def test_every_manifest_message_decodes_identically(fixture_root, fixture_set, m
             assert dec.reconsume_times == row["reconsumeTimes"]
             assert dec.prepared_transaction_offset == row["preparedTransactionOffset"]
             assert dec.properties == row["properties"]
-            assert m.host_to_bytes(dec.born_host) == m.host_to_bytes(parse_host(row["bornHost"]))
-            assert m.host_to_bytes(dec.store_host) == m.host_to_bytes(parse_host(row["storeHost"]))
+            assert mid.host_to_bytes(dec.born_host) == mid.host_to_bytes(parse_host(row["bornHost"]))
+            assert mid.host_to_bytes(dec.store_host) == mid.host_to_bytes(parse_host(row["storeHost"]))
             assert dec.msg_id == row["msgId"] and req.uniq_key == row["uniqKey"]
             assert (dec.uniq_key or "") == row["uniqKey"]
 
@@ -273,8 +268,8 @@ def test_round_trip_property(msg: m.MessageExt) -> None:
                  "store_timestamp", "reconsume_times", "prepared_transaction_offset",
                  "queue_offset", "commitlog_offset"):
         assert getattr(dec, name) == getattr(msg, name), name
-    assert m.host_to_bytes(dec.born_host) == m.host_to_bytes(msg.born_host)
-    assert m.host_to_bytes(dec.store_host) == m.host_to_bytes(msg.store_host)
+    assert mid.host_to_bytes(dec.born_host) == mid.host_to_bytes(msg.born_host)
+    assert mid.host_to_bytes(dec.store_host) == mid.host_to_bytes(msg.store_host)
     assert dec.store_size == len(enc) and dec.body_crc == zlib.crc32(msg.body) & 0x7FFFFFFF
     assert bytes(m.encode_message(dec)) == bytes(enc)
     req = m.check_message_and_return_size(enc, 0, True)
