@@ -156,10 +156,14 @@ class Pump:
     def tick(self, ms: float) -> None:
         """Let ``ms`` pass: both sides' timers fire (heartbeats, re-acks, expiry), then settle."""
         self.now += ms
+        self.fire_timers()
+        self.run()
+
+    def fire_timers(self) -> None:
+        """Both sides' timers at ``now`` (heartbeats, re-acks, expiry), without settling."""
         step = self.m.poll(self.now, self.master.max_offset)
         if step is not None:
             self.apply_master(step)
         step = self.s.poll(self.now)
         if step is not None:
             self.apply_slave(step)
-        self.run()

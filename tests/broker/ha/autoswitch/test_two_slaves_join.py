@@ -183,12 +183,7 @@ class World:
         self.now += ms
         for pump in self.pumps.values():
             pump.now = float(self.now)
-            st = pump.m.poll(pump.now, self.master.max_offset)
-            if st is not None:
-                pump.apply_master(st)
-            st = pump.s.poll(pump.now)
-            if st is not None:
-                pump.apply_slave(st)
+            pump.fire_timers()
         self._ha()
         due = [(t, c) for t, c in self.in_flight if t <= self.now]
         self.in_flight = [(t, c) for t, c in self.in_flight if t > self.now]
