@@ -19,9 +19,8 @@ not depend on the managers' method names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from broker.metadata.consumer_offset import ConsumerOffsetManager
 from broker.metadata.data_version import DataVersion
@@ -40,15 +39,15 @@ FILE_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class TopicView:
-    """What the processor needs of a TopicConfig."""
+class TopicView(NamedTuple):
+    """What the processor needs of a TopicConfig (read-only; a tuple: made per topic lookup, two
+    per send, and a tuple is built in a fifth of a frozen dataclass's time, issue 22)."""
 
     topic_name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
-    raw: Any = None
+    raw: object = None  # the TopicConfig itself
     order: bool = False
 
     def to_json(self) -> dict[str, Any]:

@@ -58,6 +58,10 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.send_service",
     "broker.store_access",
     "broker.store.put_result",
+    # issue 22, session 15: the classic commitlog's append (per-message patch loop, flush and
+    # replica requests) and the request header's field reads
+    "broker.store.commitlog",
+    "broker.remoting.header_fields",
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

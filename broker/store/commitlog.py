@@ -40,7 +40,6 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from broker.store import commitlog_recovery
@@ -76,13 +75,20 @@ _I = struct.Struct(">i")
 ReplicaHook = Callable[[AppendMessageResult], "Future[PutMessageStatus] | None"]
 
 
-@dataclass(slots=True)
 class SelectMappedBufferResult:
-    """A zero-copy view of committed bytes starting at absolute ``start_offset``."""
+    """A zero-copy view of committed bytes starting at absolute ``start_offset``.
 
-    start_offset: int
-    buffer: memoryview
-    mapped_file: StoreFile  # a classic MappedFile, or a DLedger MmapFile above the divide
+    (A plain class: compiled, mypyc's dataclass support cannot name ``memoryview``.)"""
+
+    __slots__ = ("start_offset", "buffer", "mapped_file")
+
+    def __init__(self, start_offset: int, buffer: memoryview, mapped_file: StoreFile) -> None:
+        self.start_offset = start_offset
+        self.buffer = buffer
+        self.mapped_file = mapped_file  # a classic MappedFile, or a DLedger MmapFile above the divide
+
+    def __repr__(self) -> str:
+        return f"SelectMappedBufferResult(start_offset={self.start_offset}, size={len(self.buffer)})"
 
     @property
     def size(self) -> int:
@@ -341,10 +347,11 @@ class CommitLog:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
         try:
             batch = encode_batch(msgs, self.max_message_size)
-        except PropertiesSizeExceeded as exc:
-            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
-        except MessageFormatError as exc:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc))
+        # (one name per except clause: compiled, a name keeps the type of its first clause)
+        except PropertiesSizeExceeded as too_big:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, error=str(too_big))
+        except MessageFormatError as bad:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(bad))
         if max(batch.sizes) + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     error=f"record of {max(batch.sizes)} bytes cannot fit a "

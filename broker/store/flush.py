@@ -162,6 +162,11 @@ class GroupCommitService(FlushService):
         self._requests: list[GroupCommitRequest] = []
         self.groups = 0  # flush passes that completed at least one request (for benchmarks)
 
+    def pending(self) -> list[GroupCommitRequest]:
+        """The requests waiting for the next flush pass (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
     def put_request(self, next_offset: int) -> GroupCommitRequest:
         req = GroupCommitRequest(next_offset, self.timeout_ms)
         if self.queue.flushed_where >= next_offset:

@@ -101,6 +101,29 @@ def test_hostile_json_headers_are_refused_as_header_errors(header: bytes) -> Non
         decode_frame(struct.pack(">i", len(header)) + header)
 
 
+def _binary_header(ext: bytes) -> bytes:
+    h = struct.pack(">hbhii", 310, 0, 401, 7, 0) + struct.pack(">i", 0) + struct.pack(">i", len(ext)) + ext
+    return struct.pack(">i", (1 << 24) | len(h)) + h
+
+
+@pytest.mark.parametrize("ext, why", [
+    (struct.pack(">h", -1) + struct.pack(">i", 0), "length -1"),                  # negative key length
+    (struct.pack(">h", 1) + b"a" + struct.pack(">i", -5), "length -5"),           # negative value length
+    (struct.pack(">h", 1) + b"a" + struct.pack(">i", 1 << 30) + b"x", "exceeds"),  # value beyond the header
+    (struct.pack(">h", 1) + b"\xff" + struct.pack(">i", 1) + b"x", "UTF-8"),       # key not UTF-8
+    (struct.pack(">h", 1) + b"a" + struct.pack(">i", 1) + b"\xfe", "UTF-8"),       # value not UTF-8
+    (struct.pack(">h", 1) + b"a" + b"\x00\x00", "truncated"),                      # value length cut
+    (b"\x00", "truncated"),                                                        # key length cut
+])
+def test_hostile_binary_ext_fields_are_refused_as_header_errors(ext: bytes, why: str) -> None:
+    """The ROCKETMQ header's ext fields: a negative, oversized or cut length and a string that is
+    not UTF-8 are RemotingCommandErrors naming the fault, whether compiled or from source."""
+    with pytest.raises(RemotingCommandError, match=why):
+        decode_frame(_binary_header(ext))
+    good = struct.pack(">h", 1) + b"a" + struct.pack(">i", 2) + "\u00e9".encode()
+    assert decode_frame(_binary_header(good)).ext_fields == {"a": "\u00e9"}
+
+
 def test_pending_frame_length_announces_the_incomplete_frame() -> None:
     """The server reserves this against serverMaxPendingBytes before buffering a big frame's body."""
     dec = FrameDecoder()

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import pytest
 
 from broker import refusals
+from broker.metadata_access import TopicView
 from broker.api import errors as E
 from broker.api.errors import BrokerApiError
 from broker.refusals import (BadRequest, CorruptRecord, LeadershipTransferFailed, MemberStopped, MessageIllegal,
@@ -120,7 +121,7 @@ class _Host:
         self.at_prepare = at_prepare
         self.store_access = None
         self.dledger_enabled = False
-        view = SimpleNamespace(perm=6, order=False, write_queue_nums=4)
+        view = TopicView("T", 4, 4, 6)  # the metadata's own view (compiled, the service checks its type)
         self.metadata = SimpleNamespace(topic=lambda _name: view)
 
     def check_writable(self) -> None:

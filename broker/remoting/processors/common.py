@@ -3,7 +3,7 @@
 Rules:
 - Header fields are strings (RocketMQ's ``decodeCommandCustomHeader``); a required field that is
   missing or not a number is answered ``SYSTEM_ERROR`` "the custom field <name> is null" / "...
-  is not a number" (:class:`HeaderError`), never a traceback.
+  is not a number" (:class:`HeaderError`, ``broker.remoting.header_fields``), never a traceback.
 - :func:`refusal_response` is the remoting door's one translation of a refusal
   (``broker.refusals.Refusal``, which the HTTP API calls ``BrokerApiError``) into a RocketMQ
   response code and RocketMQ's remark: NOT_MASTER and SERVICE_NOT_AVAILABLE ->
@@ -24,6 +24,7 @@ from broker import refusals
 from broker.refusals import Refusal, StoreNotOpen
 from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import ResponseCode as R
+from broker.remoting.header_fields import HeaderError, field_bool, field_int, field_str  # noqa: F401 (the processors' names)
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.api.metrics import BrokerMetrics
@@ -46,10 +47,6 @@ _CODE_MAP = {
     refusals.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT, refusals.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
     refusals.SLAVE_NOT_AVAILABLE: R.SLAVE_NOT_AVAILABLE, refusals.SUBSCRIPTION_GROUP_NOT_EXIST: R.SUBSCRIPTION_GROUP_NOT_EXIST,
 }
-
-
-class HeaderError(ValueError):
-    pass
 
 
 class BrokerHost(Protocol):
@@ -142,32 +139,6 @@ class Processor:
         if sa is None:
             raise StoreNotOpen()
         return sa
-
-
-def field_str(cmd: RemotingCommand, name: str, default: Optional[str] = None, *, required: bool = False) -> Optional[str]:
-    v = cmd.ext_fields.get(name)
-    if v is None:
-        if required:
-            raise HeaderError(f"the custom field <{name}> is null")
-        return default
-    return v
-
-
-def field_int(cmd: RemotingCommand, name: str, default: Optional[int] = None) -> int:
-    v = cmd.ext_fields.get(name)
-    if v is None or v == "":
-        if default is None:
-            raise HeaderError(f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise HeaderError(f"the custom field <{name}> is not a number: {v[:40]!r}") from None
-
-
-def field_bool(cmd: RemotingCommand, name: str, default: bool = False) -> bool:
-    v = cmd.ext_fields.get(name)
-    return default if v is None else v.strip().lower() == "true"
 
 
 def refusal_response(cmd: RemotingCommand, exc: Refusal, header: Optional[dict[str, Any]] = None) -> RemotingCommand:

@@ -46,8 +46,8 @@ from broker.remoting.codec import RemotingCommand
 from broker.remoting.codes import RequestCode as RC
 from broker.remoting.codes import ResponseCode as R
 from broker.refusals import Refusal
-from broker.remoting.processors.common import (FAQ, HeaderError, Processor, field_bool, field_int, field_str,
-                                               refusal_response)
+from broker.remoting.header_fields import HeaderError, field_bool, field_int, field_str
+from broker.remoting.processors.common import FAQ, Processor, refusal_response
 from broker.remoting.processors.topic_group_admin import refuse_long_topic
 from broker.remoting.server import RemotingConnection
 from broker.store.message import MessageExt
