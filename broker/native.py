@@ -62,6 +62,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     # replica requests) and the request header's field reads
     "broker.store.commitlog",
     "broker.remoting.header_fields",
+    "broker.store.names",  # every dispatched record's topic/queue check (the reput thread holds the GIL)
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

@@ -22,7 +22,8 @@ Theory of operation: pure functions. ``*_problem`` return ``None`` for a valid v
 line saying why not (for logs and MESSAGE_ILLEGAL answers); ``check_*`` raise
 :class:`InvalidNameError` with that line (for path builders, which must never build a path
 from a bad name); :func:`record_problem` is what every dispatch path asks of a parsed record
-(the send's rule, plus a non-negative queue offset).
+(the send's rule, plus a non-negative queue offset). Compiled with mypyc (``broker.native``):
+the reput thread asks it of every record while holding the GIL the put path needs.
 """
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ QUEUE_ID_LIMIT = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
 class ParsedRecord(Protocol):
     """What :func:`record_problem` reads of a parsed record (a ``DispatchRequest``)."""
 
+    # (read as ``object``: they come from a parsed record, and compiled code would check an ``int``
+    # on read, turning a bad value into a TypeError instead of the problem this module names)
     @property
-    def topic(self) -> str: ...
+    def topic(self) -> object: ...
 
     @property
-    def queue_id(self) -> int: ...
+    def queue_id(self) -> object: ...
 
     @property
-    def consume_queue_offset(self) -> int: ...
+    def consume_queue_offset(self) -> object: ...
 
 
 class InvalidNameError(ValueError):
@@ -114,6 +117,9 @@ def record_problem(request: ParsedRecord) -> str | None:
     range as a send, topic length up to the record limit (module rules), and a queue offset
     >= 0 (the store assigns them from 0; a negative one would name a ``-000...`` CQ file)."""
     problem = topic_problem(request.topic, RECORD_TOPIC_MAX_LENGTH) or queue_id_problem(request.queue_id)
-    if problem is None and request.consume_queue_offset < 0:
-        problem = f"queue offset {request.consume_queue_offset} is negative"
+    offset = request.consume_queue_offset
+    if problem is None and (isinstance(offset, bool) or not isinstance(offset, int)):
+        problem = f"queue offset must be an integer, not {type(offset).__name__}"
+    elif problem is None and isinstance(offset, int) and offset < 0:
+        problem = f"queue offset {offset} is negative"
     return problem
