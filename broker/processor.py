@@ -36,7 +36,7 @@ from broker.api.views import UniqKeyGenerator, message_to_json, to_message_ext
 from broker.offset_commit import check_commit
 from broker.refusals import (BadRequest, LeadershipTransferFailed, MessageNotFound, NoPermission, NotDurable, NotMaster,
                              StoreNotOpen, TopicNotFound)
-from broker.send_service import SendMessageService, StatsSource
+from broker.send_service import SendMessageService
 from broker.store.message import MessageFormatError
 from broker.store.message_id import decode_message_id
 from broker.store.put_result import PutMessageStatus
@@ -67,9 +67,6 @@ class ProcessorHost(Protocol):
     metadata: "MetadataAccessor"
     metrics: "BrokerMetrics"
     role_handler: Optional["DLedgerRoleChangeHandler"]
-
-    @property
-    def remoting(self) -> Optional[StatsSource]: ...  # BrokerRemoting once started (broker stats)
 
     def check_writable(self) -> None: ...
 

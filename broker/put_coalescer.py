@@ -205,7 +205,7 @@ def _slice(result: PutMessageResult, i: int, msgs: list[MessageExt]) -> PutMessa
         wrote_offset=phys[0], wrote_bytes=sum(sizes), store_timestamp=ar.store_timestamp,
         logics_offset=ar.queue_offsets[i], msg_num=len(msgs), physical_offsets=phys,
         queue_offsets=list(ar.queue_offsets[i:j]), store_hosts=list(ar.store_hosts[i:j]),
-        end_offset=phys[-1] + sizes[-1],
+        end_offset=phys[-1] + sizes[-1], sizes=sizes,
     )
     return PutMessageResult(result.status, part, result.error, dict(result.extra))
 

@@ -18,33 +18,38 @@ Rules:
   found is stored whole (at-least-once, as before: a batch is never split).
 - A put whose keys are those of a put still in flight on this broker waits for it and answers
   with its outcome (a client that timed out and retried to the same leader). A put this broker
-  completed is also remembered as a whole request (:meth:`RecentSends.remember`), because a
-  classic store answers before its reput thread dispatches: only a *stored* answer is
-  remembered (PUT_OK; in classic mode also FLUSH_SLAVE_TIMEOUT/SLAVE_NOT_AVAILABLE/
-  FLUSH_DISK_TIMEOUT, the bytes being in the local log, re-answered as PUT_OK so the SYNC_MASTER
-  wait runs again); a DLedger "outcome unknown" is not, as its entry may still be truncated.
+  completed is also remembered at once, each message's key in the window
+  (:meth:`RecentSends.remember`), because a classic store answers before its reput thread
+  dispatches: only a *stored* answer is remembered (PUT_OK; in classic mode also
+  FLUSH_SLAVE_TIMEOUT/SLAVE_NOT_AVAILABLE/FLUSH_DISK_TIMEOUT, the bytes being in the local log,
+  re-answered as PUT_OK); a DLedger "outcome unknown" is not, as its entry may still be
+  truncated. When that message is dispatched, the arrival listener finds its key already there
+  with the same place and leaves it (one entry per key, not two).
 - Messages without a UNIQ_KEY, and consumer retries (``%RETRY%``/``%DLQ%`` topics: a message
   sent back again keeps its UNIQ_KEY), are never deduplicated. A delayed send is keyed under
   SCHEDULE_TOPIC_XXXX, where it is stored, so its delivery to the real topic is not a "retry";
   a second delivery of it to the same real topic (a new master re-delivering from the synced
   delayOffset.json) is answered from the window.
 
-Theory of operation: two :class:`broker.gc_quiet.RecentTable` (message keys, whole requests) in
-arrival order, trimmed on insert by age and size; all calls on the broker's event loop except :meth:`RecentSends.on_arrival` (the reput thread),
-hence the lock.
+Theory of operation: one :class:`broker.gc_quiet.RecentTable` of message keys in arrival order,
+trimmed on insert by age and size; all calls on the broker's event loop except
+:meth:`RecentSends.on_arrival` (the reput thread), hence the lock. A put in flight is a
+:class:`Flight` per key; the future a retry waits on is made only when a retry comes (the first
+put of a key never makes one). Per put this is one lookup and one insert per key (issue 22: the
+window used to keep whole requests in a second table too, marshalled, and a future per put:
+7.5% of a classic master under Apache's benchmark producer).
 
 Memory shape (issue 22.3): the window holds up to 60 s of traffic, hundreds of thousands of
 entries, and Python's cyclic collector visits every element of every container it walks on each
 full collection, with every thread stopped. Entries are therefore packed bytes in tables the
 collector never walks (:mod:`broker.gc_quiet`): ``(queueId, queueOffset, physicalOffset, size)``
-per key, a marshalled :data:`Row` per remembered request. With an ``OrderedDict`` of objects in
+per key. With an ``OrderedDict`` of objects in
 their place, a full collection of a DLedger leader at 1,000 msgs/s grew to 0.3-0.5 s and cost it
 the leadership; with one of flat tuples, to 60-100 ms.
 """
 from __future__ import annotations
 
 import asyncio
-import marshal
 import struct
 import threading
 import time
@@ -68,14 +73,16 @@ class Stored:
 
 
 Key = tuple[str, str]
-#: a remembered request's answer, flat: (msgIds, queueOffsets, physicalOffsets, wroteBytes,
-#: nextOffset, queueId); the caller packs and unpacks it (StoreAccess: PutOutcome)
-Row = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...], int, int, "int | None"]
 _STORED = struct.Struct("<iqqi")  # queueId, queueOffset, physicalOffset, size
 
 
-def _request_key(keys: Sequence[Key]) -> str:
-    return "\1".join(f"{topic}\0{uniq}" for topic, uniq in keys)
+class Flight:
+    """A put in flight with these keys; ``waiter`` is made when a retry waits for it."""
+
+    def __init__(self, keys: tuple[Key, ...]) -> None:
+        self.keys = keys
+        self.waiter: asyncio.Future[Any] | None = None
+        self.done = False
 
 
 class RecentSends:
@@ -91,11 +98,8 @@ class RecentSends:
         self.max_keys = self.MAX_KEYS  # per instance (compiled code reads class constants at build time)
         # "topic\0uniq" -> (queueId, queueOffset, physicalOffset, size), packed (memory shape above)
         self._keys = RecentTable(self.max_keys)
-        self._inflight: dict[Key, tuple[tuple[Key, ...], asyncio.Future[Any]]] = {}
-        self._requests = RecentTable(self.max_keys)  # request key -> marshalled Row
+        self._inflight: dict[Key, Flight] = {}
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one begin() last ran on,
-        self._loop_thread = 0  # on this thread (threading.get_ident())
         self.hits = 0
 
     @property
@@ -103,19 +107,22 @@ class RecentSends:
         return self.window > 0
 
     def on_arrival(self, batch: Sequence[Any]) -> None:
-        """The store's arrival listener: remember each dispatched message that has a UNIQ_KEY."""
+        """The store's arrival listener: remember each dispatched message that has a UNIQ_KEY
+        (one this broker put is there already, in the same place: left as it is)."""
         if not self.enabled:
             return
         now = self._clock()
         limit = now - self.window
         pack = _STORED.pack
         with self._lock:
-            put = self._keys.put
+            table = self._keys
             for r in batch:
                 if r.uniq_key:
-                    put(f"{r.topic}\0{r.uniq_key}", now,
-                        pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit, self.max_keys)
-            self._keys.trim(limit, self.max_keys)
+                    key = f"{r.topic}\0{r.uniq_key}"
+                    stored = pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size)
+                    if table.get(key, limit) != stored:
+                        table.put(key, now, stored, limit, self.max_keys)
+            table.trim(limit, self.max_keys)
 
     def on_arrival_at(self, batch: Sequence[Any], age_s: float) -> None:
         """Remember messages dispatched ``age_s`` seconds ago (the window rebuilt at start,
@@ -178,52 +185,43 @@ class RecentSends:
         }
 
     def inflight(self, keys: Sequence[Key]) -> asyncio.Future[Any] | None:
-        """The put in flight with exactly these keys, if any."""
+        """What a retry of the put in flight with exactly these keys waits on, if there is one
+        (made now, on the running loop, the first time a retry asks)."""
         got = self._inflight.get(keys[0])
-        if got is None or got[0] != tuple(keys) or got[1].done():
+        if got is None or got.done or got.keys != tuple(keys):
             return None
-        return got[1]
+        if got.waiter is None:
+            got.waiter = asyncio.get_running_loop().create_future()
+        return got.waiter
 
-    def begin(self, keys: Sequence[Key]) -> asyncio.Future[Any]:
-        """A future for the put of ``keys`` starting now, on the running loop. The loop is
-        remembered with the thread it was running on: while it still runs and the caller is on
-        that thread, it is the running loop (a thread runs one loop at a time; a loop, ours
-        included, is not moved to another thread while it runs), which spares
-        ``asyncio.get_running_loop()`` and its ``getpid()`` system call per request (CPython
-        3.11; uvloop's loop has no public thread id, hence the pair). Otherwise asyncio is asked,
-        as before: outside a loop that raises RuntimeError."""
-        loop = self._loop
-        thread = threading.get_ident()
-        if loop is None or thread != self._loop_thread or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-            self._loop_thread = thread
-        fut: asyncio.Future[Any] = loop.create_future()
-        entry = (tuple(keys), fut)
+    def begin(self, keys: Sequence[Key]) -> Flight:
+        """The put of ``keys`` starts now (a retry arriving meanwhile waits for its outcome)."""
+        flight = Flight(tuple(keys))
         for k in keys:
-            self._inflight[k] = entry
-        return fut
+            self._inflight[k] = flight
+        return flight
 
-    def end(self, keys: Sequence[Key], fut: asyncio.Future[Any]) -> None:
-        for k in keys:
-            got = self._inflight.get(k)
-            if got is not None and got[1] is fut:
+    def end(self, flight: Flight, outcome: Any) -> None:
+        """The put of ``flight`` is over: a waiting retry gets ``outcome`` (None: not stored)."""
+        flight.done = True
+        waiter = flight.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(outcome)
+        for k in flight.keys:
+            if self._inflight.get(k) is flight:
                 del self._inflight[k]
 
-    def remember(self, keys: Sequence[Key], row: Row) -> None:
-        """A stored answer of this broker to exactly these keys (module rules), flat."""
+    def remember(self, keys: Sequence[Key], queue_id: int, queue_offsets: Sequence[int],
+                 physical_offsets: Sequence[int], sizes: Sequence[int]) -> None:
+        """A stored answer of this broker to these keys (module rules): each message's place."""
         now = self._clock()
+        limit = now - self.window
+        pack = _STORED.pack
         with self._lock:
-            self._requests.put(_request_key(keys), now, marshal.dumps(row), now - self.window, self.max_keys)
-
-    def recall(self, keys: Sequence[Key]) -> Row | None:
-        """The remembered answer to exactly these keys, if still in the window."""
-        with self._lock:
-            got = self._requests.get(_request_key(keys), self._clock() - self.window)
-        if got is None:
-            return None
-        self.hits += len(keys)
-        row: Row = marshal.loads(got)
-        return row
+            table = self._keys
+            for i, (topic, uniq) in enumerate(keys):
+                table.put(f"{topic}\0{uniq}", now, pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i]),
+                          limit, self.max_keys)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -15,7 +15,8 @@ Rules (RocketMQ 4.9.8's ``AbstractSendMessageProcessor.msgCheck`` and ``SendMess
   during the put is answered ``NOT_MASTER`` with the new master. Each door turns a status into
   its answer with its one table.
 - Every put is counted once, whatever the door: latency by door, messages by status, and on
-  ``PUT_OK`` bytes and ``TOPIC_PUT_NUMS`` (``mqadmin statsAll``).
+  ``PUT_OK`` bytes and ``TOPIC_PUT_NUMS`` (``mqadmin statsAll``), in one compiled call
+  (``BrokerMetrics.observe_put``).
 - Compiled with mypyc (``broker.native``, issue 22 H10): ``SendMessageService`` is a native
   class (no attribute assignment on its methods; a stand-in for it is not one: tests drive the
   real service over a fake ``SendHost``). The host's members are read through the Protocol.
@@ -42,26 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
 PERM_WRITE = 2
 
 
-class StatsCounts(Protocol):
-    """Running totals per (name, key): ``processors.broker_stats.KeyedCounts``."""
-
-    def add(self, name: str, key: str, n: int) -> None: ...
-
-
-class BrokerStats(Protocol):
-    """The remoting side's ``broker_stats`` (VIEW_BROKER_STATS_DATA, ``mqadmin statsAll``)."""
-
-    @property
-    def counts(self) -> StatsCounts: ...
-
-
-class StatsSource(Protocol):
-    """What the send path needs of the broker's remoting side: where ``TOPIC_PUT_NUMS`` is counted."""
-
-    @property
-    def broker_stats(self) -> BrokerStats: ...
-
-
 class SendHost(Protocol):
     """What the send path asks of its broker (``BrokerController`` is one)."""
 
@@ -73,9 +54,6 @@ class SendHost(Protocol):
     store_access: Optional[StoreAccess]
     metadata: MetadataAccessor
     metrics: BrokerMetrics
-
-    @property
-    def remoting(self) -> Optional[StatsSource]: ...  # BrokerRemoting once started (broker stats)
 
     def check_writable(self) -> None: ...
 
@@ -133,11 +111,6 @@ class SendMessageService:
     def observe(self, door: str, topic: str, count: int, body_bytes: int, t0: float,
                 status: PutMessageStatus) -> None:
         """Count one put (module rules); ``door`` labels the latency ("single", "batch", "remoting")."""
-        m = self.host.metrics
-        m.put_latency.observe(time.perf_counter() - t0, door)
-        m.put_messages.inc(topic, status.value, amount=count)
-        if status is PutMessageStatus.PUT_OK:
-            m.put_bytes.inc(topic, amount=body_bytes)
-            remoting = self.host.remoting
-            if remoting is not None:
-                remoting.broker_stats.counts.add("TOPIC_PUT_NUMS", topic, count)
+        # PUT_OK by identity: an Enum's ``value`` is a property interpreted by enum.py
+        name = "PUT_OK" if status is PutMessageStatus.PUT_OK else status.value
+        self.host.metrics.observe_put(door, topic, count, body_bytes, time.perf_counter() - t0, name)

@@ -34,8 +34,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from broker.put_dedup import RecentSends, Row
-from broker.store.message import MessageExt
+from broker.put_dedup import RecentSends
+from broker.store.message import MessageExt, encoded_length
 from broker.refusals import CorruptRecord, MemberStopped
 from broker.store.put_result import PutMessageStatus, PutRefused
 
@@ -62,17 +62,7 @@ class PutOutcome:
     status: PutMessageStatus = PutMessageStatus.PUT_OK  # or stored but not durable (FLUSH_*_TIMEOUT, ...)
     queue_id: int | None = None  # set when a retry was answered from the dedup window (its queue)
     detail: str = ""  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
-
-    def to_row(self, queue_id: int) -> Row:
-        """The flat form the dedup window keeps (``broker.put_dedup``: no object per entry)."""
-        return (tuple(self.msg_ids), tuple(self.queue_offsets), tuple(self.physical_offsets), self.wrote_bytes,
-                self.next_offset, queue_id)
-
-    @classmethod
-    def from_row(cls, row: Row) -> "PutOutcome":
-        """A remembered stored answer, re-answered as PUT_OK."""
-        ids, qoffs, phys, wrote, nxt, qid = row
-        return cls(list(ids), list(qoffs), list(phys), wrote, nxt, PutMessageStatus.PUT_OK, qid)
+    sizes: Sequence[int] = ()  # each record's size (the dedup window remembers them)
 
 
 @contextlib.contextmanager
@@ -219,9 +209,6 @@ class StoreAccess:
             earlier = await asyncio.shield(running)
             if earlier is not None:
                 return earlier  # the same request, answered once
-        again = dedup.recall(keys)
-        if again is not None:
-            return PutOutcome.from_row(again)
         hit = dedup.lookup(keys)
         if hit is not None:
             log.info("send of %d message(s) to %s already stored (UNIQ_KEY %s): answered from the dedup window",
@@ -232,17 +219,16 @@ class StoreAccess:
             if all(m is not None for m in stored):
                 fields["msg_ids"] = [m.msg_id for m in stored]  # type: ignore[union-attr]
             return PutOutcome(**fields)
-        fut = dedup.begin(keys)
+        flight = dedup.begin(keys)
         outcome: PutOutcome | None = None
         try:
             outcome = await self._put_messages(msgs)
             if outcome.status is PutMessageStatus.PUT_OK or not self.store_is_dledger:
-                dedup.remember(keys, outcome.to_row(msgs[0].queue_id))
+                dedup.remember(keys, msgs[0].queue_id, outcome.queue_offsets, outcome.physical_offsets,
+                               outcome.sizes)
             return outcome
         finally:
-            if not fut.done():
-                fut.set_result(outcome)
-            dedup.end(keys, fut)
+            dedup.end(flight, outcome)
 
     async def put_internal(self, msgs: Sequence[MessageExt]) -> PutOutcome:
         """A broker-made put (transaction bookkeeping): never answered from the dedup window."""
@@ -265,6 +251,7 @@ class StoreAccess:
             msg_ids=ar.msg_ids, queue_offsets=list(ar.queue_offsets), physical_offsets=list(ar.physical_offsets),
             wrote_bytes=ar.wrote_bytes, next_offset=ar.end_offset or ar.wrote_offset + ar.wrote_bytes,
             status=status, detail=result.error if status is not PutMessageStatus.PUT_OK else "",
+            sizes=ar.sizes if len(ar.sizes) == len(msgs) else [encoded_length(m) for m in msgs],
         )
         for hook in self._put_hooks:
             hook(outcome.next_offset)

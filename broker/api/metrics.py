@@ -5,6 +5,11 @@ Rules:
   seconds. Every series carries no per-message label (topic at most), so cardinality stays
   bounded by the number of topics.
 - Counters and histograms are updated on the event loop thread only (no locks needed).
+- A put is counted once, whatever the door, by :meth:`BrokerMetrics.observe_put`: its latency
+  (histogram by door, and Apache's put-time table, ``broker.stats_manager.PutTimes``), messages
+  by topic and status, and on ``PUT_OK`` body bytes and ``TOPIC_PUT_NUMS`` (``mqadmin statsAll``,
+  ``broker.stats_manager.KeyedCounts``, which pulls count into as well).
+- Compiled with mypyc (``broker.native``, issue 22): per put this is one compiled call.
 - Gauges are not stored: :meth:`BrokerMetrics.render` asks registered gauge callbacks (the
   controller: offsets, dispatch behind, slave lag, HA connections, role) at scrape time, so a
   scrape always sees the current state and the hot path pays nothing for them.
@@ -18,6 +23,8 @@ from __future__ import annotations
 import bisect
 import math
 from typing import Callable, Iterable
+
+from broker.stats_manager import TOPIC_PUT_NUMS, KeyedCounts, PutTimes
 
 LabelValues = tuple[str, ...]
 GaugeSample = tuple[dict[str, str], float]
@@ -107,6 +114,17 @@ class BrokerMetrics:
         self.get_messages = Counter("rocketmq_broker_get_messages_total", "Messages returned by pulls", ("topic",))
         self.slave_sync = Counter("rocketmq_broker_slave_sync_total", "SlaveSynchronize file updates by file and result", ("file", "result"))
         self._gauges: list[tuple[str, str, GaugeCallback, str]] = []
+        self.put_times = PutTimes()  # StoreStatsService's put-time table (mqadmin brokerStatus)
+        self.stats_counts = KeyedCounts()  # BrokerStatsManager's per-key totals (mqadmin statsAll)
+
+    def observe_put(self, door: str, topic: str, count: int, body_bytes: int, seconds: float, status: str) -> None:
+        """Count one put (module rules); ``door`` labels the latency ("single", "batch", "remoting")."""
+        self.put_latency.observe(seconds, door)
+        self.put_times.add_seconds(seconds)
+        self.put_messages.inc(topic, status, amount=count)
+        if status == "PUT_OK":
+            self.put_bytes.inc(topic, amount=body_bytes)
+            self.stats_counts.add(TOPIC_PUT_NUMS, topic, count)
 
     def register_gauge(self, name: str, help_text: str, callback: GaugeCallback, kind: str = "gauge") -> None:
         """A series read at scrape time; ``kind="counter"`` for a monotonic count kept elsewhere."""

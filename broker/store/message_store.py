@@ -45,12 +45,10 @@ index and checkpoint runs on one background thread (FlushConsumeQueueService).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from broker.store import shape, store_verify
@@ -73,7 +71,7 @@ from broker.store.message import (
 from broker.store.message_properties import java_hashmap_ordered
 from broker.store.names import TOPIC_MAX_LENGTH, queue_id_problem, record_problem, topic_problem
 from broker.store.put_result import PutMessageResult, PutMessageStatus
-from broker.store.reput import ReputMessageService
+from broker.store.reput import DiskFullGuard, ReputMessageService
 from broker.store.shape_check import ShapeCheck
 from broker.store.store_reads import GetMessageResult, GetMessageStatus, StoreReads  # noqa: F401 - re-exported
 from broker.store.store_settings import ASYNC_FLUSH, StoreSettings  # noqa: F401 - re-exported
@@ -112,7 +110,7 @@ class DefaultMessageStore:
         self.arrival_listeners: list[Callable[[list[DispatchRequest]], None]] = []
         self._cq_flush_stop = threading.Event()
         self._stopping = threading.Event()
-        self.disk_full_error: str | None = None  # set while dispatch is blocked by a full disk
+        self.dispatch_guard: DiskFullGuard | None = None  # the reput's dispatchers (set by start)
         # puts refused before the disk fills, measured on the put path (issue 24.4)
         self.disk_guard = DiskGuard({"commitlog": str(self.store_path_commitlog), "consumequeue": str(self.root)},
                                     min_free_bytes=s.mapped_file_size_commit_log)
@@ -295,10 +293,10 @@ class DefaultMessageStore:
         reput_from = max(self.consume_queue_store.max_physical_offset(), self.commitlog.min_offset,
                          self.commitlog.classic_from, 0)
         self._stopping.clear()
-        guarded = [SimpleNamespace(dispatch=functools.partial(self._dispatch_guarded, d.dispatch))
-                   for d in self._dispatchers()]
-        self.reput = ReputMessageService(self.commitlog, guarded, reput_from, listeners=[self._notify_arrival],
-                                         skipped=self.skipped)
+        self.dispatch_guard = DiskFullGuard(self._dispatchers(), self._stopping)
+        self.reput = ReputMessageService(self.commitlog, [self.dispatch_guard], reput_from,
+                                         listeners=[self._notify_arrival], skipped=self.skipped)
+        self.dispatch_guard.attach(self.reput)
         try:
             self.reput.do_reput()
         except DiskFullError:
@@ -313,25 +311,11 @@ class DefaultMessageStore:
             self.cleaner.start()
         self._started = True
 
-    def _dispatch_guarded(self, dispatch: Callable[[DispatchRequest], None], request: DispatchRequest) -> None:
-        """One dispatcher's write; a full disk is handled as the module rules say."""
-        while True:
-            try:
-                dispatch(request)
-            except DiskFullError as exc:
-                if self.disk_full_error is None:
-                    self.disk_full_error = str(exc)
-                    log.error("dispatch stopped at commitlog offset %d: %s; the store is not writeable (puts "
-                              "refused, reads served) until space is freed", request.commitlog_offset, exc)
-                on_reput_thread = self.reput is not None and self.reput.on_service_thread()
-                if not on_reput_thread or self._stopping.wait(1.0):
-                    raise
-                continue
-            if self.disk_full_error is not None:
-                self.disk_full_error = None
-                log.warning("disk space is back: dispatch resumed at commitlog offset %d, writes accepted again",
-                            request.commitlog_offset)
-            return
+    @property
+    def disk_full_error(self) -> str | None:
+        """Why dispatch is blocked by a full disk (puts are refused meanwhile), None if it is not."""
+        guard = self.dispatch_guard
+        return guard.error if guard is not None else None
 
     def _notify_arrival(self, batch: list[DispatchRequest]) -> None:
         for listener in self.arrival_listeners:

@@ -16,7 +16,6 @@ from broker.gc_quiet import RecentTable
 from broker.gc_watch import GcWatch, freeze_startup
 from broker.put_dedup import RecentSends
 from broker.store.dispatch import DispatchRequest
-from broker.store_access import PutOutcome
 
 
 def _walked() -> int:
@@ -56,21 +55,20 @@ def test_a_full_window_adds_nothing_for_the_collector_to_walk() -> None:
         w.on_arrival([DispatchRequest("TopicA", 1, (b * 100 + i) * 1200, 1200, 0, 0, b * 100 + i,
                                       uniq_key=f"{b:08X}{i:024X}") for i in range(100)])
         keys = [("TopicA", f"R{b:07X}{i:024X}") for i in range(2)]
-        out = PutOutcome([f"{b:032X}", f"{b + 1:032X}"], [b, b + 1], [b * 10, b * 10 + 5], 10, b * 10 + 10)
-        w.remember(keys, out.to_row(3))
+        w.remember(keys, 3, [b, b + 1], [b * 10, b * 10 + 5], [5, 5])
     gc.collect()
     grown = _walked() - before
-    assert w.status()["keys"] == 20_000
-    # 20,000 keys and 200 requests: the collector's work must not grow with them
+    assert w.status()["keys"] == 20_400
+    # 20,000 dispatched keys and 200 requests of 2 remembered: the collector's work must not grow with them
     assert grown < 2_000, f"the collector walks {grown} more references after 20,200 window entries"
-    assert not gc.is_tracked(w._keys._index) and not gc.is_tracked(w._requests._index)
+    assert not gc.is_tracked(w._keys._index)
     hit = w.lookup([("TopicA", f"{7:08X}{5:024X}")])
     assert hit is not None and (hit[0].queue_offset, hit[0].physical_offset) == (705, 705 * 1200)
-    again = w.recall([("TopicA", f"R{7:07X}{i:024X}") for i in range(2)])
+    again = w.lookup([("TopicA", f"R{7:07X}{i:024X}") for i in range(2)])
     assert again is not None
-    back = PutOutcome.from_row(again)
-    assert (back.msg_ids, back.queue_offsets, back.physical_offsets, back.queue_id) == (
-        [f"{7:032X}", f"{8:032X}"], [7, 8], [70, 75], 3)
+    back = w.outcome_of(again)
+    assert (back["queue_offsets"], back["physical_offsets"], back["queue_id"], back["next_offset"]) == (
+        [7, 8], [70, 75], 3, 80)
 
 
 def test_gc_watch_times_collections_and_reports_long_ones(caplog: pytest.LogCaptureFixture) -> None:

@@ -83,18 +83,45 @@ def test_broker_answers_a_retried_send_once(tmp_path: Path) -> None:
         kill_all([b])
 
 
-def test_begin_makes_its_future_on_the_running_loop() -> None:
-    """begin() remembers the loop it ran on; a later loop (or none) is asked for again."""
+def test_a_retry_waits_on_a_future_of_its_own_running_loop() -> None:
+    """A put in flight makes no future; a retry of it gets one on the loop it runs on (a new
+    loop of either kind each time), the put's outcome resolves it, and the put's end forgets
+    the keys. Outside a loop, asking for one raises RuntimeError, as asyncio.get_running_loop()."""
     import asyncio
     w = RecentSends(60, ("10.0.0.1", 10911))
 
-    async def two() -> tuple[bool, bool]:
+    async def two() -> tuple[bool, bool, object, bool]:
         f1, f2 = w.begin([("T", "A")]), w.begin([("T", "B")])
+        assert f1.waiter is None and f2.waiter is None  # nothing made until a retry asks
         loop = asyncio.get_running_loop()
-        return f1.get_loop() is loop, f2.get_loop() is loop
+        r1, r2 = w.inflight([("T", "A")]), w.inflight([("T", "B")])
+        assert r1 is not None and r2 is not None and w.inflight([("T", "A")]) is r1
+        w.end(f1, "stored-1")
+        w.end(f2, None)
+        return r1.get_loop() is loop, r2.get_loop() is loop, await r1, w.inflight([("T", "A")]) is None
 
     import uvloop
     for run in (asyncio.run, asyncio.run, uvloop.run, asyncio.run):  # a new loop each time, of either kind
-        assert run(two()) == (True, True)
+        assert run(two()) == (True, True, "stored-1", True)
+    w.begin([("T", "C")])
     with pytest.raises(RuntimeError):
-        w.begin([("T", "C")])  # no running loop, as asyncio.get_running_loop() says
+        w.inflight([("T", "C")])  # no running loop, as asyncio.get_running_loop() says
+
+
+def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
+    """remember() puts each message's place in the window at once; its dispatch (the arrival
+    listener, same place) leaves it as it is, so a key is one entry, not two (the window's
+    bound counts entries). A dispatch of the key at another place replaces it."""
+    w = RecentSends(60, ("10.0.0.1", 10911), clock=lambda: 50.0)
+    w.remember([("T", "A" * 32), ("T", "B" * 32)], 2, [7, 8], [1000, 1200], [200, 210])
+    assert w.status()["keys"] == 2
+    hit = w.lookup([("T", "A" * 32), ("T", "B" * 32)])
+    assert hit is not None and [(s.queue_id, s.queue_offset, s.physical_offset, s.size) for s in hit] == [
+        (2, 7, 1000, 200), (2, 8, 1200, 210)]
+    w.on_arrival([DispatchRequest("T", 2, 1000, 200, 0, 0, 7, uniq_key="A" * 32),
+                  DispatchRequest("T", 2, 1200, 210, 0, 0, 8, uniq_key="B" * 32)])
+    assert w.status()["keys"] == 2
+    w.on_arrival([DispatchRequest("T", 3, 5000, 200, 0, 0, 1, uniq_key="A" * 32)])
+    assert w.status()["keys"] == 3
+    moved = w.lookup([("T", "A" * 32)])
+    assert moved is not None and (moved[0].queue_id, moved[0].physical_offset) == (3, 5000)

@@ -26,8 +26,8 @@ Rules (RocketMQ 4.9.8 ``AdminBrokerProcessor``; field names checked against its 
   whole ms under which that share of puts finished), ``dispatchMaxBuffer`` and
   ``getMessageEntireTimeMax`` (0: not measured), ``remainTransientStoreBufferNumbs``
   (``2147483647``: no transient store pool). Put times are the ones the put paths already observe
-  in ``metrics.put_latency`` (HTTP and remoting): :class:`PutTimes` wraps that histogram's
-  ``observe`` to keep a max and a per-millisecond count (bounded: 10,001 keys at most).
+  by ``metrics.observe_put`` (HTTP and remoting), which keeps a max and a per-millisecond count in
+  ``metrics.put_times`` (``broker.stats_manager.PutTimes``; bounded: 10,001 keys at most).
 - GET_BROKER_CONFIG's ``brokerRole``/``brokerId`` are the live ones (a DLedger leader
   ``SYNC_MASTER``/0, a follower ``SLAVE``/its id), as Apache's role change handler sets them.
 - GET_TOPIC_STATS_INFO (202) ``topic``: TopicStatsTable ``{"offsetTable":{<MessageQueue>:<TopicOffset>}}``
@@ -56,7 +56,6 @@ so rates need no per-message work.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import json
 import math
@@ -71,6 +70,7 @@ from broker.remoting.processors.common import HandlerRegistry, HeaderError, Proc
 from broker.remoting.server import RemotingConnection
 
 from broker.store.dledger_dispatch import DLEDGER_BODY_OFFSET
+from broker.stats_manager import DISTRIBUTE_BUCKETS, MS_CAP, PutTimes  # noqa: F401 - re-exported
 
 #: Apache BrokerConfig keys ``exportConfigs`` reads that have no setting here: what this broker does
 #: (no filter servers, no message trace topic of its own, no TLS on the remoting port)
@@ -80,12 +80,6 @@ SECRET_KEYS = frozenset({"dLegerAuthToken", "haAuthToken", "innerSecretKey", "me
 WINDOWS_S = (10, 60, 600)
 EARLIEST_SCAN_ENTRIES = 64  # DLedger entries walked for the first message (non-message entries are rare)
 JAVA_INT_MAX = 2147483647
-# Apache's StoreStatsService.PUT_MESSAGE_ENTIRE_TIME_MAX_DESC: (upper bound in ms, exclusive; label)
-DISTRIBUTE_BUCKETS = ((1, "[<=0ms]"), (10, "[0~10ms]"), (50, "[10~50ms]"), (100, "[50~100ms]"),
-                      (200, "[100~200ms]"), (500, "[200~500ms]"), (1000, "[500ms~1s]"), (2000, "[1~2s]"),
-                      (3000, "[2~3s]"), (4000, "[3~4s]"), (5000, "[4~5s]"), (10000, "[5~10s]"),
-                      (math.inf, "[10s~]"))
-MS_CAP = 10000  # per-ms counts above this go to one key
 
 
 def _json(obj: Any) -> str:
@@ -114,61 +108,6 @@ def format_runtime(ms: int) -> str:
     """StoreStatsService's ``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``."""
     secs = max(0, ms) // 1000
     return f"[ {secs // 86400} days, {secs % 86400 // 3600} hours, {secs % 3600 // 60} minutes, {secs % 60} seconds ]"
-
-
-class PutTimes:
-    """Max, Apache's distribution buckets and per-ms counts of put times (ms), fed by the
-    ``put_latency`` histogram's ``observe`` (seconds), which this wraps on its instance.
-
-    Per put it keeps the max and one per-ms count (the put path's cost: issue 22, H10); the
-    buckets are summed from the per-ms counts when asked, which is exact because every bucket
-    bound is a whole ms at most :data:`MS_CAP` and the only count above it is the last bucket's."""
-
-    def __init__(self, histogram: Any) -> None:
-        self.max_ms = 0
-        self.per_ms: dict[int, int] = collections.defaultdict(int)
-        observe = histogram.observe
-        per_ms = self.per_ms
-
-        def observing(value: float, *labels: str) -> None:
-            whole = int(value * 1000.0)  # as add(), inlined: one call less per put
-            if whole < 0:
-                whole = 0
-            if whole > self.max_ms:
-                self.max_ms = whole
-            per_ms[whole if whole < MS_CAP else MS_CAP] += 1
-            observe(value, *labels)
-
-        histogram.observe = observing
-
-    def add(self, ms: float) -> None:
-        whole = max(0, int(ms))
-        self.max_ms = max(self.max_ms, whole)
-        self.per_ms[min(whole, MS_CAP)] += 1
-
-    @property
-    def buckets(self) -> list[int]:
-        """Counts per :data:`DISTRIBUTE_BUCKETS` bucket (a put of ``ms`` is in the first whose bound exceeds it)."""
-        out = [0] * len(DISTRIBUTE_BUCKETS)
-        bounds = [bound for bound, _label in DISTRIBUTE_BUCKETS]
-        for ms, n in self.per_ms.items():
-            out[bisect.bisect_right(bounds, ms)] += n
-        return out
-
-    def distribution(self) -> str:
-        return "".join(f"{label}:{n} " for (_bound, label), n in zip(DISTRIBUTE_BUCKETS, self.buckets))
-
-    def percentile(self, share: float) -> float:
-        """The smallest whole ms under which ``share`` of the puts finished (0 with none)."""
-        total = sum(self.per_ms.values())
-        if total == 0:
-            return 0.0
-        seen = 0
-        for ms in sorted(self.per_ms):
-            seen += self.per_ms[ms]
-            if seen >= share * total:
-                return float(ms + 1)
-        return float(MS_CAP)
 
 
 class RuntimeStats:
@@ -247,7 +186,7 @@ class AdminStatsProcessor(Processor):
             "put": lambda: sum(v for (_t, status), v in m.put_messages.values.items() if status == "PUT_OK"),
             "get": lambda: sum(m.get_messages.values.values()),
         })
-        self.put_times = PutTimes(m.put_latency)
+        self.put_times: PutTimes = m.put_times
 
     def register(self, server: HandlerRegistry) -> None:
         server.register(RC.GET_BROKER_CONFIG, self.get_broker_config)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.metadata_access import MetadataAccessor
     from broker.remoting.processors.consumer_manager import ConsumerManager
     from broker.remoting.server import Handler, RemotingConnection
-    from broker.send_service import BrokerStats, SendMessageService
+    from broker.send_service import SendMessageService
     from broker.store_access import StoreAccess
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -100,9 +100,6 @@ class RemotingContext(Protocol):
 
     @property
     def broker_processor(self) -> TopicRules: ...  # topic creation, offset-reset checks shared with HTTP
-
-    @property
-    def broker_stats(self) -> BrokerStats: ...  # per-topic/group counters (mqadmin statsAll)
 
     @property
     def admin(self) -> OffsetByTime: ...  # offset-by-time lookups

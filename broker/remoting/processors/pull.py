@@ -47,6 +47,7 @@ from broker.remoting.processors.pull_hold import PullRequestHoldService, request
 from broker.remoting.server import RemotingConnection
 from broker.store.java_hash import java_string_hash
 from broker.store.transfer_limits import TransferLimits
+from broker.stats_manager import GROUP_GET_NUMS
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION, FLAG_CLASS_FILTER = 1, 2, 4, 8
 PERM_READ = 4
@@ -160,5 +161,5 @@ class PullMessageProcessor(Processor):
         if code == R.SUCCESS:
             body = b"".join(res.buffers)
             c.metrics.get_messages.inc(topic, amount=len(res.buffers))
-            self.ctx.broker_stats.counts.add("GROUP_GET_NUMS", f"{topic}@{group}", len(res.buffers))
+            self.c.metrics.stats_counts.add(GROUP_GET_NUMS, f"{topic}@{group}", len(res.buffers))
         return cmd.response(code, status, header, body)

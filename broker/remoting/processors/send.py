@@ -174,7 +174,9 @@ class SendMessageProcessor(Processor):
         service.observe("remoting", topic, len(msgs), sum(len(m.body) for m in msgs), t0, r.status)
         header = {"msgId": ",".join(r.msg_ids), "queueId": qid if r.queue_id is None else r.queue_id,
                   "queueOffset": r.queue_offsets[0], **header_extra}
-        return cmd.response(PUT_STATUS_REMOTING.get(r.status, R.SYSTEM_ERROR), None, header)
+        # (PUT_OK by identity: a dict keyed by an Enum calls enum.py's interpreted __hash__)
+        code = R.SUCCESS if r.status is PutMessageStatus.PUT_OK else PUT_STATUS_REMOTING.get(r.status, R.SYSTEM_ERROR)
+        return cmd.response(code, None, header)
 
     # ------------------------------------------------------------------ SEND_MESSAGE(_V2), batch
     async def send_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
