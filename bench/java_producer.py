@@ -340,6 +340,10 @@ def run_producer(setup: Setup, topic: str, threads: int, seconds: float,
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        finally:
+            if p.poll() is None:  # the run was interrupted (SIGTERM, Ctrl-C): its producer goes with it
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
     if transfers is not None:
         transfers.stop_event.set()
         transfers.join(60)
@@ -445,5 +449,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
+def _sigterm(_sig: int, _frame: Any) -> None:
+    """A SIGTERM (``kill``, ``timeout``) unwinds through ``main``'s ``finally``: the brokers, the name
+    server and the Java producer of the row stop with the run instead of outliving it."""
+    raise SystemExit(128 + signal.SIGTERM)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _sigterm)
     sys.exit(main())
