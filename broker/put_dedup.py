@@ -23,8 +23,10 @@ Rules:
   dispatches: only a *stored* answer is remembered (PUT_OK; in classic mode also
   FLUSH_SLAVE_TIMEOUT/SLAVE_NOT_AVAILABLE/FLUSH_DISK_TIMEOUT, the bytes being in the local log,
   re-answered as PUT_OK); a DLedger "outcome unknown" is not, as its entry may still be
-  truncated. When that message is dispatched, the arrival listener finds its key already there
-  with the same place and leaves it (one entry per key, not two).
+  truncated. Whichever of the two comes second (the answer, or the message's dispatch: a
+  SYNC_MASTER answers after its slave's ack, often after its reput thread dispatched) finds the
+  key already there in the same place and leaves it: one entry per key, not two (the window's
+  bound counts entries).
 - Messages without a UNIQ_KEY, and consumer retries (``%RETRY%``/``%DLQ%`` topics: a message
   sent back again keeps its UNIQ_KEY), are never deduplicated. A delayed send is keyed under
   SCHEDULE_TOPIC_XXXX, where it is stored, so its delivery to the real topic is not a "retry";
@@ -220,8 +222,10 @@ class RecentSends:
         with self._lock:
             table = self._keys
             for i, (topic, uniq) in enumerate(keys):
-                table.put(f"{topic}\0{uniq}", now, pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i]),
-                          limit, self.max_keys)
+                key = f"{topic}\0{uniq}"
+                stored = pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i])
+                if table.get(key, limit) != stored:  # already dispatched (a SYNC_MASTER waits for its slave)
+                    table.put(key, now, stored, limit, self.max_keys)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -110,8 +110,9 @@ def test_a_retry_waits_on_a_future_of_its_own_running_loop() -> None:
 
 def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
     """remember() puts each message's place in the window at once; its dispatch (the arrival
-    listener, same place) leaves it as it is, so a key is one entry, not two (the window's
-    bound counts entries). A dispatch of the key at another place replaces it."""
+    listener, same place) leaves it as it is, and the other way round, so a key is one entry,
+    not two (the window's bound counts entries). A dispatch of the key at another place
+    replaces it."""
     w = RecentSends(60, ("10.0.0.1", 10911), clock=lambda: 50.0)
     w.remember([("T", "A" * 32), ("T", "B" * 32)], 2, [7, 8], [1000, 1200], [200, 210])
     assert w.status()["keys"] == 2
@@ -123,5 +124,9 @@ def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
     assert w.status()["keys"] == 2
     w.on_arrival([DispatchRequest("T", 3, 5000, 200, 0, 0, 1, uniq_key="A" * 32)])
     assert w.status()["keys"] == 3
+    # the other order (a SYNC_MASTER's answer comes after its slave's ack, often after dispatch)
+    w.on_arrival([DispatchRequest("T", 2, 1400, 220, 0, 0, 9, uniq_key="C" * 32)])
+    w.remember([("T", "C" * 32)], 2, [9], [1400], [220])
+    assert w.status()["keys"] == 4
     moved = w.lookup([("T", "A" * 32)])
     assert moved is not None and (moved[0].queue_id, moved[0].physical_offset) == (3, 5000)
