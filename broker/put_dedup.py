@@ -117,14 +117,18 @@ class RecentSends:
         limit = now - self.window
         pack = _STORED.pack
         with self._lock:
-            table = self._keys
             for r in batch:
                 if r.uniq_key:
-                    key = f"{r.topic}\0{r.uniq_key}"
-                    stored = pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size)
-                    if table.get(key, limit) != stored:
-                        table.put(key, now, stored, limit, self.max_keys)
-            table.trim(limit, self.max_keys)
+                    self._keep(f"{r.topic}\0{r.uniq_key}",
+                               pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), now, limit)
+            self._keys.trim(limit, self.max_keys)
+
+    def _keep(self, key: str, stored: bytes, now: float, limit: float) -> None:
+        """``key`` at ``stored``, unless the window has it there already: one entry per key
+        whichever of the answer and the dispatch comes second (module rules). Under the lock."""
+        table = self._keys
+        if table.get(key, limit) != stored:
+            table.put(key, now, stored, limit, self.max_keys)
 
     def on_arrival_at(self, batch: Sequence[Any], age_s: float) -> None:
         """Remember messages dispatched ``age_s`` seconds ago (the window rebuilt at start,
@@ -220,12 +224,9 @@ class RecentSends:
         limit = now - self.window
         pack = _STORED.pack
         with self._lock:
-            table = self._keys
             for i, (topic, uniq) in enumerate(keys):
-                key = f"{topic}\0{uniq}"
-                stored = pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i])
-                if table.get(key, limit) != stored:  # already dispatched (a SYNC_MASTER waits for its slave)
-                    table.put(key, now, stored, limit, self.max_keys)
+                self._keep(f"{topic}\0{uniq}", pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i]),
+                           now, limit)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
