@@ -9,6 +9,9 @@ Rules:
   way too). A stale ``.so`` (a source edited after the build) never runs: all of them are then
   imported from source, with one warning naming the rebuild (``pip install -e .``). All or none,
   because compiled modules call each other's compiled code directly.
+- :data:`NATIVE_C_EXTENSIONS` are hand-written C (a ``.c`` beside where the ``.py`` would be),
+  built by the same install, judged by the same rule (a ``.so`` older than its ``.c`` is stale:
+  everything runs from source) and never imported in source mode (:func:`c_extension`).
 - :func:`native_status` says what runs (``/status`` ``native``, the broker's start line).
 - Only stdlib imports here: ``setup.py`` loads this file before anything is installed.
 
@@ -71,11 +74,21 @@ NATIVE_MODULES: tuple[str, ...] = (
     "broker.stats_manager",
 )
 
+#: hand-written C extensions (``name``: the module, built from ``name``'s path + ``.c`` by the
+#: same install), each the fast path of a pure-Python function that stays the definition: the
+#: caller imports it only through :func:`c_extension`, which answers None in source mode, so the
+#: pure-Python fallback is what runs (and is tested) with ``RMQPY_PURE_PYTHON=1``. Chosen where a
+#: perf profile showed C-API glue, not Python, as the cost (issue 22).
+NATIVE_C_EXTENSIONS: tuple[str, ...] = (
+    "broker.store._record_scan",  # the reput thread's record parse (message.check_message_and_return_size)
+)
+
 PURE_ENV = "RMQPY_PURE_PYTHON"
 
 
 def _source(name: str) -> Path:
-    return ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    suffix = ".c" if name in NATIVE_C_EXTENSIONS else ".py"
+    return ROOT.joinpath(*name.split(".")).with_suffix(suffix)
 
 
 def _extension(name: str) -> Optional[Path]:
@@ -92,7 +105,7 @@ def _decide() -> tuple[str, str]:
     if os.environ.get(PURE_ENV) == "1":
         return "source", f"{PURE_ENV}=1"
     missing, stale = [], []
-    for name in NATIVE_MODULES:
+    for name in NATIVE_MODULES + NATIVE_C_EXTENSIONS:
         so = _extension(name)
         if so is None:
             missing.append(name)
@@ -112,7 +125,12 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
                   ) -> Optional[importlib.machinery.ModuleSpec]:
-        if self.mode != "source" or fullname not in NATIVE_MODULES:
+        if self.mode != "source":
+            return None
+        if fullname in NATIVE_C_EXTENSIONS:  # source mode: the fallback runs, never a stale or half build
+            raise ModuleNotFoundError(f"{fullname} is not used in source mode ({_state.get('why', '')})",
+                                      name=fullname)
+        if fullname not in NATIVE_MODULES:
             return None
         src = _source(fullname)
         return importlib.util.spec_from_file_location(fullname, src) if src.is_file() else None
@@ -132,10 +150,19 @@ def install() -> None:
     sys.meta_path.insert(0, _Finder(mode))
 
 
+def c_extension(name: str) -> Optional[ModuleType]:
+    """The C extension ``name`` (one of :data:`NATIVE_C_EXTENSIONS`) when compiled modules run,
+    else None: the caller then uses its pure-Python definition."""
+    install()
+    if _state.get("mode") != "compiled":
+        return None
+    return importlib.import_module(name)
+
+
 def native_status() -> dict[str, Any]:
     """What runs: the decision, and for each listed module that is imported, where from."""
     loaded = {}
-    for name in NATIVE_MODULES:
+    for name in NATIVE_MODULES + NATIVE_C_EXTENSIONS:
         mod = sys.modules.get(name)
         if mod is not None:
             loaded[name] = "compiled" if str(getattr(mod, "__file__", "")).endswith(".so") else "source"

@@ -52,17 +52,33 @@ log = logging.getLogger("broker.store")
 
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PutOutcome:
+    """One per send. ``__init__`` is written out (the dataclass's fields, defaults and order):
+    compiled, a native call instead of the interpreted one ``dataclasses`` makes."""
+
     msg_ids: list[str]
     queue_offsets: list[int]
     physical_offsets: list[int]
     wrote_bytes: int
     next_offset: int
-    status: PutMessageStatus = PutMessageStatus.PUT_OK  # or stored but not durable (FLUSH_*_TIMEOUT, ...)
-    queue_id: int | None = None  # set when a retry was answered from the dedup window (its queue)
-    detail: str = ""  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
-    sizes: Sequence[int] = ()  # each record's size (the dedup window remembers them)
+    status: PutMessageStatus  # or stored but not durable (FLUSH_*_TIMEOUT, ...)
+    queue_id: int | None  # set when a retry was answered from the dedup window (its queue)
+    detail: str  # why a non-PUT_OK status (e.g. DLedger's "outcome unknown: ...")
+    sizes: Sequence[int]  # each record's size (the dedup window remembers them)
+
+    def __init__(self, msg_ids: list[str], queue_offsets: list[int], physical_offsets: list[int], wrote_bytes: int,
+                 next_offset: int, status: PutMessageStatus = PutMessageStatus.PUT_OK, queue_id: int | None = None,
+                 detail: str = "", sizes: Sequence[int] = ()) -> None:
+        self.msg_ids = msg_ids
+        self.queue_offsets = queue_offsets
+        self.physical_offsets = physical_offsets
+        self.wrote_bytes = wrote_bytes
+        self.next_offset = next_offset
+        self.status = status
+        self.queue_id = queue_id
+        self.detail = detail
+        self.sizes = sizes
 
 
 @contextlib.contextmanager

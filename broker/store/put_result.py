@@ -20,7 +20,7 @@ Rules:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from broker.store.message_id import HostAddr, create_message_id
@@ -66,20 +66,36 @@ _STORED = frozenset({
 })
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AppendMessageResult:
-    """Where a put (one message or a batch) landed."""
+    """Where a put (one message or a batch) landed. ``__init__`` is written out (the dataclass's
+    fields, defaults and order): compiled, it is a native call, not the interpreted one
+    ``dataclasses`` makes (this class and :class:`PutMessageResult` are built per put)."""
 
     wrote_offset: int  # physical offset of the first message
     wrote_bytes: int  # bytes of the messages (blank fillers excluded)
     store_timestamp: int
     logics_offset: int  # queue offset of the first message
-    msg_num: int = 1
-    physical_offsets: Sequence[int] = ()  # one per message
-    queue_offsets: Sequence[int] = ()  # one per message
-    store_hosts: Sequence[HostAddr] = ()  # one per message (for msgIds)
-    end_offset: int = 0  # physical offset just after the last message (flush/HA target)
-    sizes: Sequence[int] = ()  # each record's size (both commitlogs): a merged put is sliced without re-encoding
+    msg_num: int
+    physical_offsets: Sequence[int]  # one per message
+    queue_offsets: Sequence[int]  # one per message
+    store_hosts: Sequence[HostAddr]  # one per message (for msgIds)
+    end_offset: int  # physical offset just after the last message (flush/HA target)
+    sizes: Sequence[int]  # each record's size (both commitlogs): a merged put is sliced without re-encoding
+
+    def __init__(self, wrote_offset: int, wrote_bytes: int, store_timestamp: int, logics_offset: int,
+                 msg_num: int = 1, physical_offsets: Sequence[int] = (), queue_offsets: Sequence[int] = (),
+                 store_hosts: Sequence[HostAddr] = (), end_offset: int = 0, sizes: Sequence[int] = ()) -> None:
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.msg_num = msg_num
+        self.physical_offsets = physical_offsets
+        self.queue_offsets = queue_offsets
+        self.store_hosts = store_hosts
+        self.end_offset = end_offset
+        self.sizes = sizes
 
     @property
     def msg_ids(self) -> list[str]:
@@ -91,12 +107,19 @@ class AppendMessageResult:
         return ",".join(self.msg_ids)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PutMessageResult:
     status: PutMessageStatus
-    append_result: AppendMessageResult | None = None
-    error: str = ""  # why, for the non-stored statuses
-    extra: dict[str, object] = field(default_factory=dict)
+    append_result: AppendMessageResult | None
+    error: str  # why, for the non-stored statuses
+    extra: dict[str, object]
+
+    def __init__(self, status: PutMessageStatus, append_result: AppendMessageResult | None = None, error: str = "",
+                 extra: dict[str, object] | None = None) -> None:
+        self.status = status
+        self.append_result = append_result
+        self.error = error
+        self.extra = {} if extra is None else extra
 
     @property
     def ok(self) -> bool:
