@@ -81,6 +81,7 @@ NATIVE_MODULES: tuple[str, ...] = (
 #: perf profile showed C-API glue, not Python, as the cost (issue 22).
 NATIVE_C_EXTENSIONS: tuple[str, ...] = (
     "broker.store._record_scan",  # the reput thread's record parse (message.check_message_and_return_size)
+    "broker.remoting._header_codec",  # the ROCKETMQ remoting header, both ways (remoting.codec)
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

@@ -31,7 +31,7 @@ def test_the_listed_modules_run_as_the_environment_says() -> None:
     for name in native.NATIVE_MODULES:
         importlib.import_module(name)
     st = native.native_status()
-    loaded = set(native.NATIVE_MODULES) | ({"broker.store._record_scan"} if not PURE else set())
+    loaded = set(native.NATIVE_MODULES) | (set(native.NATIVE_C_EXTENSIONS) if not PURE else set())
     assert set(st["modules"]) == loaded
     if PURE:
         assert st["mode"] == "source" and set(st["modules"].values()) == {"source"}, st
