@@ -52,6 +52,11 @@ class RecentTable:
         self._index[key] = _SEQ.pack(seq) + payload
         self.trim(limit, max_keys)
 
+    def has(self, key: str) -> bool:
+        """``key`` was put and not trimmed yet (it may be older than a caller's limit: :meth:`get`
+        says). A plain dict read: safe without the owner's lock."""
+        return key in self._index
+
     def get(self, key: str, limit: float) -> Optional[bytes]:
         v = self._index.get(key)
         if v is None:

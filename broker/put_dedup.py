@@ -167,11 +167,16 @@ class RecentSends:
 
     def lookup(self, keys: Sequence[Key]) -> list[Stored] | None:
         """The stored messages of every key, or None unless all are in the window."""
+        names = [f"{topic}\0{uniq}" for topic, uniq in keys]
+        table = self._keys
+        for name in names:  # a first send (nearly every one): no clock, no lock (a dict read is atomic)
+            if not table.has(name):
+                return None
         limit = self._clock() - self.window
         with self._lock:
             found = []
-            for topic, uniq in keys:
-                hit = self._keys.get(f"{topic}\0{uniq}", limit)
+            for name in names:
+                hit = table.get(name, limit)
                 if hit is None:
                     return None
                 found.append(Stored(*_STORED.unpack(hit)))

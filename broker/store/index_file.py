@@ -165,7 +165,8 @@ class IndexFile:
         )
 
     def _write_header(self) -> None:
-        self._file.reserve(0, INDEX_HEADER_SIZE)
+        # (callers reserve the header's block first: flush, and put_key itself or, for a reserved
+        # key, reserve_keys' slot table, which starts at byte 0)
         _HEADER.pack_into(
             self._view, 0,
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
@@ -192,8 +193,11 @@ class IndexFile:
         reserve(first, min(first + len(keys) * INDEX_SIZE, self.file_size))
         return hashes
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
-        """Append one entry; False when the file is full (the caller rolls to a new file)."""
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None,
+                reserved: bool = False) -> bool:
+        """Append one entry; False when the file is full (the caller rolls to a new file).
+        ``reserved``: :meth:`reserve_keys` of this file covered this key (the header, the whole
+        slot table and the entries of the keys it was given), so no block is checked again."""
         if self.index_count >= self.index_num:
             return False
         if self.read_only:
@@ -202,10 +206,11 @@ class IndexFile:
             key_hash = index_key_hash(key)
         abs_slot = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         abs_index = self._entries_base + self.index_count * INDEX_SIZE
-        reserve = self._file.reserve  # blocks first (DiskFullError names file and offset), then stores
-        reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)  # (on tmpfs even reading a hole needs a page)
-        reserve(abs_index, abs_index + INDEX_SIZE)
-        reserve(0, INDEX_HEADER_SIZE)
+        if not reserved:
+            reserve = self._file.reserve  # blocks first (DiskFullError names file and offset), then stores
+            reserve(abs_slot, abs_slot + HASH_SLOT_SIZE)  # (on tmpfs even reading a hole needs a page)
+            reserve(abs_index, abs_index + INDEX_SIZE)
+            reserve(0, INDEX_HEADER_SIZE)
         mm = self._view
         (slot_value,) = _SLOT.unpack_from(mm, abs_slot)
         if slot_value <= INVALID_INDEX or slot_value > self.index_count:
@@ -259,6 +264,7 @@ class IndexFile:
         """Header through to the page, then ``fdatasync`` (every page written, slots included)."""
         if self.read_only or self._file.closed:
             return
+        self._file.reserve(0, INDEX_HEADER_SIZE)
         self._write_header()
         self._file.force()
 
@@ -373,13 +379,17 @@ class IndexService:
         if request.keys:
             keys += [build_key(topic, key) for key in request.keys.split(" ") if key]
         hashes = f.reserve_keys(keys)  # all keys or none: a retry would skip a half-indexed message
+        reserved = f
         for key, key_hash in zip(keys, hashes):
-            f = self._put_key(f, request, key, key_hash)
+            f = self._put_key(f, request, key, key_hash, f is reserved)
 
-    def _put_key(self, f: IndexFile, request: DispatchRequest, key: str, key_hash: int) -> IndexFile:
-        while not f.put_key(key, request.commitlog_offset, request.store_timestamp, key_hash):
+    def _put_key(self, f: IndexFile, request: DispatchRequest, key: str, key_hash: int, reserved: bool) -> IndexFile:
+        """``reserved``: ``f`` is the file whose :meth:`IndexFile.reserve_keys` covered ``key``
+        (a file rolled to meanwhile checks its blocks per key)."""
+        while not f.put_key(key, request.commitlog_offset, request.store_timestamp, key_hash, reserved):
             log.warning("Index file [%s] is full, trying to create another one", f.file_name)
             f = self._get_and_create_last_index_file()
+            reserved = False
         return f
 
     def _get_and_create_last_index_file(self) -> IndexFile:

@@ -129,6 +129,18 @@ def test_roll_over_and_checkpoint(tmp_path):
     cp.shutdown()
 
 
+def test_a_record_whose_keys_straddle_a_roll_is_indexed_whole(tmp_path):
+    """reserve_keys covers the keys in the file it was asked of; a key put after a roll checks
+    its own blocks in the new file (put_key(reserved=False)), and every key is found."""
+    ticks = iter([1000.0, 2000.0, 3000.0])
+    svc = IndexService(tmp_path, 4, 3, clock=lambda: next(ticks))  # 2 entries per file
+    svc.dispatch(DispatchRequest("T", 0, 0, 100, 0, 10_000, 0, keys="a b c", uniq_key="U"))
+    assert [f.index_count - 1 for f in svc.index_files] == [2, 2]
+    for key in ("U", "a", "b", "c"):
+        assert svc.query_offset("T", key, 64, 0, MAX_LONG) == [0], key
+    svc.shutdown()
+
+
 def test_abnormal_exit_drops_files_newer_than_checkpoint(tmp_path):
     cp = StoreCheckpoint(tmp_path / "checkpoint")
     ticks = iter([1000.0, 2000.0])

@@ -27,3 +27,19 @@ def test_message_id_is_apache_hex_and_decodes_back() -> None:
         mid.decode_message_id("ABCD")
     with pytest.raises(MessageFormatError, match="is not hex"):
         mid.decode_message_id("Z" * 32)
+
+
+def test_message_id_offset_is_the_java_long_in_hex() -> None:
+    """The cached-host msgId writes the offset as struct's ">q" bytes would: two's complement
+    for a negative, the whole range of a Java long, struct.error past it."""
+    import struct
+
+    host = ("127.0.0.1", 10911)
+    for offset in (0, 1, 0x30, 2**32, 2**63 - 1, -1, -(2**63), -12345):
+        expected = (mid.host_to_bytes(host) + struct.pack(">q", offset)).hex().upper()
+        assert mid.create_message_id(host, offset) == expected, offset
+    for offset in (2**63, -(2**63) - 1):
+        with pytest.raises(struct.error):
+            mid.create_message_id(host, offset)
+    with pytest.raises(MessageFormatError, match="bad host address"):
+        mid.create_message_id(("not-an-ip", 1), 0)
