@@ -147,13 +147,13 @@ static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     }
     const unsigned char *base = (const unsigned char *)view.buf;
     Py_ssize_t limit = view.len;
-    if (offset < 0 || offset + 8 > limit) {
+    if (offset < 0 || offset > limit - 8) { /* (no offset + n: it could overflow) */
         return decline(&view);
     }
     const unsigned char *r = base + offset;
     int32_t total = be32(r);
     int32_t magic = be32(r + 4);
-    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < 91 || offset + (Py_ssize_t)total > limit) {
+    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < 91 || (Py_ssize_t)total > limit - offset) {
         return decline(&view);
     }
     int32_t queue_id = be32(r + 12);

@@ -137,7 +137,7 @@ def test_blank_truncation_and_bad_offsets_decline() -> None:
         assert scan.parse(enc[:cut], 0) is None, cut
     blank = struct.pack(">ii", 1000, m.BLANK_MAGIC_CODE) + b"\0" * 992
     assert scan.parse(blank, 0) is None
-    for offset in (-1, len(enc), len(enc) + 10, 2**62):
+    for offset in (-1, -(2**63), len(enc), len(enc) + 10, 2**62, 2**63 - 1):
         assert scan.parse(enc, offset) is None
     with pytest.raises(TypeError):
         scan.parse("not a buffer", 0)
