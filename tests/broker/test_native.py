@@ -9,6 +9,7 @@ Rules checked:
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import json
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from broker import native
 from broker.remoting import codec
@@ -147,8 +149,6 @@ def test_no_compiled_function_reuses_an_except_name_for_another_type() -> None:
     """Compiled, ``except A as exc: ... except B as exc:`` gives ``exc`` the type A in the whole
     function, so a B becomes a TypeError (the remoting server lost every SYSTEM_ERROR answer that
     way). Each except clause of a compiled module names its exception once per type."""
-    import ast
-
     root = Path(native.__file__).resolve().parent.parent
     found = []
     for name in native.NATIVE_MODULES:
@@ -169,22 +169,24 @@ def test_no_compiled_dataclass_declares_a_memoryview_field() -> None:
     dataclass support looks the annotation up in a table that lacks it: ``KeyError:
     'memoryview'``), so the whole compiled build would be refused at run time. Such a class is
     written by hand (``commitlog.SelectMappedBufferResult``)."""
-    import ast
-
-    root = Path(native.__file__).resolve().parent.parent
     found = []
+    for name, cls in _compiled_classes():
+        if not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+            continue
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign) and "memoryview" in ast.unparse(stmt.annotation):
+                found.append(f"{name}.{cls.name}.{ast.unparse(stmt.target)}")
+    assert found == []
+
+
+def _compiled_classes() -> Iterator[tuple[str, ast.ClassDef]]:
+    """(module, class node) of every class in a compiled module's source."""
+    root = Path(native.__file__).resolve().parent.parent
     for name in native.NATIVE_MODULES:
         tree = ast.parse((root / (name.replace(".", "/") + ".py")).read_text())
         for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            decorated = any("dataclass" in ast.unparse(d) for d in cls.decorator_list)
-            if not decorated:
-                continue
-            for stmt in cls.body:
-                if isinstance(stmt, ast.AnnAssign) and "memoryview" in ast.unparse(stmt.annotation):
-                    found.append(f"{name}.{cls.name}.{ast.unparse(stmt.target)}")
-    assert found == []
+            if isinstance(cls, ast.ClassDef):
+                yield name, cls
 
 
 #: compiled dataclasses that keep the interpreted ``__init__`` ``dataclasses`` generates, and why
@@ -202,19 +204,12 @@ def test_hot_compiled_dataclasses_write_their_init() -> None:
     """Compiled, a dataclass's generated ``__init__`` stays interpreted (``dataclasses`` execs it
     at import): 0.6 us per object, more than the rest of building one. Classes built per message
     or per request say ``init=False`` and write ``__init__`` out (mypyc compiles it)."""
-    import ast
-
-    root = Path(native.__file__).resolve().parent.parent
     found = []
-    for name in native.NATIVE_MODULES:
-        tree = ast.parse((root / (name.replace(".", "/") + ".py")).read_text())
-        for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            for deco in cls.decorator_list:
-                text = ast.unparse(deco)
-                if "dataclass" in text and "init=False" not in text and f"{name}.{cls.name}" not in COLD_DATACLASSES:
-                    found.append(f"{name}.{cls.name}")
+    for name, cls in _compiled_classes():
+        for deco in cls.decorator_list:
+            text = ast.unparse(deco)
+            if "dataclass" in text and "init=False" not in text and f"{name}.{cls.name}" not in COLD_DATACLASSES:
+                found.append(f"{name}.{cls.name}")
     assert found == []
     for qual in COLD_DATACLASSES:  # the list names classes that exist
         mod, cls_name = qual.rsplit(".", 1)
