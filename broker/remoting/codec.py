@@ -246,14 +246,18 @@ def _read_str(raw: bytes, pos: int, short: bool, limit: int) -> tuple[Optional[s
         raise RemotingCommandError("ROCKETMQ header string is not UTF-8") from None
 
 
+def _language_name(code: int) -> str:
+    """A ROCKETMQ header's language byte as its name; an unknown code is "OTHER"."""
+    return LanguageCode.NAMES[code] if 0 <= code < len(LanguageCode.NAMES) else "OTHER"
+
+
 def _decode_header_rocketmq(raw: bytes) -> RemotingCommand:
     if _c_decode is not None:
         head = _c_decode(raw)
         if head is not None:
-            lang = head[1]
             return RemotingCommand(code=head[0], opaque=head[3], flag=head[4], remark=head[5], ext_fields=head[6],
-                                   language=LanguageCode.NAMES[lang] if 0 <= lang < len(LanguageCode.NAMES) else "OTHER",
-                                   version=head[2], serialize_type=SerializeType.ROCKETMQ)
+                                   language=_language_name(head[1]), version=head[2],
+                                   serialize_type=SerializeType.ROCKETMQ)
     return decode_header_rocketmq_py(raw)
 
 
@@ -303,7 +307,7 @@ def decode_header_rocketmq_py(raw: bytes) -> RemotingCommand:
             pos += vn
     except UnicodeDecodeError:
         raise RemotingCommandError("ROCKETMQ header string is not UTF-8") from None
-    language = LanguageCode.NAMES[lang] if 0 <= lang < len(LanguageCode.NAMES) else "OTHER"
+    language = _language_name(lang)
     return RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext, language=language,
                            version=version, serialize_type=SerializeType.ROCKETMQ)
 

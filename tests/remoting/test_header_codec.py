@@ -50,9 +50,7 @@ def _decode_agrees(raw: bytes) -> bool:
     if c is None:
         return False
     code, lang, version, opaque, flag, remark, ext = c
-    names = LanguageCode.NAMES
-    assert (code, names[lang] if 0 <= lang < len(names) else "OTHER", version, opaque, flag, remark, ext) == \
-        _head(py)[:7]
+    assert (code, codec._language_name(lang), version, opaque, flag, remark, ext) == _head(py)[:7]
     return True
 
 
