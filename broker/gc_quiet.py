@@ -2,8 +2,8 @@
 
 Rules
 -----
-- ``put(key, now, payload)`` stores ``payload`` (bytes) under ``key`` (str); ``get(key, limit)``
-  returns it while it is among the newest ``max_keys`` puts and was put at or after ``limit``;
+- ``put(key, now, payload)`` stores ``payload`` (bytes) under ``key`` (str); ``keep`` does the
+  same unless the key is already live with that payload; ``get(key, limit)`` returns it while it is among the newest ``max_keys`` puts and was put at or after ``limit``;
   otherwise None. Putting a key again replaces its payload and its age.
 - The oldest entries are dropped first, by count (``max_keys``, at most ``capacity``) and by age
   (:meth:`trim`, called on every put).
@@ -51,6 +51,17 @@ class RecentTable:
         times[seq % self.capacity] = now
         self._index[key] = _SEQ.pack(seq) + payload
         self.trim(limit, max_keys)
+
+    def keep(self, key: str, now: float, payload: bytes, limit: float, max_keys: int) -> None:
+        """:meth:`put`, unless ``key`` is live (put at or after ``limit``, not trimmed) with this
+        very payload: then nothing changes, its age neither (one read, no allocation)."""
+        v = self._index.get(key)
+        if v is not None and len(v) == 8 + len(payload) and v.endswith(payload):
+            seq = _SEQ.unpack_from(v)[0]
+            times = self._times
+            if seq >= self.head and times is not None and times[seq % self.capacity] >= limit:
+                return
+        self.put(key, now, payload, limit, max_keys)
 
     def has(self, key: str) -> bool:
         """``key`` was put and not trimmed yet (it may be older than a caller's limit: :meth:`get`

@@ -39,7 +39,9 @@ trimmed on insert by age and size; all calls on the broker's event loop except
 :class:`Flight` per key; the future a retry waits on is made only when a retry comes (the first
 put of a key never makes one). Per put this is one lookup and one insert per key (issue 22: the
 window used to keep whole requests in a second table too, marshalled, and a future per put:
-7.5% of a classic master under Apache's benchmark producer).
+7.5% of a classic master under Apache's benchmark producer), and each message's key string is
+built once (:func:`dedup_key`, in :meth:`RecentSends.keys_of`) and used as is by the lookup, the
+flight and the answer; the second of answer and dispatch is one dict read (``RecentTable.keep``).
 
 Memory shape (issue 22.3): the window holds up to 60 s of traffic, hundreds of thousands of
 entries, and Python's cyclic collector visits every element of every container it walks on each
@@ -74,8 +76,19 @@ class Stored:
     size: int
 
 
-Key = tuple[str, str]
+Key = str  # "topic\0UNIQ_KEY" (:func:`dedup_key`): built once per message, used as is everywhere
 _STORED = struct.Struct("<iqqi")  # queueId, queueOffset, physicalOffset, size
+
+
+def dedup_key(topic: str, uniq: str) -> Key:
+    """The window's key of a message stored under ``topic`` with this UNIQ_KEY."""
+    return f"{topic}\0{uniq}"
+
+
+def key_parts(key: Key) -> tuple[str, str]:
+    """(topic, UNIQ_KEY) of a window key (for log lines)."""
+    topic, _, uniq = key.partition("\0")
+    return topic, uniq
 
 
 class Flight:
@@ -116,19 +129,15 @@ class RecentSends:
         now = self._clock()
         limit = now - self.window
         pack = _STORED.pack
+        table = self._keys
+        max_keys = self.max_keys
         with self._lock:
             for r in batch:
-                if r.uniq_key:
-                    self._keep(f"{r.topic}\0{r.uniq_key}",
-                               pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), now, limit)
-            self._keys.trim(limit, self.max_keys)
-
-    def _keep(self, key: str, stored: bytes, now: float, limit: float) -> None:
-        """``key`` at ``stored``, unless the window has it there already: one entry per key
-        whichever of the answer and the dispatch comes second (module rules). Under the lock."""
-        table = self._keys
-        if table.get(key, limit) != stored:
-            table.put(key, now, stored, limit, self.max_keys)
+                if r.uniq_key:  # kept as it is if the answer remembered it there (module rules)
+                    table.keep(f"{r.topic}\0{r.uniq_key}", now,
+                               pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit,
+                               max_keys)
+            table.trim(limit, max_keys)
 
     def on_arrival_at(self, batch: Sequence[Any], age_s: float) -> None:
         """Remember messages dispatched ``age_s`` seconds ago (the window rebuilt at start,
@@ -142,13 +151,14 @@ class RecentSends:
         with self._lock:
             for r in batch:
                 if r.uniq_key:
-                    self._keys.put(f"{r.topic}\0{r.uniq_key}", at,
+                    self._keys.put(dedup_key(r.topic, r.uniq_key), at,
                                    pack(r.queue_id, r.consume_queue_offset, r.commitlog_offset, r.msg_size), limit,
                                    self.max_keys)
 
     @staticmethod
     def keys_of(msgs: Sequence[Any]) -> list[Key] | None:
-        """The (topic it is stored under, UNIQ_KEY) of every message, or None if one has none.
+        """The window key (:func:`dedup_key`: the topic it is stored under, UNIQ_KEY) of every
+        message, or None if one has none.
 
         A delayed send is stored in SCHEDULE_TOPIC_XXXX: that is its key's topic, so its later
         delivery to the real topic (same UNIQ_KEY, no DELAY) is not mistaken for a retry.
@@ -162,20 +172,19 @@ class RecentSends:
                 return None
             level = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
             delayed = level.isdigit() and int(level) > 0 and m.sys_flag & 0xC in (0, 0x8)
-            out.append((RMQ_SYS_SCHEDULE_TOPIC if delayed else m.topic, uniq))
+            out.append(f"{RMQ_SYS_SCHEDULE_TOPIC if delayed else m.topic}\0{uniq}")
         return out
 
     def lookup(self, keys: Sequence[Key]) -> list[Stored] | None:
         """The stored messages of every key, or None unless all are in the window."""
-        names = [f"{topic}\0{uniq}" for topic, uniq in keys]
         table = self._keys
-        for name in names:  # a first send (nearly every one): no clock, no lock (a dict read is atomic)
+        for name in keys:  # a first send (nearly every one): no clock, no lock (a dict read is atomic)
             if not table.has(name):
                 return None
         limit = self._clock() - self.window
         with self._lock:
             found = []
-            for name in names:
+            for name in keys:
                 hit = table.get(name, limit)
                 if hit is None:
                     return None
@@ -198,6 +207,8 @@ class RecentSends:
     def inflight(self, keys: Sequence[Key]) -> asyncio.Future[Any] | None:
         """What a retry of the put in flight with exactly these keys waits on, if there is one
         (made now, on the running loop, the first time a retry asks)."""
+        if not self._inflight:
+            return None
         got = self._inflight.get(keys[0])
         if got is None or got.done or got.keys != tuple(keys):
             return None
@@ -228,10 +239,12 @@ class RecentSends:
         now = self._clock()
         limit = now - self.window
         pack = _STORED.pack
+        table = self._keys
+        max_keys = self.max_keys
         with self._lock:
-            for i, (topic, uniq) in enumerate(keys):
-                self._keep(f"{topic}\0{uniq}", pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i]),
-                           now, limit)
+            for i in range(len(keys)):  # kept as it is if dispatch put it there first (module rules)
+                table.keep(keys[i], now, pack(queue_id, queue_offsets[i], physical_offsets[i], sizes[i]), limit,
+                           max_keys)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from broker.put_dedup import RecentSends
+from broker.put_dedup import RecentSends, key_parts
 from broker.store.message import MessageExt, encoded_length
 from broker.refusals import CorruptRecord, MemberStopped
 from broker.store.put_result import PutMessageStatus, PutRefused
@@ -227,8 +227,9 @@ class StoreAccess:
                 return earlier  # the same request, answered once
         hit = dedup.lookup(keys)
         if hit is not None:
+            topic, uniq = key_parts(keys[0])
             log.info("send of %d message(s) to %s already stored (UNIQ_KEY %s): answered from the dedup window",
-                     len(keys), keys[0][0], keys[0][1])
+                     len(keys), topic, uniq)
             fields = dedup.outcome_of(hit)
             # the record's own STOREHOST (a former leader's) makes its offset msgId
             stored = [self.store.look_message_by_offset(h.physical_offset, h.size) for h in hit]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.put_dedup import RecentSends
+from broker.put_dedup import RecentSends, dedup_key
 from broker.put_dedup_rebuild import rebuild_window
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore
@@ -73,15 +73,15 @@ def test_keys_keep_their_age_and_old_ones_stay_out(tmp_path: Path) -> None:
         now_ms = int(time.time() * 1000)
         window = RecentSends(60, ("127.0.0.1", 10911))
         assert rebuild_window(store, 60, window.on_arrival_at, now_ms=now_ms) == 600
-        hit = window.lookup([(TOPIC, "K00000"), (TOPIC, "K00599")])
+        hit = window.lookup([dedup_key(TOPIC, "K00000"), dedup_key(TOPIC, "K00599")])
         assert hit is not None and hit[0].physical_offset == 0 and hit[1].queue_id == 599 % 3
         # seen 50 s later: the same records are 50 s old and leave the window 10 s from now
         clock = [time.monotonic()]
         aged = RecentSends(60, ("127.0.0.1", 10911), clock=lambda: clock[0])
         rebuild_window(store, 60, aged.on_arrival_at, now_ms=now_ms + 50_000)
-        assert aged.lookup([(TOPIC, "K00001")]) is not None
+        assert aged.lookup([dedup_key(TOPIC, "K00001")]) is not None
         clock[0] += 11
-        assert aged.lookup([(TOPIC, "K00001")]) is None
+        assert aged.lookup([dedup_key(TOPIC, "K00001")]) is None
         # seen 61 s later: every record is older than the window, none is fed
         late = RecentSends(60, ("127.0.0.1", 10911))
         assert rebuild_window(store, 60, late.on_arrival_at, now_ms=now_ms + 61_000) == 0

@@ -14,7 +14,7 @@ import pytest
 
 from broker.gc_quiet import RecentTable
 from broker.gc_watch import GcWatch, freeze_startup
-from broker.put_dedup import RecentSends
+from broker.put_dedup import RecentSends, dedup_key
 from broker.store.dispatch import DispatchRequest
 
 
@@ -54,7 +54,7 @@ def test_a_full_window_adds_nothing_for_the_collector_to_walk() -> None:
     for b in range(200):
         w.on_arrival([DispatchRequest("TopicA", 1, (b * 100 + i) * 1200, 1200, 0, 0, b * 100 + i,
                                       uniq_key=f"{b:08X}{i:024X}") for i in range(100)])
-        keys = [("TopicA", f"R{b:07X}{i:024X}") for i in range(2)]
+        keys = [dedup_key("TopicA", f"R{b:07X}{i:024X}") for i in range(2)]
         w.remember(keys, 3, [b, b + 1], [b * 10, b * 10 + 5], [5, 5])
     gc.collect()
     grown = _walked() - before
@@ -62,9 +62,9 @@ def test_a_full_window_adds_nothing_for_the_collector_to_walk() -> None:
     # 20,000 dispatched keys and 200 requests of 2 remembered: the collector's work must not grow with them
     assert grown < 2_000, f"the collector walks {grown} more references after 20,200 window entries"
     assert not gc.is_tracked(w._keys._index)
-    hit = w.lookup([("TopicA", f"{7:08X}{5:024X}")])
+    hit = w.lookup([dedup_key("TopicA", f"{7:08X}{5:024X}")])
     assert hit is not None and (hit[0].queue_offset, hit[0].physical_offset) == (705, 705 * 1200)
-    again = w.lookup([("TopicA", f"R{7:07X}{i:024X}") for i in range(2)])
+    again = w.lookup([dedup_key("TopicA", f"R{7:07X}{i:024X}") for i in range(2)])
     assert again is not None
     back = w.outcome_of(again)
     assert (back["queue_offsets"], back["physical_offsets"], back["queue_id"], back["next_offset"]) == (
@@ -90,3 +90,19 @@ def test_freeze_startup_moves_what_is_alive_out_of_the_collectors_way() -> None:
         assert len(gc.get_objects(2)) < frozen  # what a full collection still walks
     finally:
         gc.unfreeze()
+
+
+def test_keep_leaves_a_live_entry_with_the_same_payload_as_it_is() -> None:
+    """keep() is put() unless the key is live with that very payload: then nothing changes, not
+    even its age (the answer and the dispatch of one message make one entry)."""
+    t = RecentTable(capacity=8)
+    t.keep("a", 100.0, b"place-1", limit=0.0, max_keys=8)
+    t.keep("a", 150.0, b"place-1", limit=0.0, max_keys=8)
+    assert len(t) == 1 and t.get("a", 120.0) is None  # the age stayed 100
+    t.keep("a", 160.0, b"place-2", limit=0.0, max_keys=8)  # another place: a new entry
+    assert len(t) == 2 and t.get("a", 155.0) == b"place-2"
+    t.keep("a", 170.0, b"place-2", limit=165.0, max_keys=8)  # same payload but older than the limit: put again
+    assert t.get("a", 165.0) == b"place-2"
+    t.keep("b", 180.0, b"place-2x", limit=0.0, max_keys=8)
+    t.keep("b", 181.0, b"x", limit=0.0, max_keys=8)  # a payload that is the old one's tail is another payload
+    assert t.get("b", 0.0) == b"x"

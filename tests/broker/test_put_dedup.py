@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.api.client import BrokerClientError, message_json
-from broker.put_dedup import RecentSends
+from broker.put_dedup import RecentSends, dedup_key
 from broker.store.dispatch import DispatchRequest
 from tools.broker_confs import master_conf
 from tools.nodes import BrokerProc, kill_all
@@ -29,21 +29,21 @@ def test_window_expiry_topic_scope_batches_and_bound() -> None:
     now = [1000.0]
     w = RecentSends(60, ("10.0.0.1", 10911), clock=lambda: now[0])
     w.on_arrival([req("T", "A" * 32, 5, 1000), req("T", "B" * 32, 6, 1100), req("T", "", 7, 1200)])
-    hit = w.lookup([("T", "A" * 32), ("T", "B" * 32)])
+    hit = w.lookup([dedup_key("T", "A" * 32), dedup_key("T", "B" * 32)])
     assert hit is not None
     out = w.outcome_of(hit)
     assert out["queue_offsets"] == [5, 6] and out["physical_offsets"] == [1000, 1100] and out["queue_id"] == 1
     assert out["next_offset"] == 1200 and out["wrote_bytes"] == 200 and len(out["msg_ids"][0]) == 32
-    assert w.lookup([("U", "A" * 32)]) is None  # keys are per topic
-    assert w.lookup([("T", "A" * 32), ("T", "C" * 32)]) is None  # a batch only when all are there
+    assert w.lookup([dedup_key("U", "A" * 32)]) is None  # keys are per topic
+    assert w.lookup([dedup_key("T", "A" * 32), dedup_key("T", "C" * 32)]) is None  # a batch only when all are there
     now[0] += 61
-    assert w.lookup([("T", "A" * 32)]) is None  # out of the window
+    assert w.lookup([dedup_key("T", "A" * 32)]) is None  # out of the window
     w.on_arrival([req("T", "D" * 32, 8, 1300)])
     assert w.status()["keys"] == 1  # expired keys are trimmed on insert
     w.max_keys = 3
     w.on_arrival([req("T", f"{i:032X}", i, i) for i in range(10)])
-    assert w.status()["keys"] == 3 and w.lookup([("T", f"{9:032X}")]) is not None
-    assert w.lookup([("T", f"{0:032X}")]) is None
+    assert w.status()["keys"] == 3 and w.lookup([dedup_key("T", f"{9:032X}")]) is not None
+    assert w.lookup([dedup_key("T", f"{0:032X}")]) is None
     assert RecentSends.keys_of([]) == [] and RecentSends(0, ("h", 1)).enabled is False
 
 
@@ -91,21 +91,21 @@ def test_a_retry_waits_on_a_future_of_its_own_running_loop() -> None:
     w = RecentSends(60, ("10.0.0.1", 10911))
 
     async def two() -> tuple[bool, bool, object, bool]:
-        f1, f2 = w.begin([("T", "A")]), w.begin([("T", "B")])
+        f1, f2 = w.begin([dedup_key("T", "A")]), w.begin([dedup_key("T", "B")])
         assert f1.waiter is None and f2.waiter is None  # nothing made until a retry asks
         loop = asyncio.get_running_loop()
-        r1, r2 = w.inflight([("T", "A")]), w.inflight([("T", "B")])
-        assert r1 is not None and r2 is not None and w.inflight([("T", "A")]) is r1
+        r1, r2 = w.inflight([dedup_key("T", "A")]), w.inflight([dedup_key("T", "B")])
+        assert r1 is not None and r2 is not None and w.inflight([dedup_key("T", "A")]) is r1
         w.end(f1, "stored-1")
         w.end(f2, None)
-        return r1.get_loop() is loop, r2.get_loop() is loop, await r1, w.inflight([("T", "A")]) is None
+        return r1.get_loop() is loop, r2.get_loop() is loop, await r1, w.inflight([dedup_key("T", "A")]) is None
 
     import uvloop
     for run in (asyncio.run, asyncio.run, uvloop.run, asyncio.run):  # a new loop each time, of either kind
         assert run(two()) == (True, True, "stored-1", True)
-    w.begin([("T", "C")])
+    w.begin([dedup_key("T", "C")])
     with pytest.raises(RuntimeError):
-        w.inflight([("T", "C")])  # no running loop, as asyncio.get_running_loop() says
+        w.inflight([dedup_key("T", "C")])  # no running loop, as asyncio.get_running_loop() says
 
 
 def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
@@ -114,9 +114,9 @@ def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
     not two (the window's bound counts entries). A dispatch of the key at another place
     replaces it."""
     w = RecentSends(60, ("10.0.0.1", 10911), clock=lambda: 50.0)
-    w.remember([("T", "A" * 32), ("T", "B" * 32)], 2, [7, 8], [1000, 1200], [200, 210])
+    w.remember([dedup_key("T", "A" * 32), dedup_key("T", "B" * 32)], 2, [7, 8], [1000, 1200], [200, 210])
     assert w.status()["keys"] == 2
-    hit = w.lookup([("T", "A" * 32), ("T", "B" * 32)])
+    hit = w.lookup([dedup_key("T", "A" * 32), dedup_key("T", "B" * 32)])
     assert hit is not None and [(s.queue_id, s.queue_offset, s.physical_offset, s.size) for s in hit] == [
         (2, 7, 1000, 200), (2, 8, 1200, 210)]
     w.on_arrival([DispatchRequest("T", 2, 1000, 200, 0, 0, 7, uniq_key="A" * 32),
@@ -126,7 +126,26 @@ def test_a_remembered_put_is_one_entry_when_it_is_dispatched() -> None:
     assert w.status()["keys"] == 3
     # the other order (a SYNC_MASTER's answer comes after its slave's ack, often after dispatch)
     w.on_arrival([DispatchRequest("T", 2, 1400, 220, 0, 0, 9, uniq_key="C" * 32)])
-    w.remember([("T", "C" * 32)], 2, [9], [1400], [220])
+    w.remember([dedup_key("T", "C" * 32)], 2, [9], [1400], [220])
     assert w.status()["keys"] == 4
-    moved = w.lookup([("T", "A" * 32)])
+    moved = w.lookup([dedup_key("T", "A" * 32)])
     assert moved is not None and (moved[0].queue_id, moved[0].physical_offset) == (3, 5000)
+
+
+def test_keys_of_names_the_topic_a_message_is_stored_under() -> None:
+    """One key string per message: (stored topic, UNIQ_KEY); a delayed send's is the schedule
+    topic's; a batch with one message lacking a UNIQ_KEY, or a consumer retry, has none."""
+    from broker.store.message import MessageExt
+    from broker.store.message_const import RMQ_SYS_SCHEDULE_TOPIC
+
+    def msg(topic: str, **props: str) -> MessageExt:
+        m = MessageExt(topic=topic, body=b"x")
+        m.properties = dict(props)
+        return m
+
+    keys = RecentSends.keys_of([msg("T", UNIQ_KEY="A1"), msg("T", UNIQ_KEY="A2", DELAY="3")])
+    assert keys == [dedup_key("T", "A1"), dedup_key(RMQ_SYS_SCHEDULE_TOPIC, "A2")]
+    assert keys[0] != dedup_key("T", "A2") and keys[0] != dedup_key("TA", "1")  # the separator keeps them apart
+    assert RecentSends.keys_of([msg("T", UNIQ_KEY="A1"), msg("T")]) is None
+    assert RecentSends.keys_of([msg("%RETRY%g", UNIQ_KEY="A1")]) is None
+    assert RecentSends.keys_of([msg("T", UNIQ_KEY="A1", DELAY="0")]) == [dedup_key("T", "A1")]
