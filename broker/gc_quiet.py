@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import Optional
+from typing import Final, Optional
 
-_SEQ = struct.Struct("<q")
+_SEQ: Final = struct.Struct("<q")
 
 
 class RecentTable:

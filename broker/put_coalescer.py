@@ -34,7 +34,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence, Union, cast
+from typing import TYPE_CHECKING, Awaitable, Callable, Final, Sequence, Union, cast
 
 from broker.store.message import PROPERTY_DELAY_TIME_LEVEL, MessageExt, encoded_length
 from broker.store.put_result import AppendMessageResult, PutMessageResult, PutMessageStatus
@@ -49,7 +49,7 @@ PutFn = Callable[[list[MessageExt]], Awaitable[PutMessageResult]]
 #: Starts a put without awaiting: an immediate answer, or a future resolved from any thread.
 SubmitFn = Callable[[list[MessageExt]], Union[PutMessageResult, "concurrent.futures.Future[PutMessageResult]"]]
 Chunk = list[tuple[list[MessageExt], "asyncio.Future[PutMessageResult]"]]
-_ISOLATE = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+_ISOLATE: Final = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
 class PutCoalescer:

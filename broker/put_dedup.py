@@ -58,14 +58,14 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Final, Sequence
 
 from broker.gc_quiet import RecentTable
 from broker.store.message_id import create_message_id
 from broker.store.message_const import PROPERTY_DELAY_TIME_LEVEL, RMQ_SYS_SCHEDULE_TOPIC
 
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-NO_DEDUP_PREFIXES = ("%RETRY%", "%DLQ%")
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+NO_DEDUP_PREFIXES: Final = ("%RETRY%", "%DLQ%")
 
 
 @dataclass(slots=True, frozen=True)
@@ -77,7 +77,7 @@ class Stored:
 
 
 Key = str  # "topic\0UNIQ_KEY" (:func:`dedup_key`): built once per message, used as is everywhere
-_STORED = struct.Struct("<iqqi")  # queueId, queueOffset, physicalOffset, size
+_STORED: Final = struct.Struct("<iqqi")  # queueId, queueOffset, physicalOffset, size
 
 
 def dedup_key(topic: str, uniq: str) -> Key:

@@ -28,7 +28,7 @@ by ``BrokerProcessor`` and handed to the remoting processors through their conte
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Final, Optional, Protocol, Sequence
 
 from broker.refusals import MessageIllegal, NoPermission, StoreNotOpen, TopicNotFound
 from broker.store.put_result import PutMessageStatus, PutRefused
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.store.message import MessageExt
     from broker.store_access import PutOutcome, StoreAccess
 
-PERM_WRITE = 2
+PERM_WRITE: Final = 2
 
 
 class SendHost(Protocol):

@@ -24,15 +24,16 @@ import bisect
 import collections
 import math
 import time
+from typing import Final
 
 # Apache's StoreStatsService.PUT_MESSAGE_ENTIRE_TIME_MAX_DESC: (upper bound in ms, exclusive; label)
-DISTRIBUTE_BUCKETS: tuple[tuple[float, str], ...] = (
+DISTRIBUTE_BUCKETS: Final[tuple[tuple[float, str], ...]] = (
     (1, "[<=0ms]"), (10, "[0~10ms]"), (50, "[10~50ms]"), (100, "[50~100ms]"), (200, "[100~200ms]"),
     (500, "[200~500ms]"), (1000, "[500ms~1s]"), (2000, "[1~2s]"), (3000, "[2~3s]"), (4000, "[3~4s]"),
     (5000, "[4~5s]"), (10000, "[5~10s]"), (math.inf, "[10s~]"))
-MS_CAP = 10000  # per-ms counts above this go to one key
-TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
-GROUP_GET_NUMS = "GROUP_GET_NUMS"
+MS_CAP: Final = 10000  # per-ms counts above this go to one key
+TOPIC_PUT_NUMS: Final = "TOPIC_PUT_NUMS"
+GROUP_GET_NUMS: Final = "GROUP_GET_NUMS"
 
 StatsKey = tuple[str, str]
 

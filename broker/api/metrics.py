@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, Iterable
+from typing import Callable, Final, Iterable
 
 from broker.stats_manager import TOPIC_PUT_NUMS, KeyedCounts, PutTimes
 
@@ -30,7 +30,7 @@ LabelValues = tuple[str, ...]
 GaugeSample = tuple[dict[str, str], float]
 GaugeCallback = Callable[[], Iterable[GaugeSample]]
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def _escape(value: str) -> str:

@@ -44,29 +44,37 @@ import hmac
 import secrets
 import struct
 from dataclasses import dataclass
+from typing import Final
 
-MAGIC = b"RMHA"
-VERSION = 1
-NONCE_SIZE = 32
-PROOF_SIZE = 32
-TAG_SIZE = 16
-MAX_NAME_SIZE = 255
-HEAD_SIZE = 6
+MAGIC: Final = b"RMHA"
+VERSION: Final = 1
+NONCE_SIZE: Final = 32
+PROOF_SIZE: Final = 32
+TAG_SIZE: Final = 16
+MAX_NAME_SIZE: Final = 255
+HEAD_SIZE: Final = 6
 
-HELLO, CHALLENGE, PROOF, WELCOME, REFUSED = 1, 2, 3, 4, 5
-REFUSE_BAD_PROOF, REFUSE_BROKER_NAME, REFUSE_VERSION, REFUSE_BUSY = 1, 2, 3, 4
-REFUSAL_TEXT = {
+HELLO: Final = 1
+CHALLENGE: Final = 2
+PROOF: Final = 3
+WELCOME: Final = 4
+REFUSED: Final = 5
+REFUSE_BAD_PROOF: Final = 1
+REFUSE_BROKER_NAME: Final = 2
+REFUSE_VERSION: Final = 3
+REFUSE_BUSY: Final = 4
+REFUSAL_TEXT: Final = {
     REFUSE_BAD_PROOF: "the proof does not match the master's haAuthToken (different secret)",
     REFUSE_BROKER_NAME: "the slave names another brokerName than the master's",
     REFUSE_VERSION: "unsupported HA handshake version",
     REFUSE_BUSY: "the master is at its limit of connected slaves",
 }
 
-_HEAD = struct.Struct(">4sBB")
-_SEQ = struct.Struct(">Q")
-_LABEL_SLAVE = b"rocketmq-py HA v1 slave proof\x00"
-_LABEL_MASTER = b"rocketmq-py HA v1 master proof\x00"
-_LABEL_SESSION = b"rocketmq-py HA v1 session\x00"
+_HEAD: Final = struct.Struct(">4sBB")
+_SEQ: Final = struct.Struct(">Q")
+_LABEL_SLAVE: Final = b"rocketmq-py HA v1 slave proof\x00"
+_LABEL_MASTER: Final = b"rocketmq-py HA v1 master proof\x00"
+_LABEL_SESSION: Final = b"rocketmq-py HA v1 session\x00"
 
 
 @dataclass(frozen=True)

@@ -54,15 +54,16 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from broker.ha.handshake import TAG_SIZE, SessionMac
 
-REPORT_SIZE = 8
-TRANSFER_HEADER_SIZE = 12
-DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+REPORT_SIZE: Final = 8
+TRANSFER_HEADER_SIZE: Final = 12
+DEFAULT_MAX_FRAME_SIZE: Final = 4 * 1024 * 1024
 
-_REPORT = struct.Struct(">q")
-_HEADER = struct.Struct(">qi")
+_REPORT: Final = struct.Struct(">q")
+_HEADER: Final = struct.Struct(">qi")
 
 
 def encode_report(offset: int) -> bytes:

@@ -27,30 +27,30 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Final, Mapping, Optional
 
 import orjson
 
 from broker.native import c_extension
 from broker.remoting.codes import LanguageCode, SerializeType
 
-RPC_TYPE_BIT = 1 << 0
-RPC_ONEWAY_BIT = 1 << 1
-MAX_FRAME_LENGTH = 16 * 1024 * 1024
+RPC_TYPE_BIT: Final = 1 << 0
+RPC_ONEWAY_BIT: Final = 1 << 1
+MAX_FRAME_LENGTH: Final = 16 * 1024 * 1024
 # ali-ons sends 121 (V3_4_9); Java 4.9.8 clients send their own version; ours: V4_9_4 ordinal.
-DEFAULT_VERSION = 401
+DEFAULT_VERSION: Final = 401
 
-_I = struct.Struct(">i")
-_II = struct.Struct(">ii")
-_BIN_HEAD = struct.Struct(">hbhii")
+_I: Final = struct.Struct(">i")
+_II: Final = struct.Struct(">ii")
+_BIN_HEAD: Final = struct.Struct(">hbhii")
 
 #: (code, language code, version, opaque, flag, remark, extFields) of a ROCKETMQ header
 _Head = tuple[int, int, int, int, int, Optional[str], dict[str, str]]
 _header_codec = c_extension("broker.remoting._header_codec")
 #: the C ROCKETMQ header codec (compiled builds), else None: see broker/remoting/_header_codec.c;
 #: when it declines (None) the Python codec below answers, errors and all
-_c_decode: Optional[Callable[[bytes], Optional[_Head]]] = _header_codec.decode if _header_codec is not None else None
-_c_encode: Optional[Callable[[int, int, int, int, int, Optional[str], dict[str, str]], Optional[bytes]]] = (
+_c_decode: Final[Optional[Callable[[bytes], Optional[_Head]]]] = _header_codec.decode if _header_codec is not None else None
+_c_encode: Final[Optional[Callable[[int, int, int, int, int, Optional[str], dict[str, str]], Optional[bytes]]]] = (
     _header_codec.encode if _header_codec is not None else None)
 
 
@@ -201,7 +201,8 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 
 # ---------------------------------------------------------------------------------- decode
-_JAVA_INT_MIN, _JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
+_JAVA_INT_MIN: Final = -(1 << 31)
+_JAVA_INT_MAX: Final = (1 << 31) - 1
 
 
 def _decode_header_json(raw: bytes) -> RemotingCommand:

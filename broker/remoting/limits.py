@@ -45,25 +45,25 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Final, Optional, Protocol
 
 from dledger.ratelog import RateLimitedLog
 
 log = logging.getLogger("broker.remoting.limits")
 
 #: Frames up to this size (length prefix included) are not charged to the pending-bytes budget.
-SMALL_FRAME = 64 * 1024
-LOG_BURST = 5
-LOG_WINDOW_S = 10.0
+SMALL_FRAME: Final = 64 * 1024
+LOG_BURST: Final = 5
+LOG_WINDOW_S: Final = 10.0
 
-IDLE = "idle"
-READ_TIMEOUT = "read-timeout"
-EVICTED = "evicted"
+IDLE: Final = "idle"
+READ_TIMEOUT: Final = "read-timeout"
+EVICTED: Final = "evicted"
 
 #: how far a connection proved itself (``ConnectionClock.trust``)
-UNPROVEN_TRUST = 0
-AUTHENTICATED_TRUST = 1
-ADMIN_TRUST = 2
+UNPROVEN_TRUST: Final = 0
+AUTHENTICATED_TRUST: Final = 1
+ADMIN_TRUST: Final = 2
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Final, Optional
 
 from dledger.ratelog import RateLimitedLog
 from mypy_extensions import mypyc_attr
@@ -58,7 +58,7 @@ from broker.tasks import wait_for
 
 log = logging.getLogger("broker.remoting")
 
-MAX_CALLS_PER_CONNECTION = 64
+MAX_CALLS_PER_CONNECTION: Final = 64
 
 
 class ClientCallError(Exception):

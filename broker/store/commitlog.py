@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Sequence
 
 from broker.store import commitlog_recovery
 from broker.store.dispatch import DispatchRequest, StoreFile
@@ -68,9 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_QP = struct.Struct(">qq")
-_Q = struct.Struct(">q")
-_I = struct.Struct(">i")
+_QP: Final = struct.Struct(">qq")
+_Q: Final = struct.Struct(">q")
+_I: Final = struct.Struct(">i")
 
 ReplicaHook = Callable[[AppendMessageResult], "Future[PutMessageStatus] | None"]
 

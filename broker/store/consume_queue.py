@@ -45,7 +45,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import Iterator, Optional, Protocol
+from typing import Final, Iterator, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
@@ -54,16 +54,16 @@ from broker.store.names import InvalidNameError, check_queue_id, check_topic
 
 log = logging.getLogger(__name__)
 
-CQ_STORE_UNIT_SIZE = 20
-DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE = 300_000 * CQ_STORE_UNIT_SIZE
-_UNIT = struct.Struct(">qiq")
-_BLANK_UNIT = _UNIT.pack(0, 0x7FFFFFFF, 0)
+CQ_STORE_UNIT_SIZE: Final = 20
+DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE: Final = 300_000 * CQ_STORE_UNIT_SIZE
+_UNIT: Final = struct.Struct(">qiq")
+_BLANK_UNIT: Final = _UNIT.pack(0, 0x7FFFFFFF, 0)
 
 #: Reserved topic of DLedger barrier messages; never dispatched into a ConsumeQueue.
-BARRIER_TOPIC = "RMQ_SYS_DLEDGER_BARRIER"
-_TRANSACTION_MASK = 0xC
-_TRANSACTION_PREPARED = 0x4
-_TRANSACTION_ROLLBACK = 0xC
+BARRIER_TOPIC: Final = "RMQ_SYS_DLEDGER_BARRIER"
+_TRANSACTION_MASK: Final = 0xC
+_TRANSACTION_PREPARED: Final = 0x4
+_TRANSACTION_ROLLBACK: Final = 0xC
 
 CqUnit = tuple[int, int, int]  # (commitlog offset, size, tags code)
 

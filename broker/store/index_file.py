@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Final, Optional, Protocol
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
@@ -53,21 +53,21 @@ from broker.store.java_hash import index_key_hash
 
 log = logging.getLogger(__name__)
 
-INDEX_HEADER_SIZE = 40
-HASH_SLOT_SIZE = 4
-INDEX_SIZE = 20
-INVALID_INDEX = 0
-DEFAULT_MAX_HASH_SLOT_NUM = 5_000_000
-DEFAULT_MAX_INDEX_NUM = 5_000_000 * 4
-_HEADER = struct.Struct(">qqqqii")
-_ENTRY = struct.Struct(">iqii")
-_SLOT = struct.Struct(">i")
-_INT_MAX = 0x7FFFFFFF
-_NAME_RE = re.compile(r"^\d{17}$")
-_TRANSACTION_ROLLBACK = 0xC
+INDEX_HEADER_SIZE: Final = 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_SIZE: Final = 20
+INVALID_INDEX: Final = 0
+DEFAULT_MAX_HASH_SLOT_NUM: Final = 5_000_000
+DEFAULT_MAX_INDEX_NUM: Final = 5_000_000 * 4
+_HEADER: Final = struct.Struct(">qqqqii")
+_ENTRY: Final = struct.Struct(">iqii")
+_SLOT: Final = struct.Struct(">i")
+_INT_MAX: Final = 0x7FFFFFFF
+_NAME_RE: Final = re.compile(r"^\d{17}$")
+_TRANSACTION_ROLLBACK: Final = 0xC
 
 
-TMP_SUFFIX = ".creating"
+TMP_SUFFIX: Final = ".creating"
 
 
 def _is_creating(name: str) -> bool:

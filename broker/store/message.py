@@ -35,7 +35,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Final, Mapping, Optional, Sequence, Union
 
 from broker.native import c_extension
 from broker.store.dispatch import DispatchRequest
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]
 
 
-_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNITS_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(spec: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> tuple[int, ...]:
@@ -76,7 +76,7 @@ def parse_delay_levels(spec: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> tuple[int, ..
     return tuple(out)
 
 
-DEFAULT_DELAY_LEVELS = parse_delay_levels()
+DEFAULT_DELAY_LEVELS: Final = parse_delay_levels()
 
 
 def transaction_value(sys_flag: int) -> int:
@@ -211,13 +211,13 @@ class MessageExt:
 # --- encoding ------------------------------------------------------------------------------------
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYOFFSET SYSFLAG BORNTS BORNHOST STORETS
 # STOREHOST RECONSUME PREPARED BODYLEN; host fields pre-packed (address + port).
-_HEAD = {
+_HEAD: Final = {
     (b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)
 }
-_FIXED = {k: v.size for k, v in _HEAD.items()}  # bytes before the body
-_H = struct.Struct(">h")
-_QP = struct.Struct(">qq")
-_Q = struct.Struct(">q")
+_FIXED: Final = {k: v.size for k, v in _HEAD.items()}  # bytes before the body
+_H: Final = struct.Struct(">h")
+_QP: Final = struct.Struct(">qq")
+_Q: Final = struct.Struct(">q")
 
 
 @lru_cache(maxsize=8192)
@@ -348,11 +348,11 @@ def blank_record(remaining: int) -> bytes:
 
 
 # --- decoding ------------------------------------------------------------------------------------
-_PREFIX = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, 48 bytes
-_I = struct.Struct(">i")
-_II = struct.Struct(">ii")
-_QI = struct.Struct(">q")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED BODYLEN
+_PREFIX: Final = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, 48 bytes
+_I: Final = struct.Struct(">i")
+_II: Final = struct.Struct(">ii")
+_QI: Final = struct.Struct(">q")
+_TAIL: Final = struct.Struct(">iqi")  # RECONSUMETIMES PREPARED BODYLEN
 
 
 def decode_message(buf: Buffer, offset: int = 0, *, read_body: bool = True,
@@ -429,7 +429,7 @@ def _failed(size: int) -> DispatchRequest:
     return DispatchRequest("", 0, 0, size, 0, 0, 0, success=False)
 
 
-_BLANK = DispatchRequest("", 0, 0, 0, 0, 0, 0, success=True)
+_BLANK: Final = DispatchRequest("", 0, 0, 0, 0, 0, 0, success=True)
 
 
 def _fast_props(raw: bytes) -> tuple[str, str, str | None, str | None]:
@@ -455,7 +455,7 @@ def _fast_props(raw: bytes) -> tuple[str, str, str | None, str | None]:
 _Fields = tuple[str, int, int, int, int, int, int, str, str, int, int]
 _record_scan = c_extension("broker.store._record_scan")
 #: the C parse of the everyday record, or None (source mode): see broker/store/_record_scan.c
-_c_parse: Optional[Callable[[Buffer, int], Optional[_Fields]]] = (
+_c_parse: Final[Optional[Callable[[Buffer, int], Optional[_Fields]]]] = (
     _record_scan.parse if _record_scan is not None else None)
 
 

@@ -28,7 +28,7 @@ the reput thread asks it of every record while holding the GIL the put path need
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Final, Protocol
 
 __all__ = [
     "GROUP_MAX_LENGTH", "QUEUE_ID_LIMIT", "RECORD_TOPIC_MAX_LENGTH", "TOPIC_MAX_LENGTH", "VALID_NAME",
@@ -36,11 +36,11 @@ __all__ = [
     "record_problem", "topic_problem",
 ]
 
-VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator: ^[%|a-zA-Z0-9_-]+$ (use fullmatch)
-TOPIC_MAX_LENGTH = 255  # NAME_MAX of the ConsumeQueue directory (module rules); v2 magic past 127
-RECORD_TOPIC_MAX_LENGTH = TOPIC_MAX_LENGTH
-GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
-QUEUE_ID_LIMIT = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
+VALID_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator: ^[%|a-zA-Z0-9_-]+$ (use fullmatch)
+TOPIC_MAX_LENGTH: Final = 255  # NAME_MAX of the ConsumeQueue directory (module rules); v2 magic past 127
+RECORD_TOPIC_MAX_LENGTH: Final = TOPIC_MAX_LENGTH
+GROUP_MAX_LENGTH: Final = 255  # Validators.CHARACTER_MAX_LENGTH
+QUEUE_ID_LIMIT: Final = 65535  # queue ids are 0 .. QUEUE_ID_LIMIT - 1
 
 
 class ParsedRecord(Protocol):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Final, Sequence
 
 from broker.store.message_id import HostAddr, create_message_id
 
@@ -60,7 +60,7 @@ class PutRefused(Exception):
         return self.status.value
 
 
-_STORED = frozenset({
+_STORED: Final = frozenset({
     PutMessageStatus.PUT_OK.name, PutMessageStatus.FLUSH_DISK_TIMEOUT.name,
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT.name, PutMessageStatus.SLAVE_NOT_AVAILABLE.name,
 })

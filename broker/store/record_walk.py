@@ -22,7 +22,7 @@ validator keeps its own walker (it runs in executors on raw files and reports, n
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Callable, Final, Iterator, Optional, TypeVar
 
 from broker.store.dispatch import DispatchRequest
 from broker.store.names import record_problem
@@ -33,9 +33,13 @@ B = TypeVar("B", bound=Buffer)
 Parse = Callable[[B, int, bool], DispatchRequest]  # (buffer, position, check_crc) -> the record
 EntrySizeAt = Callable[[B, int, int], int]  # DLedger: size of the entry framed at pos, else <= 0
 #: the request of the END step: no record (never dispatched; ``success`` False)
-NO_RECORD = DispatchRequest("", -1, -1, 0, 0, 0, -1, success=False)
+NO_RECORD: Final = DispatchRequest("", -1, -1, 0, 0, 0, -1, success=False)
 
-RECORD, SKIP, ROLL, BAD, END = "record", "skip", "roll", "bad", "end"
+RECORD: Final = "record"
+SKIP: Final = "skip"
+ROLL: Final = "roll"
+BAD: Final = "bad"
+END: Final = "end"
 
 
 #: ``(kind, pos, size, request, why)``: the step's kind, its position in the buffer, the bytes it

@@ -45,14 +45,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Final, Iterable, Protocol
 
 from broker.store.dispatch import CommitLogDispatcher, DispatchRequest, SkippedRecords, locate
 from broker.store.mapped_file import DiskFullError
 from broker.store.record_walk import BAD, RECORD, ROLL, SKIP, walk
 
 #: after a wakeup, let the puts of this long land before the pass (module rules)
-GATHER_S = 0.001
+GATHER_S: Final = 0.001
 
 if TYPE_CHECKING:  # pragma: no cover
     from broker.store.commitlog import SelectMappedBufferResult

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Final
 
-ASYNC_FLUSH = "ASYNC_FLUSH"
-SYNC_FLUSH = "SYNC_FLUSH"
+ASYNC_FLUSH: Final = "ASYNC_FLUSH"
+SYNC_FLUSH: Final = "SYNC_FLUSH"
 
 
 @dataclass

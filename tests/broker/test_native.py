@@ -164,6 +164,37 @@ def test_no_compiled_function_reuses_an_except_name_for_another_type() -> None:
     assert found == []
 
 
+#: modules whose constants compiled code reads (not compiled themselves: their literal Finals are inlined)
+CONSTANT_MODULES = ("broker.store.message_const", "broker.remoting.codes", "broker.remoting.limits",
+                    "broker.store.store_settings", "broker.remoting.processors.common", "broker.ha.handshake")
+
+
+def test_constants_compiled_code_reads_are_final() -> None:
+    """Compiled, a plain module global is a dict lookup on every use (``R.SUCCESS``, a struct
+    ``_HEAD``, ``BORNHOST_V6_FLAG``: 1,288 such lookups in the hot modules' code before they were
+    marked); a ``Final`` literal is inlined and any other ``Final`` is a C static. Every upper-case
+    name assigned at the top of a compiled module, or of a module of constants it reads, and every
+    such class attribute of ``codes``, is declared ``Final``."""
+    root = Path(native.__file__).resolve().parent.parent
+    found = []
+    for name in native.NATIVE_MODULES + CONSTANT_MODULES:
+        tree = ast.parse((root / (name.replace(".", "/") + ".py")).read_text())
+        bodies = [tree.body] + [c.body for c in tree.body if isinstance(c, ast.ClassDef) and name.endswith(".codes")]
+        for body in bodies:
+            for stmt in body:
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
+                        ast.unparse(stmt.value.func) == "TypeVar":
+                    continue
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+                if isinstance(stmt, ast.AnnAssign) and "Final" not in ast.unparse(stmt.annotation):
+                    targets = [stmt.target]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name) and n.id.lstrip("_")[:1].isupper() and n.id.upper() == n.id:
+                            found.append(f"{name}: {n.id} (line {stmt.lineno})")
+    assert found == []
+
+
 def test_no_compiled_dataclass_declares_a_memoryview_field() -> None:
     """Compiled, a dataclass with a field annotated ``memoryview`` fails at import (mypyc's
     dataclass support looks the annotation up in a table that lacks it: ``KeyError:

@@ -18,7 +18,7 @@ StoreAccess object and the commitlog's ``get_message(offset, size)``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Final, Optional, Protocol
 
 from broker import refusals
 from broker.refusals import Refusal, StoreNotOpen
@@ -35,12 +35,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from broker.send_service import SendMessageService
     from broker.store_access import StoreAccess
 
-FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
-SERVICE_NOT_AVAILABLE_REMARK = (
+FAQ: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+SERVICE_NOT_AVAILABLE_REMARK: Final = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
     "messages are put to the slave, message store has been shut down, etc.")
 
-_CODE_MAP = {
+_CODE_MAP: Final = {
     refusals.NOT_MASTER: R.SERVICE_NOT_AVAILABLE, refusals.SERVICE_NOT_AVAILABLE: R.SERVICE_NOT_AVAILABLE,
     refusals.TOPIC_NOT_EXIST: R.TOPIC_NOT_EXIST, refusals.NO_PERMISSION: R.NO_PERMISSION,
     refusals.MESSAGE_ILLEGAL: R.MESSAGE_ILLEGAL, refusals.PROPERTIES_SIZE_EXCEEDED: R.MESSAGE_ILLEGAL,

@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 import struct
 import time
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 from broker.metadata.topic_config import TopicValidationError, validate_topic
 from broker.transaction import half_message, is_half_send
@@ -54,15 +54,16 @@ from broker.store.message import MessageExt
 from broker.store.message_properties import string_to_properties
 from broker.store.put_result import PutMessageStatus, PutRefused
 
-V2_ALIASES = dict(zip("abcdefghijklm", (
+V2_ALIASES: Final = dict(zip("abcdefghijklm", (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
     "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")))
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
-PERM_RW = 6
-_BATCH_HEAD = struct.Struct(">iiiii")
+RETRY_PREFIX: Final = "%RETRY%"
+DLQ_PREFIX: Final = "%DLQ%"
+PERM_RW: Final = 6
+_BATCH_HEAD: Final = struct.Struct(">iiiii")
 #: the remoting answer to each put status, as 4.9.8's ``SendMessageProcessor.handlePutMessageResult``
 #: (stored: the status's own code with the full header; refused: an error code and remark)
-PUT_STATUS_REMOTING: dict[PutMessageStatus, int] = {
+PUT_STATUS_REMOTING: Final[dict[PutMessageStatus, int]] = {
     PutMessageStatus.PUT_OK: R.SUCCESS,
     PutMessageStatus.FLUSH_DISK_TIMEOUT: R.FLUSH_DISK_TIMEOUT,
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: R.FLUSH_SLAVE_TIMEOUT,
@@ -74,11 +75,11 @@ PUT_STATUS_REMOTING: dict[PutMessageStatus, int] = {
     PutMessageStatus.OS_PAGECACHE_BUSY: R.SYSTEM_ERROR,
     PutMessageStatus.UNKNOWN_ERROR: R.SYSTEM_ERROR,
 }
-PAGECACHE_BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+PAGECACHE_BUSY_REMARK: Final = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 
 
 #: the producer group of Apache's ``mqadmin queryMsgById -s true`` (QueryMsgByIdSubCommand)
-RESEND_PRODUCER_GROUP = "ReSendMsgById"
+RESEND_PRODUCER_GROUP: Final = "ReSendMsgById"
 
 
 def v1_header(cmd: RemotingCommand) -> RemotingCommand:
