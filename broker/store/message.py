@@ -7,8 +7,8 @@ Rules:
   A host is 4-byte IPv4 (or 16-byte IPv6, sysFlag 0x10 born / 0x20 store) + port as int.
 - We write magic v1 ``0xDAA320A7`` (1-byte topic length) unless the UTF-8 topic is longer than
   127 bytes, then v2 ``0xDAA320AB`` (2-byte topic length), as RocketMQ 5.x does. We read both.
-- ``BODYCRC = zlib.crc32(body) & 0x7FFFFFFF`` over the body as stored; the encoder always
-  recomputes it (the broker does, whatever the client sent).
+- ``BODYCRC = crc32(body) & 0x7FFFFFFF`` over the body as stored (``broker.store.crc``: zlib's
+  CRC-32); the encoder always recomputes it (the broker does, whatever the client sent).
 - Properties are ``name\\x01value`` pairs joined by ``\\x02`` in UTF-8 (4.9.8 drops the trailing
   ``\\x02`` that 5.x writes), length a signed short (<= 32767).
   Decoding follows ``MessageDecoder.string2messageProperties`` (empty names/values are dropped);
@@ -32,12 +32,12 @@ blank, and ``success=False`` for anything else; ``explain_invalid_record`` says 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Final, Mapping, Optional, Sequence, Union
 
 from broker.native import c_extension
+from broker.store.crc import crc32
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import MessageFormatError
 from broker.store.java_hash import tags_string_to_tags_code
@@ -86,7 +86,7 @@ def transaction_value(sys_flag: int) -> int:
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: IEEE CRC-32 with the top bit masked (a non-negative Java int)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def host_length(sys_flag: int, store: bool) -> int:
@@ -266,7 +266,7 @@ def _record_parts(msg: MessageExt, queue_offset: int, physical_offset: int) -> t
     n = len(body)
     length = head.size + n + len(topic) + 2 + lp
     packed = head.pack(
-        length, magic, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, queue_offset,
+        length, magic, crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, queue_offset,
         physical_offset, sys_flag, msg.born_timestamp, born, msg.store_timestamp, store,
         msg.reconsume_times, msg.prepared_transaction_offset, n,
     )
@@ -304,11 +304,28 @@ class EncodedBatch:
         return len(self.starts)
 
 
+_record_encode = c_extension("broker.store._record_encode")
+#: the C encoder of the everyday batch, or None (source mode): see broker/store/_record_encode.c
+_c_encode: Final[Optional[Callable[[list[MessageExt], int], Optional[tuple[bytearray, list[int], list[int]]]]]] = (
+    _record_encode.encode if _record_encode is not None else None)
+
+
 def encode_batch(msgs: Sequence[MessageExt], max_body_size: int | None = None) -> EncodedBatch:
     """Encode many messages into one bytearray (QUEUEOFFSET/PHYSICALOFFSET left 0).
 
     ``max_body_size`` rejects oversized bodies (``maxMessageSize``) before any byte is written.
+    The C encoder answers for the everyday batch and declines the rest (None), which
+    :func:`encode_batch_py`, the definition, answers (errors included).
     """
+    if _c_encode is not None and type(msgs) is list:
+        done = _c_encode(msgs, -1 if max_body_size is None else max_body_size)
+        if done is not None:
+            return EncodedBatch(done[0], done[1], done[2])
+    return encode_batch_py(msgs, max_body_size)
+
+
+def encode_batch_py(msgs: Sequence[MessageExt], max_body_size: int | None = None) -> EncodedBatch:
+    """:func:`encode_batch` in Python: every batch in source mode, and the batches C declines."""
     if max_body_size is not None:
         for m in msgs:
             if len(m.body) > max_body_size:
@@ -386,7 +403,7 @@ def decode_message(buf: Buffer, offset: int = 0, *, read_body: bool = True,
     if body_len < 0 or pos + body_len > end:
         raise MessageFormatError(f"BODYLEN {body_len} runs past TOTALSIZE {total}", offset)
     body = bytes(view[pos:pos + body_len]) if read_body else b""
-    if check_crc and body_len > 0 and (zlib.crc32(view[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
+    if check_crc and body_len > 0 and (crc32(view[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
         raise MessageFormatError(f"body CRC mismatch: stored {crc}", offset)
     pos += body_len
     if magic == MESSAGE_MAGIC_CODE:
@@ -502,7 +519,7 @@ def check_message_py(buf: Buffer, offset: int = 0, check_crc: bool = True,
     if body_len < 0 or pos + body_len + 3 > end:
         return _failed(-1 if body_len < 0 else total)
     if check_crc and body_len > 0:
-        if (zlib.crc32(memoryview(buf)[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
+        if (crc32(memoryview(buf)[pos:pos + body_len]) & 0x7FFFFFFF) != crc:
             return _failed(-1)
     pos += body_len
     if magic == MESSAGE_MAGIC_CODE:

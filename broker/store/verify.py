@@ -24,7 +24,7 @@ Rules (issue 13.3):
   the truncation point by every truncation.
 
 Theory of operation: :func:`record_problem_at` is the cheap check (two struct unpacks and one
-``zlib.crc32``); the reason text of a failure comes from the full decoder. The recovery scan walks
+``crc32``, zlib's CRC-32); the reason text of a failure comes from the full decoder. The recovery scan walks
 files with the same check, so read and recovery agree on what "corrupt" means.
 """
 from __future__ import annotations
@@ -34,10 +34,10 @@ import logging
 import struct
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
+from broker.store.crc import crc32
 from broker.store.errors import StoreCorruptionError
 
 from broker.store.message import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
@@ -94,7 +94,7 @@ def record_problem_at(buf: Buffer, pos: int, size: int | None = None) -> str | N
     body_at = at + 16
     if body_len < 0 or body_at + body_len + 3 > end:
         return explain_invalid_record(buf, pos)
-    if body_len > 0 and (zlib.crc32(memoryview(buf)[body_at:body_at + body_len]) & 0x7FFFFFFF) != crc:
+    if body_len > 0 and (crc32(memoryview(buf)[body_at:body_at + body_len]) & 0x7FFFFFFF) != crc:
         return explain_invalid_record(buf, pos)
     at = body_at + body_len
     if magic == MESSAGE_MAGIC_CODE:
@@ -121,7 +121,7 @@ def dledger_record_problem(buf: Buffer, entry_pos: int, msg_size: int) -> str | 
     body_at = entry_pos + DLEDGER_BODY_OFFSET
     if body_crc == 0:
         return record_problem_at(buf, body_at, msg_size)
-    actual = zlib.crc32(memoryview(buf)[body_at:body_at + msg_size])
+    actual = crc32(memoryview(buf)[body_at:body_at + msg_size])
     actual = actual - 0x1_0000_0000 if actual >= 0x8000_0000 else actual
     return None if actual == body_crc else f"DLedger entry body CRC mismatch: stored {body_crc}, computed {actual}"
 
