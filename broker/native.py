@@ -83,6 +83,7 @@ NATIVE_C_EXTENSIONS: tuple[str, ...] = (
     "broker.store._record_scan",  # the reput thread's record parse (message.check_message_and_return_size)
     "broker.remoting._header_codec",  # the ROCKETMQ remoting header, both ways (remoting.codec)
     "broker.store._record_encode",  # the put path's record encoder (message.encode_batch)
+    "broker.store._index_write",  # one record's IndexFile entries: hashes, slots, entries, header (index_file)
 )
 
 PURE_ENV = "RMQPY_PURE_PYTHON"

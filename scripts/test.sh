@@ -20,8 +20,8 @@ if [ "$#" -eq 0 ]; then
     tests/broker/test_put_coalescer.py tests/broker/test_put_dedup.py tests/broker/ha/test_protocol.py \
     tests/broker/test_classic_pair.py tests/broker/test_send_service.py tests/remoting/test_refusal_errors.py \
     tests/remoting/test_header_fields.py tests/broker/store/test_names.py tests/remoting/test_put_times.py \
-    tests/broker/store/test_full_disk.py tests/broker/store/test_dispatch_skip.py tests/broker/store/test_record_scan.py tests/broker/store/test_record_encode.py \
-    tests/remoting/test_header_codec.py
+    tests/broker/store/test_full_disk.py tests/broker/store/test_dispatch_skip.py tests/broker/store/test_record_scan.py \
+    tests/broker/store/test_record_encode.py tests/remoting/test_header_codec.py tests/broker/store/test_index_write.py
   pure_rc=$?
   [ "$rc" -eq 0 ] && rc=$pure_rc
 fi

@@ -13,7 +13,9 @@ Rules (RocketMQ 4.9.8 ``IndexFile`` / ``IndexHeader`` / ``IndexService``; refere
   mapping into an unbackable hole would kill the process with SIGBUS). Dispatch retries.
 - Header ``>qqqqii``: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset,
   hashSlotCount (slots ever taken), indexCount (next entry number; starts at **1** so that a
-  slot value of 0 means "empty"). Header fields are written through to the page on every change.
+  slot value of 0 means "empty"). Header fields are written through to the page on every change
+  (the C path below: once per record, after its entries; nothing reads the mapped header
+  between keys, queries read the attributes).
 - Slot *s* at ``40 + s*4`` holds the newest entry number whose key hashes to *s*
   (``keyHash % maxHashSlotNum``, ``keyHash = abs(Java hashCode)``, MIN_VALUE -> 0).
 - Entry *k* at ``40 + slots*4 + k*20`` is ``>iqii``: keyHash, phyOffset, timeDiff (seconds since
@@ -32,6 +34,10 @@ Rules (RocketMQ 4.9.8 ``IndexFile`` / ``IndexHeader`` / ``IndexService``; refere
 Theory of operation: the ReputMessageService calls :meth:`IndexService.dispatch` with each
 committed DispatchRequest; the service appends to the newest :class:`IndexFile`. Queries walk
 files newest to oldest and each slot chain newest to oldest, so results come newest first.
+Compiled builds write a record's keys in one C call (``_index_write.put_keys``:
+:meth:`IndexFile.put_record_keys`) when they are ASCII, fit in the file and lie within blocks
+already reserved; anything else declines to the Python loop (:meth:`IndexFile.reserve_keys`,
+:meth:`IndexFile.put_key`), which is the definition and gives the same bytes.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Final, Optional, Protocol
 
+from broker.native import c_extension
 from broker.store.dispatch import DispatchRequest
 from broker.store.errors import StoreError
 from broker.store.mapped_file import FileSizeError, MappedFile
@@ -65,6 +72,15 @@ _SLOT: Final = struct.Struct(">i")
 _INT_MAX: Final = 0x7FFFFFFF
 _NAME_RE: Final = re.compile(r"^\d{17}$")
 _TRANSACTION_ROLLBACK: Final = 0xC
+
+_index_write = c_extension("broker.store._index_write")
+#: one record's keys in C (compiled builds), else None: see broker/store/_index_write.c. Arguments:
+#: view, topic, uniq_key, keys, phy_offset, store_timestamp, index_count, index_num,
+#: hash_slot_num, hash_slot_count, begin_timestamp, begin_phy_offset, ready_end; the answer is
+#: (index_count, hash_slot_count) after the record, or None: the Python loop decides
+_c_put_keys: Final[Optional[Callable[[memoryview, str, str, str, int, int, int, int, int, int, int, int, int],
+                                     Optional[tuple[int, int]]]]] = (
+    _index_write.put_keys if _index_write is not None else None)
 
 
 TMP_SUFFIX: Final = ".creating"
@@ -110,6 +126,8 @@ class IndexFile:
         self.read_only = read_only
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         self._slots_reserved = False
+        #: entries below this byte have blocks (reserve_keys), so the C path writes them unchecked
+        self._entries_ready = 0
         self.begin_timestamp = 0
         self.end_timestamp = 0
         self.begin_phy_offset = 0
@@ -190,8 +208,37 @@ class IndexFile:
             self._file.reserve_bulk(0, self._entries_base)
             self._slots_reserved = True
         first = self._entries_base + self.index_count * INDEX_SIZE
-        reserve(first, min(first + len(keys) * INDEX_SIZE, self.file_size))
+        end = min(first + len(keys) * INDEX_SIZE, self.file_size)
+        reserve(first, end)
+        # the rest of the granule holding the last entry has blocks too (BlockReserve allocates
+        # whole granules): the C path may fill it (put_record_keys) before the next reservation
+        self._entries_ready = max(self._entries_ready, self._file.reserved_end(end))
         return hashes
+
+    def put_record_keys(self, topic: str, uniq_key: str, keys: str, phy_offset: int, store_timestamp: int) -> bool:
+        """One record's keys (``topic#uniq_key``, then ``topic#<token>`` for each token of
+        ``keys``) in one C call (compiled builds): True when they are in, with the same bytes and
+        attributes as :meth:`reserve_keys` and :meth:`put_key` would give. False (nothing
+        written) when C declines: not compiled, a non-ASCII key, a key that would fill the file
+        (a roll), entries past the blocks reserved so far, ...; the caller then runs those."""
+        put = _c_put_keys
+        if put is None or self.read_only:
+            return False
+        r = put(self._view, topic, uniq_key, keys, phy_offset, store_timestamp, self.index_count, self.index_num,
+                self.hash_slot_num, self.hash_slot_count, self.begin_timestamp, self.begin_phy_offset,
+                self._entries_ready)
+        if r is None:
+            return False
+        count, slot_count = r
+        if count != self.index_count:  # (no keys: nothing changes)
+            if self.index_count <= 1:
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp = store_timestamp
+            self.index_count = count
+            self.hash_slot_count = slot_count
+            self.end_phy_offset = phy_offset
+            self.end_timestamp = store_timestamp
+        return True
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None,
                 reserved: bool = False) -> bool:
@@ -326,6 +373,9 @@ class IndexService:
         self._clock = clock
         self._files: list[IndexFile] = []
         self._lock = threading.RLock()
+        #: records go through IndexFile.put_record_keys (C, compiled builds) first; False: always
+        #: the Python loop (tests compare the two)
+        self.c_path = True
 
     @property
     def index_files(self) -> list[IndexFile]:
@@ -375,6 +425,9 @@ class IndexService:
         if request.sys_flag & 0xC == _TRANSACTION_ROLLBACK:
             return
         topic = request.topic
+        if self.c_path and f.put_record_keys(topic, request.uniq_key, request.keys, request.commitlog_offset,
+                                             request.store_timestamp):
+            return
         keys = [build_key(topic, request.uniq_key)] if request.uniq_key else []
         if request.keys:
             keys += [build_key(topic, key) for key in request.keys.split(" ") if key]

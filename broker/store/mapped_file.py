@@ -151,6 +151,16 @@ class BlockReserve:
             self._have[i] = 1
         self.ensure(start, end)  # the granules cut by either edge (at most two more calls)
 
+    def known_end(self, end: int) -> int:
+        """After :meth:`ensure` of a range ending at ``end``: the end of the granule holding byte
+        ``end - 1`` when that whole granule is known to have blocks, else ``end``."""
+        if end <= 0:
+            return end
+        i = (end - 1) // self.granule
+        if self._have[i]:
+            return min((i + 1) * self.granule, self.file_size)
+        return end
+
     def ensure(self, start: int, end: int) -> None:
         """Blocks for ``[start, end)`` exist when this returns; DiskFullError otherwise."""
         if end <= start:
@@ -307,6 +317,11 @@ class MappedFile:
     def reserve_bulk(self, start: int, end: int) -> None:
         """As :meth:`reserve`, one ``posix_fallocate`` for the whole range (``BlockReserve.ensure_bulk``)."""
         self._reserve.ensure_bulk(start, end)
+
+    def reserved_end(self, end: int) -> int:
+        """After :meth:`reserve` of a range ending at ``end``: how far past it blocks are known to
+        exist without another check (``BlockReserve.known_end``)."""
+        return self._reserve.known_end(end)
 
     def append(self, data: bytes | bytearray | memoryview, publish: bool = True) -> int:
         """Append at the wrote position; returns the file position written.

@@ -19,7 +19,8 @@ from typing import Iterator
 import pytest
 
 from broker.store.consume_queue import ConsumeQueue
-from broker.store.index_file import IndexFile
+from broker.store.dispatch import DispatchRequest
+from broker.store.index_file import IndexFile, IndexService
 from broker.store.mapped_file import DiskFullError, MappedFile, offset_to_file_name
 from broker.store.message import MessageExt
 from broker.store.message_store import DefaultMessageStore, GetMessageStatus
@@ -118,6 +119,31 @@ def test_index_file_refuses_keys_then_recovers(small_fs: Path) -> None:
     (small_fs / "filler").unlink()
     assert f.put_key(f"T#key-{put}", 1000 + put, 1_700_000_000_000)
     f.destroy()
+
+
+def test_index_service_refuses_records_then_recovers(small_fs: Path) -> None:
+    """Records whose keys are written by one C call (compiled builds) stop where the reserved
+    blocks end: the next record is refused whole by reserve_keys (no SIGBUS), and its retry lands."""
+    def req(i: int) -> DispatchRequest:
+        return DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + i, i, keys=f"k{i}", uniq_key=f"U{i:031d}")
+
+    svc = IndexService(small_fs, 200_000, 100_000, clock=lambda: 1_795_321_775.0)
+    svc.dispatch(req(0))
+    fill(small_fs / "filler")
+    i = 1
+    with pytest.raises(DiskFullError):
+        for i in range(1, 50_000):
+            svc.dispatch(req(i))
+    (f,) = svc.index_files
+    assert i > 10  # the rest of the page reserved before the disk filled took records
+    assert f.index_count == 2 * i + 1 and f.end_phy_offset == 100 * (i - 1)  # the refused record: no key
+    for j in (0, i // 2, i - 1):
+        assert svc.query_offset("T", f"k{j}", 10, 0, 1 << 62) == [100 * j]
+        assert svc.query_offset("T", f"U{j:031d}", 10, 0, 1 << 62) == [100 * j]
+    (small_fs / "filler").unlink()
+    svc.dispatch(req(i))
+    assert f.index_count == 2 * i + 3 and svc.query_offset("T", f"k{i}", 10, 0, 1 << 62) == [100 * i]
+    svc.destroy()
 
 
 def _msg(i: int) -> MessageExt:
