@@ -138,3 +138,18 @@ def test_every_apache_record_and_queue_dir_is_valid(fixture_root, fixture_set, m
     topics = {row["topic"] for row in manifests(fixture_set.classic)}
     if fixture_set.name == "variety":  # the fixture holds RocketMQ's own retry and schedule topics
         assert "SCHEDULE_TOPIC_XXXX" in topics and any(t.startswith("%RETRY%") for t in topics)
+
+
+def test_record_problem_remembers_valid_topics_only_and_within_its_bound() -> None:
+    """A valid topic is checked once and remembered (bounded); an invalid one is refused every
+    time; a remembered topic still gets its queue id and queue offset checked."""
+    good = DispatchRequest("RememberMe", 0, 0, 100, 0, 0, 0)
+    assert names.record_problem(good) is None and "RememberMe" in names._GOOD_RECORD_TOPICS
+    assert names.record_problem(DispatchRequest("RememberMe", names.QUEUE_ID_LIMIT, 0, 100, 0, 0, 0)) is not None
+    assert "negative" in names.record_problem(DispatchRequest("RememberMe", 0, 0, 100, 0, 0, -1))
+    for _ in range(2):
+        assert "characters outside" in names.record_problem(DispatchRequest("bad/topic", 0, 0, 100, 0, 0, 0))
+    assert "bad/topic" not in names._GOOD_RECORD_TOPICS
+    for i in range(names.GOOD_RECORD_TOPICS_MAX + 10):
+        assert names.record_problem(DispatchRequest(f"T{i}", 0, 0, 100, 0, 0, 0)) is None
+    assert 0 < len(names._GOOD_RECORD_TOPICS) <= names.GOOD_RECORD_TOPICS_MAX
