@@ -51,7 +51,8 @@ from broker.store.mapped_file import MappedFile
 from broker.store.record_walk import END, RECORD, ROLL, walk
 from broker.store.message import (
     BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MESSAGE_PHYSIC_OFFSET_POSITION,
-    check_message_and_return_size, explain_invalid_record, record_store_timestamp,
+    STOREHOSTADDRESS_V6_FLAG, check_message_and_return_size, check_message_py, explain_invalid_record,
+    record_store_timestamp,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,6 +106,57 @@ def _head_missing(view: memoryview, pos: int, physical: int) -> bool:
         return False
     missing = 8 - len(head[:8].lstrip(b"\x00"))  # 4..8
     return missing < 8 and any(head[missing:8] == magic[missing - 4:] for magic in _MAGICS)
+
+
+def _size_from_fields(view: memoryview, pos: int) -> int:
+    """The size the record at ``pos`` has by its own fields (hosts, BODYLEN, topic and properties
+    lengths), TOTALSIZE aside; -1 unless they describe a record inside ``view``."""
+    n = len(view)
+    if pos + 40 > n or bytes(view[pos + 4:pos + 8]) not in _MAGICS:
+        return -1
+    v2 = bytes(view[pos + 4:pos + 8]) == _MAGICS[1]
+    sys_flag = int.from_bytes(view[pos + 36:pos + 40], "big", signed=True)
+    at = pos + 68 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+    if at + 4 > n:
+        return -1
+    body_len = int.from_bytes(view[at:at + 4], "big", signed=True)
+    at += 4 + body_len
+    width = 2 if v2 else 1
+    if body_len < 0 or at + width > n:
+        return -1
+    topic_len = int.from_bytes(view[at:at + width], "big", signed=True)
+    at += width + topic_len
+    if topic_len <= 0 or at + 2 > n:
+        return -1
+    props_len = int.from_bytes(view[at:at + 2], "big", signed=True)
+    at += 2 + props_len
+    return at - pos if props_len >= 0 and at <= n else -1
+
+
+def _size_head_cut(view: memoryview, pos: int, physical: int) -> bool:
+    """The record at ``pos`` is whole except the first 2-3 bytes of its TOTALSIZE, still zero: the
+    back-to-front copy (see :func:`_head_missing`) stopped that short of the start, and TOTALSIZE
+    reads only its low byte(s). Proof that the rest landed: PHYSICALOFFSET holds the record's own
+    offset, the size its fields describe ends in the bytes that did land (and differs from what
+    TOTALSIZE reads), and with that size the record passes every check, its body CRC included.
+    (Seen in the kill -9 crash test: TOTALSIZE 111 for a record of 623 = 0x26F, 3 bytes short.)"""
+    head = bytes(view[pos:pos + MESSAGE_PHYSIC_OFFSET_POSITION + 8])
+    if len(head) < MESSAGE_PHYSIC_OFFSET_POSITION + 8:
+        return False
+    if int.from_bytes(head[MESSAGE_PHYSIC_OFFSET_POSITION:], "big", signed=True) != physical:
+        return False
+    total = int.from_bytes(head[:4], "big")
+    size = _size_from_fields(view, pos)
+    if size <= 0 or size == total:
+        return False
+    for missing in (2, 3):  # one missing byte: every record's top size byte is zero anyway
+        landed = 4 - missing
+        if head[:missing] == bytes(missing) and total == size % (1 << (8 * landed)):
+            whole = bytearray(view[pos:pos + size])
+            whole[:4] = size.to_bytes(4, "big")
+            checked = check_message_py(bytes(whole), 0, True)
+            return checked.success and checked.msg_size == size
+    return False
 
 
 def _valid_record_after(mf: MappedFile, start: int) -> int:
@@ -164,7 +216,8 @@ def _classify_failure(files: list[MappedFile], index: int, pos: int, physic_ts: 
         return
     total = int.from_bytes(view[pos:pos + 4], "big", signed=True) if pos + 4 <= len(view) else 0
     skip = total if 8 <= total <= len(view) - pos else 8
-    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos) or _head_missing(view, pos, physical):
+    if view[pos:pos + 8] == b"\x00" * min(8, len(view) - pos) or _head_missing(view, pos, physical) \
+            or _size_head_cut(view, pos, physical):
         # the head of the copy never landed: what follows may be the copy's own tail, even whole
         # records of the batch (glibc's memmove stores the last bytes first)
         after = _valid_record_after(mf, pos + 8)

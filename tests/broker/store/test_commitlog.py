@@ -273,6 +273,40 @@ def test_torn_batch_missing_only_its_first_bytes_is_a_torn_tail(tmp_path: Path, 
     cl.shutdown()
 
 
+@pytest.mark.parametrize("cut", ["three-bytes", "wrong-offset", "wrong-low-byte"])
+def test_torn_batch_missing_its_size_high_bytes_is_a_torn_tail(tmp_path: Path, cut: str) -> None:
+    """The back-to-front copy can stop 1-3 bytes short of the record's start: TOTALSIZE then reads
+    only its low byte(s) (seen in the kill -9 crash test: 111 for a 623-byte record, 0x26F, three
+    bytes short; 'BODYLEN 517 runs past TOTALSIZE 111; data follows'). A torn tail when the
+    record is otherwise whole: its own offset in PHYSICALOFFSET, a size by its fields that ends in
+    the landed byte, every check passing with that size. The same head with a wrong
+    PHYSICALOFFSET, or a landed byte that is not the size's, stays corruption."""
+    path = tmp_path / "cl"
+    cl = open_log(path, size=64 * 1024)
+    assert cl.put_messages([msg(i) for i in range(20)], keep_store_timestamp=True).ok
+    end = cl.max_offset
+    ar = cl.append_messages([msg(20 + i, body_len=517) for i in range(3)], True).append_result
+    first, size = ar.physical_offsets[0], ar.sizes[0]
+    assert size > 256  # else three missing bytes leave the size whole
+    cl.shutdown()
+    f = path / f"{first - first % (64 * 1024):020d}"
+    data = bytearray(f.read_bytes())
+    lo = first % (64 * 1024)
+    data[lo:lo + 3] = bytes(3)
+    if cut == "wrong-offset":
+        data[lo + 28:lo + 36] = (first + 1).to_bytes(8, "big")
+    elif cut == "wrong-low-byte":
+        data[lo + 3] ^= 0x01
+    f.write_bytes(data)
+    cl = open_log(path, size=64 * 1024)
+    if cut == "three-bytes":
+        assert recovery.recover_normally(cl) == end == cl.max_offset
+    else:
+        with pytest.raises(StoreCorruptionError, match="not a torn tail"):
+            recovery.recover_normally(cl)
+    cl.shutdown()
+
+
 def test_bit_flip_in_committed_message_names_file_and_offset(tmp_path: Path) -> None:
     path = tmp_path / "cl"
     cl = open_log(path)
